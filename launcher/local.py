@@ -1,0 +1,134 @@
+"""Local mode: every worker of the experiment as its own process on this machine.
+
+Same entry point as a Slurm task (`python -m srl_hpc.worker`), rendezvous through files in the run
+directory. The controller's progress goes to the terminal; every worker logs to RUN/logs/. Workers run
+in their own session (Ctrl-C reaches only this launcher, which stops them in order) and die with it
+(PR_SET_PDEATHSIG), so no process outlives a run.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from srl_hpc.streams import endpoints
+from launcher import rundir
+
+REPORT_WAIT = 5.0  # a crashed worker's own failure report normally stops the run sooner than this
+GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL
+
+
+def _die_with_parent():
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def run(exp, run_dir: Path, out=sys.stdout) -> int:
+    """Run the experiment to its end; returns the exit code (0 success, 1 failure, 130/143 interrupted)."""
+    names = endpoints.all_workers(exp)
+    procs: dict[str, subprocess.Popen] = {}
+    for task_id, name in enumerate(names):
+        log = open(rundir.log_path(run_dir, name), "wb")
+        is_controller = name == endpoints.CONTROLLER
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run_dir), "--task-id", str(task_id)],
+            stdout=subprocess.PIPE if is_controller else log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent)
+        if is_controller:
+            threading.Thread(target=_tee, args=(procs[name].stdout, out, log), daemon=True).start()
+        else:
+            log.close()
+
+    interrupted = []
+    def on_signal(signum, _frame):
+        if interrupted:  # a second Ctrl-C: no more patience
+            _signal_all(procs, signal.SIGKILL)
+        interrupted.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping the run (checkpoint kept); again to kill", file=out, flush=True)
+        _signal_all(procs, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        crashed = _watch(procs)
+        _wind_down(procs)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+    if crashed:
+        name, code = crashed
+        print(f"worker {name} {_describe_exit(code)}; last lines of {rundir.log_path(run_dir, name)}:\n"
+              f"{rundir.tail(rundir.log_path(run_dir, name))}", file=out, flush=True)
+        return 1
+    code = procs[endpoints.CONTROLLER].returncode
+    if code == 1:
+        for name in _summary(run_dir).get("failed_workers", {}):
+            print(f"last lines of {rundir.log_path(run_dir, name)}:\n{rundir.tail(rundir.log_path(run_dir, name))}",
+                  file=out, flush=True)
+    if interrupted:
+        return 128 + interrupted[0]
+    return code if code in (0, 1) else 1
+
+
+def _watch(procs) -> tuple[str, int] | None:
+    """Until the controller exits. A worker that dies with an error is returned (and the run stopped)."""
+    controller = procs[endpoints.CONTROLLER]
+    crashed, signalled_at = None, None
+    while controller.poll() is None:
+        for name, p in procs.items():
+            code = p.poll()
+            if crashed is None and code not in (None, 0) and name != endpoints.CONTROLLER:
+                crashed = (name, code)
+                # A worker that raised has told the controller, which stops the run itself; one that was
+                # killed cannot, so stop everyone now.
+                signalled_at = time.monotonic() + (REPORT_WAIT if code > 0 else 0.0)
+        if signalled_at is not None and time.monotonic() >= signalled_at:
+            _signal_all(procs, signal.SIGTERM)
+            signalled_at = float("inf")
+        time.sleep(0.1)
+    if controller.returncode not in (0, 1, 143) and crashed is None:
+        crashed = (endpoints.CONTROLLER, controller.returncode)
+    return crashed
+
+
+def _wind_down(procs) -> None:
+    deadline = time.monotonic() + GRACE
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_all(procs, signal.SIGKILL)
+    for p in procs.values():
+        p.wait()
+
+
+def _signal_all(procs, sig) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.send_signal(sig)
+
+
+def _tee(pipe, out, log) -> None:
+    for line in iter(pipe.readline, b""):
+        out.write(line.decode(errors="replace"))
+        out.flush()
+        log.write(line)
+        log.flush()
+    log.close()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# local_slurm.sh - a real, small Slurm cluster on this one machine (Debian/Ubuntu, run as root).
+#
+# Used by srl-hpc's tests and by anyone who wants to try the Slurm path on a laptop. It runs one
+# slurmctld and three virtual slurmd nodes (n1..n3, 8 CPUs, ~4000 MB and 2 fake GPUs each) on
+# 127.0.0.1, with partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
+#
+# Usage:
+#   bash scripts/local_slurm.sh install   # apt-get install slurm-wlm munge openmpi (skipped if present)
+#   bash scripts/local_slurm.sh start     # write config, start munged/slurmctld/slurmd x3, wait for idle
+#   bash scripts/local_slurm.sh status    # daemons up? + sinfo; exit 0 if all up, 3 otherwise
+#   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
+#   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
+#
+# Then e.g.:  sbatch --wrap hostname;  srun -N2 -n2 --mpi=pmix python3 -c 'print(1)';
+#             srun --gres=gpu:2 -p gpu env | grep CUDA_VISIBLE_DEVICES   (-> 0,1)
+#
+# Environment:
+#   SRL_SLURM_DIR   state, logs, spool, pid files          (default /tmp/srl-local-slurm)
+#   SLURM_CONF      where slurm.conf is written             (default /etc/slurm/slurm.conf, the path
+#                   Debian's Slurm reads without SLURM_CONF; gres.conf goes next to it)
+#   SRL_SLURM_WAIT  seconds `start` waits for all nodes idle (default 30)
+#   SRL_SLURM_FORCE=1  overwrite a slurm.conf that this script did not write
+#
+# Notes: no accounting daemon, so `sacct` does not work; use squeue/scontrol (finished jobs stay
+# visible for an hour, MinJobAge). As root, `mpirun` inside a job needs --allow-run-as-root.
+set -euo pipefail
+
+DIR=${SRL_SLURM_DIR:-/tmp/srl-local-slurm}
+DEFAULT_CONF=/etc/slurm/slurm.conf
+CONF=${SLURM_CONF:-$DEFAULT_CONF}
+export SLURM_CONF=$CONF
+GRES_CONF=$(dirname "$CONF")/gres.conf
+WAIT_S=${SRL_SLURM_WAIT:-30}
+NODES=(n1 n2 n3)
+PIDS=$DIR/pids
+MARKER="# Written by srl-hpc scripts/local_slurm.sh"
+PACKAGES=(slurm-wlm munge openmpi-bin libopenmpi-dev)
+MUNGE_KEY=/etc/munge/munge.key
+
+log() { echo "local_slurm: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+need_root() { [[ $(id -u) == 0 ]] || die "must run as root"; }
+
+# ---------------------------------------------------------------- install
+cmd_install() {
+  need_root
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then log "packages already installed"; return 0; fi
+  export DEBIAN_FRONTEND=noninteractive
+  # Update the package lists only when install fails without it (e.g. empty lists in a container).
+  if ! apt-get install -y "${missing[@]}"; then
+    apt-get update
+    apt-get install -y "${missing[@]}"
+  fi
+}
+
+# ---------------------------------------------------------------- process helpers
+# Alive = exists, is not a zombie (PID 1 here may not reap), and has the expected command name
+# (guards against pid reuse after a reboot or a long time).
+pid_alive() {
+  local pid=$1 name=$2 stat
+  [[ -n $pid && -r /proc/$pid/stat ]] || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ ${stat#*) } != Z* ]] || return 1
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name"* ]]
+}
+
+# daemon_alive KEY NAME: is the daemon whose pid we saved under KEY still running?
+daemon_alive() { [[ -f $PIDS/$1 ]] && pid_alive "$(cat "$PIDS/$1")" "$2"; }
+
+# start_bg KEY NAME CMD...: run CMD in the background in its own session (so a terminal hangup or
+# Ctrl-C does not reach it), save its pid under KEY. setsid execs in place here (we are not a
+# process-group leader), so $! is the daemon itself; checked below.
+start_bg() {
+  local key=$1 name=$2; shift 2
+  SRL_LOCAL_SLURM_DIR=$DIR setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid" >"$PIDS/$key"
+  sleep 0.2
+  pid_alive "$pid" "$name" || { tail -n 20 "$DIR/log/$key.out" >&2 || true; die "$key did not start"; }
+}
+
+# stop_pids NAME:PID...: SIGTERM, wait up to 10 s, then SIGKILL and wait again.
+stop_pids() {
+  local item i
+  for item in "$@"; do kill -TERM "${item#*:}" 2>/dev/null || true; done
+  for i in $(seq 1 100); do
+    local left=0
+    for item in "$@"; do pid_alive "${item#*:}" "${item%%:*}" && left=1; done
+    ((left)) || return 0
+    ((i == 50)) && for item in "$@"; do kill -KILL "${item#*:}" 2>/dev/null || true; done
+    sleep 0.2
+  done
+  log "warning: some processes did not exit: $*"
+}
+
+# Descendants of PID (children first found via /proc/*/stat ppid), printed one per line.
+descendants() {
+  local parent=$1 p stat
+  for p in /proc/[0-9]*; do
+    stat=$(cat "$p/stat" 2>/dev/null) || continue
+    stat=${stat#*) }; stat=${stat#* }   # drop "pid (comm) state", leaving "ppid ..."
+    if [[ ${stat%% *} == "$parent" ]]; then echo "${p#/proc/}"; descendants "${p#/proc/}"; fi
+  done
+}
+
+# slurmstepd processes spawned by our slurmd's. They are double-forked (ppid 1), so they are found
+# by the SRL_LOCAL_SLURM_DIR marker that start_bg puts into the slurmd environment they inherit.
+our_stepds() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SRL_LOCAL_SLURM_DIR=$DIR" && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+# ---------------------------------------------------------------- config
+write_config() {
+  if [[ -f $CONF ]] && ! grep -qxF "$MARKER" "$CONF" && [[ ${SRL_SLURM_FORCE:-} != 1 ]]; then
+    die "$CONF exists and was not written by this script; set SLURM_CONF=<other path> or SRL_SLURM_FORCE=1"
+  fi
+  mkdir -p "$(dirname "$CONF")"
+  local n k
+  {
+    echo "$MARKER; rewritten on every start. State: $DIR"
+    cat <<EOF
+ClusterName=srl-local
+# The (addr) form makes slurmctld accept this host without a resolvable hostname.
+SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+# %n = node name: each virtual node needs its own spool, pid file, log and TmpFS. A shared TmpFS
+# makes multi-node pmix steps fail ("spmix_appdir ... File exists").
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+TmpFS=$DIR/tmp/%n
+# Let the virtual nodes declare more CPUs than the machine has.
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=pmix
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+# Defaults delay every sbatch by up to 3 s and hetjobs (started only by backfill) by up to 30 s.
+# Never add a word containing "defer" here: it stops srun from being placed at submit time.
+SchedulerParameters=batch_sched_delay=0,bf_interval=1
+SelectType=select/cons_tres
+# Memory is a consumable resource so --mem is honoured; without DefMemPerCPU a job that does not
+# ask for memory would get a whole node's memory and block every other job there.
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=400
+# Keep finished jobs visible to scontrol show job / squeue --states=all for an hour.
+MinJobAge=3600
+# Fast scancel: SIGKILL 5 s after SIGTERM.
+KillWait=5
+InactiveLimit=0
+# A node that was down (e.g. after stop/start) comes back as soon as its slurmd registers.
+ReturnToService=2
+GresTypes=gpu
+EOF
+    k=0
+    for n in "${NODES[@]}"; do
+      k=$((k + 1))
+      echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=$((6818 + k)) CPUs=8 RealMemory=4000 Gres=gpu:2 State=UNKNOWN"
+    done
+    local all; all=$(IFS=,; echo "${NODES[*]}")
+    echo "PartitionName=cpu Nodes=$all Default=YES MaxTime=UNLIMITED State=UP"
+    echo "PartitionName=gpu Nodes=$all MaxTime=UNLIMITED State=UP"
+  } >"$CONF"
+  {
+    echo "$MARKER"
+    # Fake GPUs: Slurm only stat()s the files. Count= without File= leaves the node INVAL, and
+    # File=/dev/null with a count is fatal, so each GPU gets its own character-device file.
+    echo "AutoDetect=off"
+    for n in "${NODES[@]}"; do echo "NodeName=$n Name=gpu File=$DIR/fakegpu/$n-[0-1]"; done
+  } >"$GRES_CONF"
+}
+
+make_dirs() {
+  local n i
+  mkdir -p "$DIR"/{state,run,log,fakegpu} "$PIDS"
+  for n in "${NODES[@]}"; do
+    mkdir -p "$DIR/spool/$n" "$DIR/tmp/$n"
+    for i in 0 1; do [[ -e $DIR/fakegpu/$n-$i ]] || mknod "$DIR/fakegpu/$n-$i" c 1 3; done
+  done
+}
+
+# ---------------------------------------------------------------- start
+start_munge() {
+  if daemon_alive munged munged || munge_works; then return 0; fi
+  if [[ ! -f $MUNGE_KEY ]]; then
+    log "creating $MUNGE_KEY"
+    mkdir -p "$(dirname "$MUNGE_KEY")"
+    (umask 077; dd if=/dev/urandom of="$MUNGE_KEY" bs=1024 count=1 status=none)
+  fi
+  chown munge:munge "$MUNGE_KEY"; chmod 0400 "$MUNGE_KEY"
+  mkdir -p /run/munge; chown munge:munge /run/munge; chmod 0755 /run/munge
+  # munged refuses to run as root ("Keyfile is insecure"); setpriv execs in place, keeping the pid.
+  start_bg munged munged setpriv --reuid=munge --regid=munge --init-groups munged -F
+  local i
+  for i in $(seq 1 50); do munge_works && return 0; sleep 0.1; done
+  die "munged started but munge -n | unmunge fails; see $DIR/log/munged.out"
+}
+
+all_up() {
+  daemon_alive slurmctld slurmctld || return 1
+  local n
+  for n in "${NODES[@]}"; do daemon_alive "slurmd-$n" slurmd || return 1; done
+  munge_works
+}
+
+nodes_idle() {
+  local states
+  states=$(sinfo -h -N -p cpu -o '%N %t' 2>/dev/null) || return 1
+  [[ $(grep -c ' idle$' <<<"$states") == "${#NODES[@]}" ]]
+}
+
+cmd_start() {
+  need_root
+  command -v slurmctld >/dev/null || die "Slurm is not installed; run: $0 install"
+  if all_up && sinfo >/dev/null 2>&1; then log "already running (state in $DIR)"; return 0; fi
+  make_dirs
+  write_config
+  start_munge
+  daemon_alive slurmctld slurmctld || start_bg slurmctld slurmctld slurmctld -D
+  local n
+  for n in "${NODES[@]}"; do
+    daemon_alive "slurmd-$n" slurmd || start_bg "slurmd-$n" slurmd slurmd -D -N "$n"
+  done
+  local deadline=$((SECONDS + WAIT_S))
+  until nodes_idle; do
+    if ((SECONDS >= deadline)); then
+      log "nodes not idle after ${WAIT_S}s (SRL_SLURM_WAIT)"
+      sinfo -N 2>&1 || true; sinfo -R 2>&1 || true
+      local f
+      for f in "$DIR"/log/*; do echo "== $f"; tail -n 15 "$f"; done >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(config $CONF, state $DIR)"
+}
+
+# ---------------------------------------------------------------- stop
+cmd_stop() {
+  need_root
+  local procs=() n key name
+  for n in "${NODES[@]}"; do
+    daemon_alive "slurmd-$n" slurmd && procs+=("slurmd:$(cat "$PIDS/slurmd-$n")")
+  done
+  ((${#procs[@]})) && stop_pids "${procs[@]}"
+  # Job steps outlive slurmd: kill each of our slurmstepd's with its whole process tree.
+  local tree=() s
+  for s in $(our_stepds); do tree+=("$s" $(descendants "$s")); done
+  ((${#tree[@]})) && { kill -KILL "${tree[@]}" 2>/dev/null || true; }
+  daemon_alive slurmctld slurmctld && stop_pids "slurmctld:$(cat "$PIDS/slurmctld")"
+  # munged only if this script started it (pid file exists only then).
+  daemon_alive munged munged && stop_pids "munged:$(cat "$PIDS/munged")"
+  for key in slurmctld munged "${NODES[@]/#/slurmd-}"; do rm -f "$PIDS/$key"; done
+  log "stopped"
+}
+
+# ---------------------------------------------------------------- status / env
+cmd_status() {
+  local ok=0 n
+  check() { if daemon_alive "$1" "$2"; then echo "$1: up (pid $(cat "$PIDS/$1"))"; else echo "$1: down"; ok=3; fi; }
+  if munge_works; then echo "munge: up"; else echo "munge: down"; ok=3; fi
+  check slurmctld slurmctld
+  for n in "${NODES[@]}"; do check "slurmd-$n" slurmd; done
+  sinfo 2>&1 || ok=3
+  return $ok
+}
+
+cmd_env() {
+  if [[ $CONF != "$DEFAULT_CONF" ]]; then printf 'export SLURM_CONF=%q\n' "$CONF"; fi
+}
+
+case ${1:-} in
+  install) cmd_install ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+esac

@@ -1,0 +1,104 @@
+"""PPO: clipped surrogate objective, GAE advantages, value loss, entropy bonus.
+
+Reads top to bottom: `gae` turns trajectory segments into advantages and returns, `ppo_losses` is the
+objective for one minibatch, and `PPO.update` runs several epochs of minibatch SGD over one batch.
+Segments come from actors that may run a slightly older policy (the version is recorded per step);
+the clipped ratio against the behaviour log-probs keeps those updates safe.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def gae(rewards, values, next_values, dones, gamma: float, lam: float):
+    """Generalised advantage estimation over segments of shape (N, T).
+
+    next_values[t] is the value of the state after step t: 0 when the episode terminated there, the value of
+    the final observation when it was truncated, V(s_{t+1}) otherwise. Accumulation stops at episode ends.
+    Returns (advantages, returns), both (N, T) float32.
+    """
+    rewards, values, next_values = (np.asarray(a, np.float32) for a in (rewards, values, next_values))
+    not_done = 1.0 - np.asarray(dones, np.float32)
+    advantages = np.zeros_like(rewards)
+    last = np.zeros(rewards.shape[0], np.float32)
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_values[:, t] - values[:, t]
+        last = delta + gamma * lam * not_done[:, t] * last
+        advantages[:, t] = last
+    return advantages, advantages + values
+
+
+def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, clip_coef: float):
+    """The three loss terms of one minibatch (each a scalar tensor), plus diagnostics."""
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    value_loss = 0.5 * (new_values - returns).pow(2).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
+    return {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy.mean(),
+            "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+
+
+class PPO:
+    def __init__(self, model: nn.Module, cfg, total_frames: int | None, device: torch.device):
+        self.model = model
+        self.cfg = cfg
+        self.total_frames = total_frames  # the horizon for learning-rate annealing
+        self.device = device
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5)
+
+    def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Segments (N, T, ...) -> flat training tensors with advantages and returns. Runs in the pre-fetch thread."""
+        adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
+        flat = {
+            "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:]),
+            "actions": seg["actions"].reshape(-1).astype(np.int64),
+            "logp": seg["logp"].reshape(-1).astype(np.float32),
+            "advantages": adv.reshape(-1),
+            "returns": ret.reshape(-1),
+        }
+        pin = self.device.type == "cuda"
+        out = {}
+        for k, v in flat.items():
+            t = torch.from_numpy(np.ascontiguousarray(v))
+            out[k] = t.pin_memory().to(self.device, non_blocking=True) if pin else t
+        return out
+
+    def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> dict[str, float]:
+        cfg = self.cfg
+        if cfg.anneal_lr and self.total_frames:
+            for group in self.optimizer.param_groups:
+                group["lr"] = cfg.lr * max(0.0, 1.0 - frames_done / self.total_frames)
+        n = batch["actions"].shape[0]
+        mb_size = max(1, n // cfg.minibatches)
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.epochs):
+            order = torch.randperm(n, device=self.device)
+            for start in range(0, mb_size * cfg.minibatches, mb_size):
+                idx = order[start:start + mb_size]
+                adv = batch["advantages"][idx]
+                if cfg.normalize_advantages and len(idx) > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                logits, values = self.model(batch["obs"][idx])
+                dist = torch.distributions.Categorical(logits=logits)
+                losses = ppo_losses(dist.log_prob(batch["actions"][idx]), batch["logp"][idx], adv, values,
+                                    batch["returns"][idx], dist.entropy(), cfg.clip_coef)
+                loss = losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in losses.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach())
+                steps += 1
+        stats = {k: v / steps for k, v in sums.items()}
+        stats["lr"] = self.optimizer.param_groups[0]["lr"]
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -1,0 +1,204 @@
+"""Trainer worker: segments in, PPO updates, versioned weights out, checkpoints on disk.
+
+A BatchAssembler pulls segments from the sample stream, drops those older than `max_policy_lag`
+versions, and turns `batch_segments` of them into training tensors (GAE included). With `prefetch`
+on it runs in its own thread, so the next batch is ready while the current one trains.
+Every frame received is either consumed by an update or counted as dropped: the controller checks
+that the totals match what the actors sent.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+import torch
+import zmq
+
+from srl_hpc.algorithms.ppo import PPO
+from srl_hpc.api.env import spaces
+from srl_hpc.api.policy import build_policy, state_arrays
+from srl_hpc.services.parameters import ParameterPublisher
+from srl_hpc.streams import endpoints, wire
+from srl_hpc.system.actor import SEGMENT_KEYS
+from srl_hpc.system.policy import resolve_device
+from srl_hpc.system.worker import POLL_MS, Worker
+
+DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
+
+
+class BatchAssembler:
+    """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
+
+    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version):
+        self.socket = socket
+        self.batch_segments = batch_segments
+        self.max_lag = max_lag
+        self.prepare = prepare
+        self.current_version = current_version  # callable: the trainer's version now
+        self.frames_received = 0
+        self.frames_dropped = 0
+        self.lags: list[int] = []  # policy lag of each accepted segment, read and cleared by stats
+        self._parts: list[dict] = []
+        self._rows = 0
+
+    def poll(self, timeout_ms: int) -> dict | None:
+        """Receive what is pending (waiting at most timeout_ms for the first message); a batch when one is full."""
+        if self._rows < self.batch_segments and self.socket.poll(timeout_ms, zmq.POLLIN):
+            while self._rows < self.batch_segments:
+                try:
+                    frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._accept(wire.unpack(frames))
+        if self._rows < self.batch_segments:
+            return None
+        return self._cut()
+
+    def _accept(self, msg: wire.Message) -> None:
+        seg = msg.arrays
+        frames = seg["rewards"].size
+        self.frames_received += frames
+        lag = self.current_version() - int(seg["versions"].min())
+        if self.max_lag is not None and lag > self.max_lag:
+            self.frames_dropped += frames
+            return
+        self.lags.append(lag)
+        self._parts.append({k: seg[k] for k in SEGMENT_KEYS})
+        self._rows += seg["rewards"].shape[0]
+
+    def _cut(self) -> dict:
+        joined = {k: np.concatenate([p[k] for p in self._parts]) for k in SEGMENT_KEYS}
+        n = self.batch_segments
+        batch = {k: v[:n] for k, v in joined.items()}
+        rest = {k: v[n:] for k, v in joined.items()}
+        self._rows -= n
+        self._parts = [rest] if self._rows else []
+        frames = batch["rewards"].size
+        return {"tensors": self.prepare(batch), "frames": frames}
+
+    def drop_pending(self) -> None:
+        """At stop: whatever is held (a partial batch) is dropped, counted."""
+        self.frames_dropped += sum(p["rewards"].size for p in self._parts)
+        self._parts, self._rows = [], 0
+
+
+class TrainerWorker(Worker):
+    kind = "trainer"
+
+    def __init__(self, exp, index, run_dir, local_rank=0):
+        super().__init__(exp, index, run_dir, local_rank)
+        cfg = exp.workers.trainer
+        torch.set_num_threads(cfg.torch_threads)
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device, local_rank)
+        obs_space, action_space = spaces(exp.env.id, exp.env.kwargs)
+        self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device)
+        self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device)
+        self.version = 0
+        self.frames_consumed = 0
+        self.train_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.last_losses: dict = {}
+        self.checkpoint_dir = self.run_dir / "checkpoints"
+        self._last_checkpoint = time.monotonic()
+        self._batches: queue.Queue = queue.Queue(maxsize=1)
+        self._thread_stop = threading.Event()
+        self._thread = None
+        self._thread_error: BaseException | None = None
+
+    def bind(self):
+        samples = self.ctx.socket(zmq.PULL)
+        samples.setsockopt(zmq.LINGER, 0)
+        samples.setsockopt(zmq.RCVHWM, 64)
+        params = self.ctx.socket(zmq.PUB)
+        params.setsockopt(zmq.LINGER, 0)
+        ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
+                 endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
+        self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
+                                        self.algorithm.prepare, lambda: self.version)
+        self.publisher = ParameterPublisher(params)
+        return ports
+
+    def start(self):
+        self.publisher.publish(self.version, state_arrays(self.model))
+        if self.cfg.prefetch:
+            self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
+            self._thread.start()
+
+    def _prefetch_loop(self):
+        try:
+            while not self._thread_stop.is_set():
+                batch = self.assembler.poll(POLL_MS)
+                while batch is not None and not self._thread_stop.is_set():
+                    try:
+                        self._batches.put(batch, timeout=POLL_MS / 1000)
+                        batch = None
+                    except queue.Full:
+                        pass
+                if batch is not None:
+                    self.assembler.frames_dropped += batch["frames"]
+        except BaseException as e:  # surfaced by step() in the main thread
+            self._thread_error = e
+
+    def _next_batch(self) -> dict | None:
+        if self._thread is None:
+            return self.assembler.poll(POLL_MS)
+        if self._thread_error is not None:
+            raise RuntimeError("the pre-fetch thread failed") from self._thread_error
+        try:
+            return self._batches.get(timeout=POLL_MS / 1000)
+        except queue.Empty:
+            return None
+
+    def step(self):
+        t0 = time.perf_counter()
+        batch = self._next_batch()
+        t1 = time.perf_counter()
+        self.wait_seconds += t1 - t0
+        self.publisher.maybe_republish()
+        if batch is None:
+            return
+        self.last_losses = self.algorithm.update(batch["tensors"], self.frames_consumed)
+        self.frames_consumed += batch["frames"]
+        self.version += 1
+        self.publisher.publish(self.version, state_arrays(self.model))
+        self.train_seconds += time.perf_counter() - t1
+        if time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
+            self.save_checkpoint()
+
+    def finish(self):
+        """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames."""
+        if self._thread is not None:
+            self._thread_stop.set()
+            self._thread.join()
+            while not self._batches.empty():
+                self.assembler.frames_dropped += self._batches.get()["frames"]
+        self.save_checkpoint()
+        self.assembler.drop_pending()
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while not self.finish_requested and time.monotonic() < deadline:
+            self.assembler.batch_segments = 1 << 62  # receive everything, never cut a batch
+            self.assembler.poll(POLL_MS // 2)
+            self.assembler.drop_pending()
+            self.poll_commands()
+            self.maybe_heartbeat(interval=0.2)
+
+    def save_checkpoint(self):
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = self.checkpoint_dir / "latest.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save({"version": self.version, "frames_consumed": self.frames_consumed, **self.algorithm.state_dict()}, tmp)
+        os.replace(tmp, path)  # a reader never sees a half-written checkpoint
+        self._last_checkpoint = time.monotonic()
+
+    def stats(self):
+        lags, self.assembler.lags = self.assembler.lags, []
+        return {"version": self.version, "frames_received": self.assembler.frames_received,
+                "frames_consumed": self.frames_consumed, "frames_dropped": self.assembler.frames_dropped,
+                "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags),
+                "lag_max": int(max(lags)) if lags else 0,
+                "train_seconds": round(self.train_seconds, 3), "wait_seconds": round(self.wait_seconds, 3),
+                "losses": {k: round(v, 5) for k, v in self.last_losses.items()}}

@@ -1,0 +1,102 @@
+"""What every worker shares: control sockets to the controller, heartbeats, the poll loop, stop handling.
+
+A worker binds its own sockets (free ports), rendezvous tells everyone's addresses, then it connects
+and runs `step()` in a loop until the controller says stop (or SIGTERM arrives). `finish()` is the
+kind-specific wind-down (the trainer drains and checkpoints); the last event is a "final" report.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import zmq
+
+from srl_hpc.streams import endpoints, wire
+
+HEARTBEAT_INTERVAL = 1.0
+POLL_MS = 100  # longest a step blocks, so commands and heartbeats are never late by more
+
+
+class Worker:
+    kind = ""
+
+    def __init__(self, exp, index: int, run_dir: Path, local_rank: int = 0):
+        self.exp = exp
+        self.index = index
+        self.name = endpoints.worker_name(self.kind, index)
+        self.run_dir = Path(run_dir)
+        self.local_rank = local_rank
+        self.ctx = zmq.Context()
+        self.stop_requested = False
+        self.finish_requested = False
+        self._events = None
+        self._commands = None
+        self._last_heartbeat = 0.0
+
+    # -- lifecycle, called by srl_hpc.worker in this order
+    def bind(self) -> dict[str, int]:
+        return {}
+
+    def connect(self, table: dict) -> None:
+        self._events = self.ctx.socket(zmq.PUSH)
+        self._events.setsockopt(zmq.LINGER, 5000)  # the final report must arrive
+        self._events.connect(endpoints.address(table, endpoints.CONTROLLER, endpoints.EVENTS))
+        self._commands = self.ctx.socket(zmq.SUB)
+        self._commands.setsockopt(zmq.SUBSCRIBE, b"")
+        self._commands.connect(endpoints.address(table, endpoints.CONTROLLER, endpoints.COMMANDS))
+
+    def run(self) -> None:
+        self.start()
+        while not self.stop_requested:
+            self.poll_commands()
+            self.step()
+            self.maybe_heartbeat()
+        self.finish()
+        self.send_event("final", self.stats())
+
+    def close(self) -> None:
+        self.ctx.destroy(linger=5000)
+
+    # -- for subclasses
+    def start(self) -> None:
+        pass
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return {}
+
+    # -- shared machinery
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def poll_commands(self) -> None:
+        while True:
+            try:
+                msg = wire.unpack(self._commands.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            if msg.kind == "stop":
+                self.stop_requested = True
+            elif msg.kind == "finish":
+                self.stop_requested = self.finish_requested = True
+
+    def maybe_heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= interval:
+            self._last_heartbeat = now
+            self.send_event("heartbeat", self.stats())
+
+    def send_event(self, kind: str, meta: dict) -> None:
+        if self._events is not None:
+            self._events.send_multipart(wire.pack(kind, {"worker": self.name, **meta}))
+
+    def report_failure(self, exc: BaseException) -> None:
+        """Tell the controller which worker failed and why (best effort: it may be the controller that is gone)."""
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.send_event("failed", {"error": error, "traceback": traceback.format_exc()[-4000:]})

@@ -1,0 +1,75 @@
+"""Entry point of every worker process, local or Slurm: `python -m srl_hpc.worker --run-dir D --task-id N`.
+
+Task N hosts worker N of `endpoints.all_workers(experiment)`. Under Slurm the task id defaults to
+SLURM_PROCID and rendezvous goes through MPI; locally through files in the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from launcher import config
+from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
+from srl_hpc.streams import endpoints
+
+# module:class per worker kind, imported on demand so that actors never import torch
+WORKER_CLASSES = {
+    "controller": "srl_hpc.system.controller:Controller",
+    "trainer": "srl_hpc.system.trainer:TrainerWorker",
+    "policy": "srl_hpc.system.policy:PolicyWorker",
+    "actor": "srl_hpc.system.actor:ActorWorker",
+}
+
+
+def worker_class(kind: str):
+    module, _, cls = WORKER_CLASSES[kind].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srl_hpc.worker", description=__doc__)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
+    parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
+    args = parser.parse_args(argv)
+    task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
+
+    exp = config.load(args.run_dir / "experiment.yaml")
+    names = endpoints.all_workers(exp)
+    name = names[task_id]
+    kind, index = endpoints.parse_worker(name)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    log = logging.getLogger("srl_hpc.worker")
+
+    rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(args.run_dir, len(names))
+    worker = worker_class(kind)(exp, index, args.run_dir, local_rank=rendezvous.local_rank)
+    # SIGTERM (scancel, the local launcher) and SIGINT: wind down cleanly, keep checkpoints.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: worker.request_stop())
+    try:
+        ports = worker.bind()
+        entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
+                 "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
+        table = rendezvous.exchange(entry, names)
+        log.info("rendezvous done: %d workers", len(table))
+        worker.connect(table)
+        code = worker.run()
+        log.info("%s ended", name)
+        return code or 0
+    except Exception as exc:  # noqa: BLE001  any failure is reported with the worker's name
+        traceback.print_exc()
+        if hasattr(worker, "report_failure"):
+            worker.report_failure(exc)
+        return 1
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
