@@ -169,6 +169,7 @@ class StopConfig:
 class MonitorConfig:
     status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
     heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops
+    trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
 
     def check(self) -> list[tuple[str, str]]:
         return [(k, f"must be > 0, got {getattr(self, k)}")

@@ -50,6 +50,9 @@ class InferenceServer:
                 break
         return batch
 
+    def held(self) -> int:
+        return len(self._held)
+
     def reply(self, request: Request, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self.socket.send_multipart([request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)], copy=False)
 

@@ -127,19 +127,28 @@ class ActorWorker(Worker):
             self.samples.connect(endpoints.address(table, trainer, endpoints.SAMPLES))
 
     def start(self):
+        self._sent_at = [time.perf_counter()] * len(self.groups)
         for g, group in enumerate(self.groups):
             self.inference.send(g, group.request_obs())
 
     def step(self):
         g = self.next_group
+        t0 = time.perf_counter()
         reply = self.inference.wait(g, POLL_MS)
         if reply is None:
             return  # the policy worker is busy or gone; the loop checks commands and heartbeats
+        t1 = time.perf_counter()
         group = self.groups[g]
         r = reply.arrays
         request, segment = group.advance(r["actions"], r["logp"], r["values"], reply.meta["version"])
         self.inference.send(g, request)
+        t2 = time.perf_counter()
+        self.trace.record("env_step", group=g, envs=len(group.envs), step_seconds=t2 - t1,
+                          wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
+        self._sent_at[g] = t2
         self.env_frames += len(group.envs)
+        for ret, length in group.finished_episodes:
+            self.trace.record("episode", episode_return=ret, length=length)
         self._returns += group.finished_episodes
         self.episodes += len(group.finished_episodes)
         group.finished_episodes = []
@@ -150,10 +159,12 @@ class ActorWorker(Worker):
     def _push(self, segment: dict) -> None:
         frames = segment["rewards"].size
         msg = wire.pack("segment", {"actor": self.name, "frames": frames}, segment)
+        t0 = time.perf_counter()
         while not self.stop_requested:  # back-pressure from a busy trainer: wait, but keep obeying commands
             if self.samples.poll(POLL_MS, zmq.POLLOUT):
                 self.samples.send_multipart(msg, copy=False)
                 self.frames_sent += frames
+                self.trace.record("segment", frames=frames, send_wait=time.perf_counter() - t0)
                 return
             self.poll_commands()
             self.maybe_heartbeat()

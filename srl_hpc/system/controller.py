@@ -18,6 +18,8 @@ from pathlib import Path
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.system.worker import trace_path
+from srl_hpc.trace.writer import TraceWriter
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
@@ -44,6 +46,7 @@ class Controller:
         self.episodes = 0
         self.lag_sum = self.lag_count = 0
         self.stop_requested = False
+        self.trace = TraceWriter(trace_path(self.run_dir, self.name), self.name, enabled=exp.monitor.trace)
         self.t0 = time.monotonic()
         self._last_status = (self.t0, 0, 0)  # (time, env_frames, frames_consumed) at the last status line
 
@@ -62,6 +65,7 @@ class Controller:
         self.stop_requested = True
 
     def close(self):
+        self.trace.close()
         self.ctx.destroy(linger=1000)
 
     # ------------------------------------------------------------------------------------------- running
@@ -203,6 +207,10 @@ class Controller:
                                self.episodes, "" if mean_return is None else round(mean_return, 3), version,
                                round(lag, 3), self._sum("trainer", "frames_dropped")])
         self._metrics_file.flush()
+        self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
+                          train_fps=train_fps, episodes=self.episodes,
+                          mean_return=float("nan") if mean_return is None else mean_return,
+                          policy_version=version, policy_lag=lag)
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)

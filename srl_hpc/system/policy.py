@@ -59,13 +59,18 @@ class PolicyWorker(Worker):
         self.parameters = ParameterSubscriber(sock)
 
     def step(self):
+        t0 = time.perf_counter()
         newest = self.parameters.poll_newest()
         if newest is not None and newest.meta["version"] > self.version:
             load_arrays(self.model, newest.arrays)
+            self.trace.record("param_pull", version=newest.meta["version"], seconds=time.perf_counter() - t0,
+                              lag=newest.meta["version"] - self.version)
             self.version = newest.meta["version"]
         batch = self.server.poll_batch(self.max_batch, POLL_MS)
         if not batch:
             return
+        now = time.monotonic()
+        queue_wait = now - min(r.received_at for r in batch)
         t0 = time.perf_counter()
         obs = np.concatenate([r.obs for r in batch])
         with torch.no_grad():
@@ -74,16 +79,23 @@ class PolicyWorker(Worker):
             actions = torch.multinomial(dist.probs, 1, generator=self._generator).squeeze(-1)
             logp = dist.log_prob(actions)
         actions, logp, values = (t.cpu().numpy() for t in (actions, logp, values))
+        t1 = time.perf_counter()
         start = 0
         for req in batch:
             end = start + len(req.obs)
             self.server.reply(req, {"version": self.version},
                               {"actions": actions[start:end], "logp": logp[start:end], "values": values[start:end]})
             start = end
-        self.compute_seconds += time.perf_counter() - t0
+        t2 = time.perf_counter()
+        self.trace.record("inference", requests=len(batch), batch_size=len(obs), queue_wait=queue_wait,
+                          compute_seconds=t1 - t0, reply_seconds=t2 - t1, version=self.version)
+        self.compute_seconds += t2 - t0
         self.requests += len(batch)
         self.batches += 1
         self.rows += len(obs)
+
+    def queue_depths(self):
+        return {"held_requests": self.server.held()}
 
     def stats(self):
         return {"requests": self.requests, "batches": self.batches, "rows": self.rows,

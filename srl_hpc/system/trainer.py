@@ -32,8 +32,9 @@ DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" whil
 class BatchAssembler:
     """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
 
-    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version):
+    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version, trace):
         self.socket = socket
+        self.trace = trace
         self.batch_segments = batch_segments
         self.max_lag = max_lag
         self.prepare = prepare
@@ -42,18 +43,18 @@ class BatchAssembler:
         self.frames_dropped = 0
         self.lags: list[int] = []  # policy lag of each accepted segment, read and cleared by stats
         self._parts: list[dict] = []
-        self._rows = 0
+        self.held_segments = 0
 
     def poll(self, timeout_ms: int) -> dict | None:
         """Receive what is pending (waiting at most timeout_ms for the first message); a batch when one is full."""
-        if self._rows < self.batch_segments and self.socket.poll(timeout_ms, zmq.POLLIN):
-            while self._rows < self.batch_segments:
+        if self.held_segments < self.batch_segments and self.socket.poll(timeout_ms, zmq.POLLIN):
+            while self.held_segments < self.batch_segments:
                 try:
                     frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 self._accept(wire.unpack(frames))
-        if self._rows < self.batch_segments:
+        if self.held_segments < self.batch_segments:
             return None
         return self._cut()
 
@@ -62,27 +63,29 @@ class BatchAssembler:
         frames = seg["rewards"].size
         self.frames_received += frames
         lag = self.current_version() - int(seg["versions"].min())
-        if self.max_lag is not None and lag > self.max_lag:
+        dropped = self.max_lag is not None and lag > self.max_lag
+        self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=endpoints.parse_worker(msg.meta["actor"])[1])
+        if dropped:
             self.frames_dropped += frames
             return
         self.lags.append(lag)
         self._parts.append({k: seg[k] for k in SEGMENT_KEYS})
-        self._rows += seg["rewards"].shape[0]
+        self.held_segments += seg["rewards"].shape[0]
 
     def _cut(self) -> dict:
         joined = {k: np.concatenate([p[k] for p in self._parts]) for k in SEGMENT_KEYS}
         n = self.batch_segments
         batch = {k: v[:n] for k, v in joined.items()}
         rest = {k: v[n:] for k, v in joined.items()}
-        self._rows -= n
-        self._parts = [rest] if self._rows else []
+        self.held_segments -= n
+        self._parts = [rest] if self.held_segments else []
         frames = batch["rewards"].size
         return {"tensors": self.prepare(batch), "frames": frames}
 
     def drop_pending(self) -> None:
         """At stop: whatever is held (a partial batch) is dropped, counted."""
         self.frames_dropped += sum(p["rewards"].size for p in self._parts)
-        self._parts, self._rows = [], 0
+        self._parts, self.held_segments = [], 0
 
 
 class TrainerWorker(Worker):
@@ -104,6 +107,7 @@ class TrainerWorker(Worker):
         self.last_losses: dict = {}
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self._last_checkpoint = time.monotonic()
+        self._ready_since = None
         self._batches: queue.Queue = queue.Queue(maxsize=1)
         self._thread_stop = threading.Event()
         self._thread = None
@@ -118,11 +122,12 @@ class TrainerWorker(Worker):
         ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
                  endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
         self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
-                                        self.algorithm.prepare, lambda: self.version)
+                                        self.algorithm.prepare, lambda: self.version, self.trace)
         self.publisher = ParameterPublisher(params)
         return ports
 
     def start(self):
+        self._ready_since = time.perf_counter()
         self.publisher.publish(self.version, state_arrays(self.model))
         if self.cfg.prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
@@ -161,11 +166,17 @@ class TrainerWorker(Worker):
         self.publisher.maybe_republish()
         if batch is None:
             return
+        t0 = self._ready_since  # the wait counts from the end of the previous training step
         self.last_losses = self.algorithm.update(batch["tensors"], self.frames_consumed)
+        t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.version += 1
         self.publisher.publish(self.version, state_arrays(self.model))
-        self.train_seconds += time.perf_counter() - t1
+        t3 = time.perf_counter()
+        self.train_seconds += t3 - t1
+        self._ready_since = t3
+        self.trace.record("train_step", wait_seconds=t1 - t0, compute_seconds=t2 - t1, publish_seconds=t3 - t2,
+                          frames=batch["frames"], version=self.version, **self.last_losses)
         if time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
             self.save_checkpoint()
 
@@ -193,6 +204,9 @@ class TrainerWorker(Worker):
         torch.save({"version": self.version, "frames_consumed": self.frames_consumed, **self.algorithm.state_dict()}, tmp)
         os.replace(tmp, path)  # a reader never sees a half-written checkpoint
         self._last_checkpoint = time.monotonic()
+
+    def queue_depths(self):
+        return {"ready_batches": self._batches.qsize(), "held_segments": self.assembler.held_segments}
 
     def stats(self):
         lags, self.assembler.lags = self.assembler.lags, []

@@ -13,9 +13,14 @@ from pathlib import Path
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.trace.writer import TraceWriter
 
 HEARTBEAT_INTERVAL = 1.0
 POLL_MS = 100  # longest a step blocks, so commands and heartbeats are never late by more
+
+
+def trace_path(run_dir: Path, worker: str) -> Path:
+    return Path(run_dir) / "traces" / (worker.replace("/", "-") + ".h5")
 
 
 class Worker:
@@ -33,6 +38,7 @@ class Worker:
         self._events = None
         self._commands = None
         self._last_heartbeat = 0.0
+        self.trace = TraceWriter(trace_path(self.run_dir, self.name), self.name, enabled=exp.monitor.trace)
 
     # -- lifecycle, called by srl_hpc.worker in this order
     def bind(self) -> dict[str, int]:
@@ -56,6 +62,7 @@ class Worker:
         self.send_event("final", self.stats())
 
     def close(self) -> None:
+        self.trace.close()
         self.ctx.destroy(linger=5000)
 
     # -- for subclasses
@@ -69,6 +76,10 @@ class Worker:
         pass
 
     def stats(self) -> dict:
+        return {}
+
+    def queue_depths(self) -> dict[str, int]:
+        """Items waiting inside this worker, recorded with every heartbeat."""
         return {}
 
     # -- shared machinery
@@ -90,6 +101,7 @@ class Worker:
         now = time.monotonic()
         if now - self._last_heartbeat >= interval:
             self._last_heartbeat = now
+            self.trace.record("heartbeat", **self.queue_depths())
             self.send_event("heartbeat", self.stats())
 
     def send_event(self, kind: str, meta: dict) -> None:
