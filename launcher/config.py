@@ -178,7 +178,7 @@ class MonitorConfig:
 
 @dataclass(frozen=True)
 class Experiment:
-    name: str
+    name: str = "experiment"  # default: the file name without .yaml
     seed: int = 1
     run_dir: Optional[str] = None  # default: runs/<name>-<timestamp>
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -234,6 +234,8 @@ def loads(text: str, source: str = "<string>") -> Experiment:
         raise ConfigError(source, [("", node.start_mark.line + 1 if node else None, "the file must be a mapping of sections")])
     lines: dict[str, int] = {}
     value = _to_python(node, "", lines, problems)
+    if isinstance(value, dict) and "name" not in value and source.endswith((".yaml", ".yml")):
+        value["name"] = Path(source).stem
     exp = _build(Experiment, value, "", lines, problems)
     if exp is not None:  # value checks too, so one run reports type and value problems together
         _collect_checks(exp, "", lines, problems)

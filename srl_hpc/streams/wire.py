@@ -32,7 +32,7 @@ def pack(kind: str, meta: dict | None = None, arrays: dict[str, np.ndarray] | No
         arr = np.asarray(arr)
         if arr.dtype.kind not in _ALLOWED_KINDS:
             raise WireError(f"array {name!r} has dtype {arr.dtype}; only numeric and bool arrays travel")
-        arr = np.ascontiguousarray(arr)
+        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
         specs.append([name, arr.dtype.str, list(arr.shape)])
         frames.append(memoryview(arr).cast("B") if arr.size else b"")
     header = json.dumps({"k": kind, "m": meta or {}, "a": specs}, separators=(",", ":")).encode()

@@ -1,0 +1,110 @@
+"""Experiment files: every class of bad input is reported with its key path and YAML line."""
+import pytest
+
+from launcher import config
+
+GOOD = """\
+name: t
+env:
+  id: CartPole-v1
+stop:
+  target_return: 475
+"""
+
+
+def problems(text):
+    with pytest.raises(config.ConfigError) as info:
+        config.loads(text, source="exp.yaml")
+    return {(path, line): msg for path, line, msg in info.value.problems}
+
+
+def test_defaults_fill_a_minimal_file():
+    exp = config.loads(GOOD)
+    assert exp.workers.actor.count == 2 and exp.stop.target_return == 475.0
+    assert isinstance(exp.stop.target_return, float)
+
+
+def test_shipped_experiments_validate():
+    from conftest import ROOT
+    for path in sorted((ROOT / "experiments").rglob("*.yaml")):
+        config.load(path)
+
+
+def test_unknown_key_names_path_and_line():
+    found = problems(GOOD + "workers:\n  actor:\n    rings: 3\n")
+    assert ("workers.actor.rings", 8) in found
+    assert "unknown key" in found[("workers.actor.rings", 8)]
+
+
+def test_wrong_type_names_path_and_line():
+    found = problems(GOOD + "seed: one\nworkers:\n  actor:\n    count: 2.5\n")
+    assert ("seed", 6) in found and "must be int" in found[("seed", 6)]
+    assert ("workers.actor.count", 9) in found
+
+
+def test_bool_is_not_an_int():
+    assert ("seed", 6) in problems(GOOD + "seed: true\n")
+
+
+def test_impossible_values():
+    found = problems(GOOD + "algorithm:\n  lr: -0.1\n  gamma: 1.5\nworkers:\n  actor:\n    ring_size: 0\n")
+    assert ("algorithm.lr", 7) in found
+    assert ("algorithm.gamma", 8) in found
+    assert ("workers.actor.ring_size", 11) in found
+
+
+def test_ring_must_split_evenly():
+    found = problems(GOOD + "workers:\n  actor:\n    ring_size: 6\n    inference_splits: 4\n")
+    assert ("workers.actor.inference_splits", 9) in found
+
+
+def test_more_policy_workers_than_actors():
+    found = problems(GOOD + "workers:\n  actor:\n    count: 1\n  policy:\n    count: 2\n")
+    assert ("workers.policy.count", 10) in found
+
+
+def test_bad_device():
+    assert ("workers.trainer.device", 8) in problems(GOOD + "workers:\n  trainer:\n    device: tpu\n")
+
+
+def test_missing_stop_condition():
+    assert any(path == "stop" for path, _ in problems("env:\n  id: CartPole-v1\nstop: {}\n"))
+
+
+def test_name_defaults_to_file_stem(tmp_path):
+    path = tmp_path / "my_run.yaml"
+    path.write_text("stop: {wall_time: 10}\n")
+    assert config.load(path).name == "my_run"
+
+
+def test_bad_name():
+    found = problems(GOOD.replace("name: t", "name: has space"))
+    assert "letters, digits" in found[("name", 1)]
+
+
+def test_duplicate_key():
+    assert ("seed", 7) in problems(GOOD + "seed: 1\nseed: 2\n")
+
+
+def test_invalid_yaml_reports_line():
+    found = problems("name: t\nenv: [unclosed\nstop: {}\n")
+    assert any(line in (2, 3) and "invalid YAML" in msg for (_, line), msg in found.items())
+
+
+def test_all_problems_reported_together():
+    found = problems(GOOD + "seed: x\nbogus: 1\nalgorithm:\n  epochs: 0\n")
+    assert {"seed", "bogus", "algorithm.epochs"} <= {path for path, _ in found}
+
+
+def test_anneal_needs_a_frame_budget():
+    assert ("algorithm.anneal_lr", 7) in problems(GOOD + "algorithm:\n  anneal_lr: true\n")
+
+
+def test_resolved_config_round_trips():
+    exp = config.loads(GOOD + "workers:\n  actor:\n    ring_size: 4\n")
+    assert config.loads(config.dump(exp)) == exp
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(config.ConfigError, match="cannot read"):
+        config.load(tmp_path / "nope.yaml")

@@ -1,0 +1,100 @@
+"""Dynamic batching over real ZMQ sockets: several actors' requests, one batch, each reply to its sender."""
+import numpy as np
+import pytest
+import zmq
+
+from srl_hpc.streams.inference import InferenceClient, InferenceServer
+
+
+@pytest.fixture
+def stream():
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = InferenceServer(router)
+    clients = []
+    for _ in range(3):
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        clients.append(InferenceClient(dealer))
+    yield server, clients
+    ctx.destroy(linger=0)
+
+
+def wait_pending(server, n_requests):
+    """Poll until n requests sit in the server's socket (bounded), without consuming them."""
+    seen = []
+    for _ in range(200):
+        batch = server.poll_batch(max_rows=10_000, timeout_ms=50)
+        seen += batch
+        if len(seen) >= n_requests:
+            return seen
+    raise AssertionError(f"only {len(seen)} of {n_requests} requests arrived")
+
+
+def test_requests_from_several_clients_are_batched_and_answered_to_the_right_client(stream):
+    server, clients = stream
+    for i, c in enumerate(clients):
+        c.send(group=i, obs=np.full((2, 3), i, np.float32))
+    batch = wait_pending(server, 3)
+    assert sorted(int(r.obs[0, 0]) for r in batch) == [0, 1, 2]
+    for req in batch:
+        server.reply(req, {"version": 7}, {"actions": req.obs[:, 0].astype(np.int64) * 10})
+    for i, c in enumerate(clients):
+        reply = c.wait(group=i, timeout_ms=2000)
+        assert reply is not None and reply.meta == {"group": i, "version": 7}
+        assert reply.arrays["actions"].tolist() == [10 * i, 10 * i]
+
+
+def test_batch_takes_everything_pending_in_one_call():
+    """inproc delivers on send, so all three requests are pending when the server polls once."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("inproc://batching")
+    server = InferenceServer(router)
+    clients = []
+    for i in range(3):
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect("inproc://batching")
+        clients.append(InferenceClient(dealer))
+        clients[-1].send(group=0, obs=np.full((4, 1), i, np.float32))
+    batch = server.poll_batch(max_rows=100, timeout_ms=1000)
+    assert len(batch) == 3 and sum(len(r.obs) for r in batch) == 12
+    ctx.destroy(linger=0)
+
+
+def test_max_batch_caps_rows_and_keeps_the_rest_in_order(stream):
+    server, clients = stream
+    for i, c in enumerate(clients):
+        c.send(group=0, obs=np.full((4, 2), i, np.float32))
+    first = server.poll_batch(max_rows=8, timeout_ms=2000)
+    while sum(len(r.obs) for r in first) < 8:
+        first += server.poll_batch(max_rows=8 - sum(len(r.obs) for r in first), timeout_ms=2000)
+    assert sum(len(r.obs) for r in first) == 8 and len(first) == 2
+    rest = server.poll_batch(max_rows=8, timeout_ms=2000)
+    assert len(rest) == 1
+    assert {int(r.obs[0, 0]) for r in first + rest} == {0, 1, 2}
+
+
+def test_an_oversized_request_is_served_alone(stream):
+    server, clients = stream
+    clients[0].send(group=0, obs=np.zeros((50, 1), np.float32))
+    batch = server.poll_batch(max_rows=8, timeout_ms=2000)
+    assert len(batch) == 1 and len(batch[0].obs) == 50
+
+
+def test_no_request_returns_empty_after_timeout(stream):
+    server, _ = stream
+    assert server.poll_batch(max_rows=8, timeout_ms=20) == []
+
+
+def test_client_buffers_replies_of_other_groups(stream):
+    server, clients = stream
+    c = clients[0]
+    c.send(0, np.zeros((1, 1), np.float32))
+    c.send(1, np.ones((1, 1), np.float32))
+    reqs = wait_pending(server, 2)
+    for req in reversed(reqs):  # answer group 1 first
+        server.reply(req, {}, {"x": req.obs})
+    assert c.wait(0, 2000).arrays["x"][0, 0] == 0.0
+    assert c.wait(1, 2000).arrays["x"][0, 0] == 1.0

@@ -1,0 +1,108 @@
+"""Local mode end to end: real processes, real ZMQ, real torch."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import script
+
+SHORT = """\
+name: short
+env: {{id: {env_id}, kwargs: {kwargs}}}
+workers:
+  actor: {{count: 2, ring_size: 4, inference_splits: 2, segment_length: 32}}
+  policy: {{count: 1, max_batch: 64}}
+  trainer: {{count: 1, batch_segments: 4, checkpoint_interval: 1}}
+stop: {{wall_time: {wall_time}}}
+monitor: {{status_interval: 1, heartbeat_timeout: 30}}
+"""
+
+
+def write_experiment(tmp_path, env_id="CartPole-v1", kwargs="{}", wall_time=6):
+    path = tmp_path / "exp.yaml"
+    path.write_text(SHORT.format(env_id=env_id, kwargs=kwargs, wall_time=wall_time))
+    return path
+
+
+def alive_worker_pids(run_dir):
+    pids = [json.loads(p.read_text())["pid"] for p in (run_dir / "rendezvous").glob("*.json")]
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] != "Z":
+                    alive.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return pids, alive
+
+
+def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded"
+    assert summary["frames_consumed"] > 0 and summary["policy_version"] > 1
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert summary["no_final_report"] == []
+    assert (run_dir / "checkpoints" / "latest.pt").exists()
+    assert sorted(p.name for p in (run_dir / "traces").glob("*.h5")) == [
+        "actor-0.h5", "actor-1.h5", "controller-0.h5", "policy-0.h5", "trainer-0.h5"]
+    assert len((run_dir / "metrics.csv").read_text().splitlines()) >= 3  # header + progress rows
+    assert "frames" in proc.stdout and "succeeded" in proc.stdout
+    pids, alive = alive_worker_pids(run_dir)
+    assert len(pids) == 5 and alive == []
+
+
+def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
+    t0 = time.monotonic()
+    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert time.monotonic() - t0 < 45  # stopped by the crash, not by the 60 s wall time
+    assert "RuntimeError: CrashAfter env crashed on purpose" in proc.stdout
+    assert "actor/" in proc.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert any(w.startswith("actor/") for w in summary["failed_workers"])
+    assert (run_dir / "checkpoints" / "latest.pt").exists()  # the trainer kept its last checkpoint
+    _, alive = alive_worker_pids(run_dir)
+    assert alive == []
+
+
+def test_sigint_stops_everything_within_seconds_and_keeps_a_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([script("srl-launch"), str(write_experiment(tmp_path, wall_time=300)),
+                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:  # wait until training is visibly under way
+        lines.append(line)
+        if "version" in line and "frames" in line and " version     0 " not in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode == 130, "".join(lines) + out
+    assert "cancelled" in out
+    assert (run_dir / "checkpoints" / "latest.pt").exists()
+    _, alive = alive_worker_pids(run_dir)
+    assert alive == []
+
+
+def test_validate_reports_key_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nstop: {wall_time: 5}\nworkers:\n  actor:\n    ring_size: 0\n")
+    proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
+    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2 and not (tmp_path / "runs").exists()

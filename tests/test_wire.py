@@ -1,0 +1,70 @@
+"""The wire format over a real ZMQ socket pair: arrays arrive bit-identical, no pickle."""
+import numpy as np
+import pytest
+import zmq
+
+from srl_hpc.streams import wire
+
+
+@pytest.fixture
+def pair():
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://wire")
+    b.connect("inproc://wire")
+    yield a, b
+    ctx.destroy(linger=0)
+
+
+def roundtrip(pair, kind, meta, arrays):
+    a, b = pair
+    a.send_multipart(wire.pack(kind, meta, arrays), copy=False)
+    return wire.unpack(b.recv_multipart(copy=False))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.int64, np.uint8, np.uint64,
+                                   np.bool_, np.complex64])
+def test_dtypes(pair, dtype):
+    arr = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
+    got = roundtrip(pair, "x", {}, {"a": arr}).arrays["a"]
+    assert got.dtype == arr.dtype and got.shape == arr.shape and np.array_equal(got, arr)
+
+
+def test_shapes_meta_and_several_arrays(pair):
+    arrays = {"scalar": np.array(3.5), "vec": np.arange(5), "img": np.ones((2, 4, 84, 84), np.uint8)}
+    msg = roundtrip(pair, "segment", {"actor": "actor/3", "n": [1, 2]}, arrays)
+    assert msg.kind == "segment" and msg.meta == {"actor": "actor/3", "n": [1, 2]}
+    for k, v in arrays.items():
+        assert msg.arrays[k].shape == v.shape and np.array_equal(msg.arrays[k], v)
+
+
+def test_empty_arrays(pair):
+    msg = roundtrip(pair, "x", {}, {"e": np.zeros((0, 4), np.float32), "f": np.array([], np.int64)})
+    assert msg.arrays["e"].shape == (0, 4) and msg.arrays["f"].shape == (0,)
+
+
+def test_large_array(pair):
+    arr = np.random.default_rng(0).integers(0, 255, size=(64, 4, 84, 84 * 4), dtype=np.uint8)  # ~29 MB
+    assert np.array_equal(roundtrip(pair, "x", {}, {"a": arr}).arrays["a"], arr)
+
+
+def test_non_contiguous_array_is_sent_correctly(pair):
+    arr = np.arange(100).reshape(10, 10)[:, ::3]
+    assert np.array_equal(roundtrip(pair, "x", {}, {"a": arr}).arrays["a"], arr)
+
+
+def test_object_arrays_are_refused():
+    with pytest.raises(wire.WireError, match="dtype object"):
+        wire.pack("x", {}, {"a": np.array([{"no": "pickle"}], dtype=object)})
+
+
+def test_frame_size_mismatch_is_detected():
+    frames = wire.pack("x", {}, {"a": np.zeros(4, np.float32)})
+    with pytest.raises(wire.WireError, match="bytes"):
+        wire.unpack([frames[0], b"\0" * 12])
+
+
+def test_missing_frames_detected():
+    frames = wire.pack("x", {}, {"a": np.zeros(4), "b": np.zeros(2)})
+    with pytest.raises(wire.WireError, match="2 arrays"):
+        wire.unpack(frames[:2])
