@@ -8,7 +8,8 @@ from pathlib import Path
 from launcher import config, local, rundir
 
 USAGE = """\
-srl-launch EXPERIMENT.yaml [--seed N] [--run-dir DIR]     run every worker on this machine (local mode)
+srl-launch EXPERIMENT.yaml [--seed N] [--set KEY=VALUE]... [--run-dir DIR]
+                                                          run every worker on this machine (local mode)
 srl-launch validate EXPERIMENT.yaml                       check a file, run nothing
 """
 
@@ -17,6 +18,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch", usage=USAGE, description="Launch an srl-hpc experiment.")
     p.add_argument("experiment", type=Path, help="experiment YAML file")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
     return p
 
@@ -35,6 +38,8 @@ def cmd_run(argv) -> int:
     exp = config.load(args.experiment)
     if args.seed is not None:
         exp = config.replace(exp, seed=args.seed)
+    if args.set:
+        exp = config.with_overrides(exp, args.set)
     exp, run_dir = rundir.create(exp, args.run_dir)
     code = local.run(exp, run_dir)
     print(f"run directory: {run_dir}")

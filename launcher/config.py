@@ -271,6 +271,22 @@ def replace(exp: Experiment, **changes) -> Experiment:
     return new
 
 
+def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
+    """Apply 'key.path=value' assignments (value in YAML syntax), e.g. 'workers.actor.ring_size=16'."""
+    data = to_dict(exp)
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or not key:
+            raise ConfigError("--set", [(assignment, None, "expected KEY.PATH=VALUE")])
+        node, parts = data, key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError("--set", [(key, None, f"{part!r} is not a section")])
+        node[parts[-1]] = yaml.safe_load(raw)
+    return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
+
+
 def _to_python(node, path, lines, problems):
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):

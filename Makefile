@@ -1,0 +1,47 @@
+# srl-hpc: the two commands a new user types are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SLURM  := scripts/local_slurm.sh
+
+.PHONY: demo test install venv slurm-install slurm-up slurm-down slurm-status unit bench clean
+
+demo: install            ## install, then train PPO on CartPole with every worker on this machine
+	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
+
+test: install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
+	bash $(SLURM) start
+	$(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
+
+unit: install            ## the tests that need no Slurm
+	$(BIN)/pytest -ra -m "not slurm"
+
+install: $(BIN)/srl-launch
+
+$(BIN)/srl-launch: setup.cfg pyproject.toml | venv
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/python
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
+
+slurm-install:           ## apt: slurm-wlm, munge, OpenMPI (root)
+	bash $(SLURM) install
+
+slurm-up:                ## start munge, slurmctld and 3 virtual slurmd nodes on this machine
+	bash $(SLURM) start
+
+slurm-down:
+	bash $(SLURM) stop
+
+slurm-status:
+	bash $(SLURM) status
+
+bench: install           ## CartPole throughput for 30 s, as JSON
+	$(BIN)/python benchmarks/throughput.py experiments/cartpole_ppo.yaml --seconds 30
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,165 @@
+"""Read every trace file of a run directory (RUN/traces/*.h5, written by trace.writer) into plain tables.
+
+Runs that crashed or were killed are the ones people debug, so reading never gives up on a run because of
+one bad file: a file that is not HDF5, is truncated, or is not an srl-hpc trace becomes a `Problem` naming
+the file and the reason, and the other files are read. A table whose fields have unequal lengths (a
+worker killed in the middle of a flush) is cut to its shortest field, with a note.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import yaml
+
+FORMAT = "srl-hpc-trace/1"
+
+Table = dict[str, np.ndarray]  # field -> 1-D array, all the same length; "t" is unix time of each row
+
+
+class TraceError(Exception):
+    """The run cannot be analysed at all (no such directory, no trace files, none readable)."""
+
+
+@dataclass
+class Problem:
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path.name}: {self.reason}"
+
+
+@dataclass
+class WorkerTrace:
+    name: str  # "actor/0"
+    path: Path
+    attrs: dict
+    tables: dict[str, Table]
+    notes: list[str] = field(default_factory=list)  # data read but adjusted or incomplete
+
+    @property
+    def kind(self) -> str:
+        return self.name.partition("/")[0]
+
+    def table(self, name: str) -> Table:
+        """The named table, or an empty one (a worker that never reached that point)."""
+        return self.tables.get(name, {"t": np.empty(0)})
+
+
+@dataclass
+class RunTrace:
+    run_dir: Path
+    workers: list[WorkerTrace]
+    problems: list[Problem]
+    meta: dict  # experiment name and the controller's summary.json, where present
+
+    def of_kind(self, kind: str) -> list[WorkerTrace]:
+        return [w for w in self.workers if w.kind == kind]
+
+    @property
+    def t0(self) -> float:
+        """Start of the run: the earliest worker start (unix time); times in reports are relative to it."""
+        starts = [float(w.attrs["started"]) for w in self.workers if "started" in w.attrs]
+        if starts:
+            return min(starts)
+        firsts = [tab["t"][0] for w in self.workers for tab in w.tables.values() if len(tab["t"])]
+        return min(firsts) if firsts else 0.0
+
+
+def read_run(run_dir: str | Path) -> RunTrace:
+    """All trace files of a run. Raises TraceError only when there is nothing at all to analyse."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise TraceError(f"{run_dir}: no such run directory")
+    traces = run_dir / "traces"
+    files = sorted(p for p in traces.iterdir() if p.is_file()) if traces.is_dir() else []
+    if not files:
+        raise TraceError(f"{run_dir}: no trace files under {traces} (was the run started with monitor.trace off?)")
+    workers, problems = [], []
+    for path in files:
+        worker, file_problems = read_file(path)
+        problems += file_problems
+        if worker is not None:
+            workers.append(worker)
+    if not workers:
+        raise TraceError(f"{run_dir}: none of the {len(files)} trace files could be read:\n"
+                         + "\n".join(f"  {p}" for p in problems))
+    workers.sort(key=lambda w: _worker_order(w.name))
+    return RunTrace(run_dir, workers, problems, _run_meta(run_dir))
+
+
+def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
+    """One trace file -> (its worker's tables or None, problems). Tables that fail alone are skipped."""
+    if path.stat().st_size == 0:
+        return None, [Problem(path, "empty file (the worker died while creating it?)")]
+    if not h5py.is_hdf5(path):
+        return None, [Problem(path, "not an HDF5 file")]
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        return None, [Problem(path, f"cannot open as HDF5 (truncated or corrupt?): {_short(e)}")]
+    with f:
+        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+        if attrs.get("format") != FORMAT:
+            return None, [Problem(path, f"not an srl-hpc trace (format attribute {attrs.get('format')!r}, "
+                                        f"expected {FORMAT!r})")]
+        worker = WorkerTrace(str(attrs.get("worker") or path.stem.replace("-", "/", 1)), path, attrs, {})
+        problems = []
+        for name, group in f.items():
+            try:
+                columns = {k: np.asarray(ds[()]) for k, ds in group.items()}
+            except (OSError, KeyError, ValueError, AttributeError) as e:
+                problems.append(Problem(path, f"table {name!r} unreadable: {_short(e)}"))
+                continue
+            worker.tables[name] = _cut_to_shortest(name, columns, worker.notes)
+    if "flushed" not in attrs:
+        worker.notes.append("never flushed: the worker recorded nothing or died within its first flush interval")
+    if "capped_at" in attrs:
+        worker.notes.append(f"size cap reached {attrs['capped_at'] - attrs.get('started', 0):.1f}s after start: "
+                            "nothing was recorded after that")
+    return worker, problems
+
+
+def _cut_to_shortest(name: str, columns: Table, notes: list[str]) -> Table:
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        n = min(lengths)
+        notes.append(f"table {name!r}: fields of unequal length ({n}..{max(lengths)} rows; killed mid-flush?), "
+                     f"cut to {n} rows")
+        columns = {k: v[:n] for k, v in columns.items()}
+    columns.setdefault("t", np.empty(0))
+    return columns
+
+
+def _run_meta(run_dir: Path) -> dict:
+    meta = {}
+    try:
+        meta["experiment"] = yaml.safe_load((run_dir / "experiment.yaml").read_text()).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
+    try:
+        meta["summary"] = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        pass
+    return meta
+
+
+def _worker_order(name: str):
+    kind, _, index = name.partition("/")
+    order = ("controller", "trainer", "policy", "actor")
+    return (order.index(kind) if kind in order else len(order), kind, int(index) if index.isdigit() else 0)
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _short(exc: BaseException) -> str:
+    """HDF5 messages carry a C call chain; the first line says what went wrong."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
