@@ -1,27 +1,114 @@
-"""`srl-launch`: run an experiment locally or on Slurm, validate it, follow or stop a submitted run."""
+"""`srl-launch`: run an experiment locally or on Slurm, validate it, follow or stop a run."""
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 
-from launcher import config, local, rundir
+from launcher import config, local, plan, render, rundir, slurm, status, sweep
 
 USAGE = """\
-srl-launch EXPERIMENT.yaml [--seed N] [--set KEY=VALUE]... [--run-dir DIR]
-                                                          run every worker on this machine (local mode)
-srl-launch validate EXPERIMENT.yaml                       check a file, run nothing
-"""
+srl-launch EXPERIMENT.yaml [options]        run every worker on this machine (local mode)
+srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job
+srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
+srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
+srl-launch validate EXPERIMENT.yaml         check a file; run nothing
+srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
+srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
+srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch", usage=USAGE, description="Launch an srl-hpc experiment.")
     p.add_argument("experiment", type=Path, help="experiment YAML file")
+    p.add_argument("--slurm", action="store_true", help="submit to Slurm instead of running here")
+    p.add_argument("--dry-run", action="store_true", help="with --slurm: print the sbatch script, submit nothing")
+    p.add_argument("--follow", action="store_true", help="with --slurm: stream progress, exit with the run's result")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
+    p.add_argument("--seeds", help="comma-separated seeds: one run per seed (a submitit job array with --slurm)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
     return p
+
+
+def cmd_run(argv) -> int:
+    args = _run_parser().parse_args(argv)
+    exp = config.load(args.experiment)
+    if args.seed is not None:
+        exp = config.replace(exp, seed=args.seed)
+    if args.set:
+        exp = config.with_overrides(exp, args.set)
+    command = "srl-launch " + " ".join(shlex.quote(a) for a in argv)
+    seeds = _parse_seeds(args.seeds) if args.seeds else None
+    if args.dry_run:
+        if not args.slurm:
+            raise UsageError("--dry-run needs --slurm (local mode has nothing to submit)")
+        return _dry_run(exp, args, command)
+    if seeds:
+        return _sweep(exp, seeds, args)
+    exp, run_dir = rundir.create(exp, args.run_dir)
+    if not args.slurm:
+        code = local.run(exp, run_dir)
+        print(f"run directory: {run_dir}")
+        return code
+    job_id = slurm.submit(exp, run_dir, sys.executable, command)
+    print(f"submitted job {job_id}; run directory {run_dir}")
+    print(f"  follow: srl-launch logs {run_dir} -f    state: srl-launch status {run_dir}    stop: srl-launch cancel {run_dir}")
+    if not args.follow:
+        return 0
+    return _follow(run_dir, job_id)
+
+
+def _dry_run(exp, args, command) -> int:
+    run_dir = rundir.resolve(exp, args.run_dir)
+    exp = config.replace(exp, run_dir=str(run_dir))
+    if args.seeds:
+        raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds) go through submitit")
+    job_plan = plan.make_plan(exp, str(run_dir), sys.executable)
+    try:
+        plan.check_fits(job_plan, slurm.cluster_facts())
+    except slurm.SlurmError as e:
+        print(f"# note: not checked against a cluster ({e})", file=sys.stderr)
+    print(render.render(job_plan, command), end="")
+    return 0
+
+
+def _follow(run_dir: Path, job_id: str) -> int:
+    log = rundir.log_path(run_dir, "controller/0")
+    position = [0]
+    state = slurm.wait(job_id, on_poll=lambda: position.__setitem__(0, status.follow_file(log, position[0])))
+    status.follow_file(log, position[0])
+    final, report = status.describe(run_dir)
+    print(report)
+    print(f"job {job_id} ended: {final}")
+    return 0 if final == "completed" else 1
+
+
+def _sweep(exp, seeds, args) -> int:
+    sweep_dir = rundir.resolve(exp, args.run_dir, suffix="-sweep")
+    if not args.slurm:
+        codes = []
+        for member in sweep.create_members(exp, seeds, sweep_dir):
+            codes.append(local.run(config.load(member / "experiment.yaml"), member))
+        print(f"sweep directory: {sweep_dir}")
+        return max(codes)
+    jobs = sweep.submit(exp, seeds, sweep_dir)
+    print(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} seeds); sweep directory {sweep_dir}")
+    if not args.follow:
+        return 0
+    failed = 0
+    for seed, job in zip(seeds, jobs):
+        try:
+            result = job.result()
+            print(f"seed {seed}: {result['status']}: {result['reason']} ({result['wall_time']}s)")
+        except Exception as e:  # noqa: BLE001  submitit re-raises the member's error
+            failed += 1
+            print(f"seed {seed}: failed: {str(e).strip().splitlines()[-1]}")
+    return 1 if failed else 0
 
 
 def cmd_validate(argv) -> int:
@@ -33,35 +120,93 @@ def cmd_validate(argv) -> int:
     return 0
 
 
-def cmd_run(argv) -> int:
-    args = _run_parser().parse_args(argv)
-    exp = config.load(args.experiment)
-    if args.seed is not None:
-        exp = config.replace(exp, seed=args.seed)
-    if args.set:
-        exp = config.with_overrides(exp, args.set)
-    exp, run_dir = rundir.create(exp, args.run_dir)
-    code = local.run(exp, run_dir)
-    print(f"run directory: {run_dir}")
-    return code
+def cmd_status(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch status", description="State and outcome of a run or sweep.")
+    p.add_argument("run_dir", type=Path)
+    args = p.parse_args(argv)
+    if (args.run_dir / "sweep.json").exists():
+        for member in sweep.members_of(args.run_dir):
+            state, report = status.describe(Path(member["run_dir"]))
+            print(f"== seed {member['seed']}: {state}\n{report}\n")
+        return 0
+    state, report = status.describe(args.run_dir)
+    print(f"state: {state}\n{report}")
+    return 0
 
 
-COMMANDS = {"validate": cmd_validate}
+def cmd_logs(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch logs", description="Print (or follow) one worker's log.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--worker", default="controller/0", help="e.g. actor/3, trainer/0 (default: controller/0)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    args = p.parse_args(argv)
+    log = rundir.log_path(args.run_dir, args.worker)
+    if not args.follow:
+        if not log.exists():
+            raise UsageError(f"no log for {args.worker} in {args.run_dir}/logs (workers: "
+                             f"{', '.join(sorted(x.stem for x in (args.run_dir / 'logs').glob('*.log')))})")
+        print(log.read_text(errors="replace"), end="")
+        return 0
+    status.tail_forever(log, stop=lambda: _run_finished(args.run_dir))
+    return 0
+
+
+def _run_finished(run_dir: Path) -> bool:
+    if (run_dir / "slurm.json").exists():
+        return slurm.job_state(slurm.job_id_of(run_dir))[0] in slurm.FINISHED
+    return (run_dir / "summary.json").exists()
+
+
+def cmd_cancel(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch cancel", description="Stop a run; checkpoints are kept.")
+    p.add_argument("run_dir", type=Path)
+    args = p.parse_args(argv)
+    if (args.run_dir / "sweep.json").exists():
+        for member in sweep.members_of(args.run_dir):
+            slurm.cancel(member["job_id"])
+        print(f"cancelled the sweep's {len(sweep.members_of(args.run_dir))} jobs")
+        return 0
+    if (args.run_dir / "slurm.json").exists():
+        job_id = slurm.job_id_of(args.run_dir)
+        slurm.cancel(job_id)
+        print(f"cancelled job {job_id}")
+        return 0
+    pid = local.launcher_pid(args.run_dir)
+    if pid is None:
+        raise UsageError(f"{args.run_dir} has no running local launcher")
+    os.kill(pid, signal.SIGTERM)
+    print(f"sent SIGTERM to the local launcher (pid {pid})")
+    return 0
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds must list distinct seeds, got {text!r}")
+    return seeds
+
+
+COMMANDS = {"validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE + "\n" + _run_parser().format_help().split("\n", 2)[2])
+        print(_run_parser().format_help())
         return 0
     try:
         if argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
         return cmd_run(argv)
-    except config.ConfigError as e:
-        print(f"srl-launch: {e}", file=sys.stderr)
-        return 2
-    except FileExistsError as e:
+    except (config.ConfigError, plan.PlanError, slurm.SlurmError, UsageError, FileExistsError,
+            FileNotFoundError) as e:
         print(f"srl-launch: {e}", file=sys.stderr)
         return 2
 

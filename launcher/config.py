@@ -177,6 +177,99 @@ class MonitorConfig:
 
 
 @dataclass(frozen=True)
+class SlurmGroupConfig:
+    """Resources of one heterogeneous group: every task of the group gets the same."""
+    partition: Optional[str] = None  # default: the cluster's default partition
+    cpus_per_task: int = 1
+    mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
+    tasks_per_node: int = 1  # how many of the group's workers share a node (sets the node count)
+    constraint: Optional[str] = None  # --constraint, e.g. a GPU model
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("cpus_per_task", "tasks_per_node"))
+        if parse_size_mb(self.mem_per_task) is None:
+            problems.append(("mem_per_task", f"must be a size like 512M or 2G, got {self.mem_per_task!r}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class SweepResources:
+    """One node for one whole run of a sweep (submitit job array, each task a local-mode run)."""
+    partition: Optional[str] = None
+    cpus: int = 4
+    mem: str = "8G"
+    gpus: int = 0
+    time: str = "01:00:00"
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("cpus",))
+        if self.gpus < 0:
+            problems.append(("gpus", f"must be >= 0, got {self.gpus}"))
+        if parse_size_mb(self.mem) is None:
+            problems.append(("mem", f"must be a size like 512M or 2G, got {self.mem!r}"))
+        if parse_minutes(self.time) is None:
+            problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """How `srl-launch --slurm` asks for resources. Groups: trainer (with the controller), policy, actor."""
+    time: str = "01:00:00"
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
+    sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
+    setup: tuple[str, ...] = ()  # shell lines run before the workers start: module load, source venv/bin/activate
+    env: dict = field(default_factory=dict)  # environment variables for every worker
+    python: Optional[str] = None  # python on the compute nodes; default: the one running srl-launch
+    sweep: SweepResources = field(default_factory=SweepResources)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if parse_minutes(self.time) is None:
+            problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
+        for option in self.sbatch_options:
+            if not option.startswith("--"):
+                problems.append(("sbatch_options", f"each option must start with '--', got {option!r}"))
+        return problems
+
+
+def parse_size_mb(text: str) -> Optional[int]:
+    """'512M' -> 512, '2G' -> 2048, '1T' -> 1048576; a bare number is MB (as in Slurm)."""
+    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}
+    text = str(text).strip().upper()
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "M")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        return None
+    return int(value) if value > 0 else None
+
+
+def parse_minutes(text: str) -> Optional[float]:
+    """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S -> minutes (None if not one of them)."""
+    text = str(text).strip()
+    days, has_days, rest = text.partition("-")
+    if not has_days:
+        days, rest = "0", text
+    try:
+        d, parts = int(days), [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if len(parts) > 3 or min([d, *parts]) < 0:
+        return None
+    if has_days:  # D-H, D-H:M, D-H:M:S
+        h, m, s = (parts + [0, 0])[:3]
+    else:  # M, M:S, H:M:S
+        h, m, s = ([0] + parts + [0])[:3] if len(parts) < 3 else parts
+    total = d * 1440 + h * 60 + m + s / 60
+    return total if total > 0 else None
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str = "experiment"  # default: the file name without .yaml
     seed: int = 1
@@ -187,6 +280,7 @@ class Experiment:
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     stop: StopConfig = field(default_factory=StopConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
     def check(self) -> list[tuple[str, str]]:
         problems = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,6 +31,8 @@ def _die_with_parent():
 def run(exp, run_dir: Path, out=sys.stdout) -> int:
     """Run the experiment to its end; returns the exit code (0 success, 1 failure, 130/143 interrupted)."""
     names = endpoints.all_workers(exp)
+    pid_file = Path(run_dir) / "launcher.pid"  # `srl-launch cancel RUN` signals this process
+    pid_file.write_text(str(os.getpid()))
     procs: dict[str, subprocess.Popen] = {}
     for task_id, name in enumerate(names):
         log = open(rundir.log_path(run_dir, name), "wb")
@@ -57,6 +60,7 @@ def run(exp, run_dir: Path, out=sys.stdout) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        pid_file.unlink(missing_ok=True)
 
     if crashed:
         name, code = crashed
@@ -71,6 +75,16 @@ def run(exp, run_dir: Path, out=sys.stdout) -> int:
     if interrupted:
         return 128 + interrupted[0]
     return code if code in (0, 1) else 1
+
+
+def launcher_pid(run_dir: Path) -> int | None:
+    """The pid of the local launcher still running this run, if any."""
+    try:
+        pid = int((Path(run_dir) / "launcher.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
 
 
 def _watch(procs) -> tuple[str, int] | None:

@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
+    parser.add_argument("--log-dir", type=Path, help="send this worker's output to LOG_DIR/<worker>.log")
     args = parser.parse_args(argv)
     task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
 
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
     names = endpoints.all_workers(exp)
     name = names[task_id]
     kind, index = endpoints.parse_worker(name)
+    if args.log_dir:
+        _redirect_output(args.log_dir / (name.replace("/", "-") + ".log"))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 
@@ -69,6 +72,18 @@ def main(argv=None) -> int:
         return 1
     finally:
         worker.close()
+
+
+def _redirect_output(path: Path) -> None:
+    """Under srun all tasks share one output; each worker keeps its own file instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1)  # line-buffered: `srl-launch logs -f` sees lines as they come
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from srl_hpc.system.worker import trace_path
 from srl_hpc.trace.writer import TraceWriter
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
+PING_INTERVAL = 1.0
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
 
 METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
@@ -87,9 +88,13 @@ class Controller:
 
     def _watch(self) -> tuple[str, str]:
         stop = self.exp.stop
+        last_ping = 0.0
         while True:
             self._receive(100)
             now = time.monotonic()
+            if now - last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
+                self.commands.send_multipart(wire.pack("ping"))
+                last_ping = now
             if self.failed:
                 worker, error = next(iter(self.failed.items()))
                 return "failed", f"worker {worker} failed: {error}"

@@ -38,6 +38,7 @@ class Worker:
         self._events = None
         self._commands = None
         self._last_heartbeat = 0.0
+        self._controller_heard = time.monotonic()
         self.trace = TraceWriter(trace_path(self.run_dir, self.name), self.name, enabled=exp.monitor.trace)
 
     # -- lifecycle, called by srl_hpc.worker in this order
@@ -51,6 +52,7 @@ class Worker:
         self._commands = self.ctx.socket(zmq.SUB)
         self._commands.setsockopt(zmq.SUBSCRIBE, b"")
         self._commands.connect(endpoints.address(table, endpoints.CONTROLLER, endpoints.COMMANDS))
+        self._controller_heard = time.monotonic()
 
     def run(self) -> None:
         self.start()
@@ -87,15 +89,20 @@ class Worker:
         self.stop_requested = True
 
     def poll_commands(self) -> None:
+        """Obey the controller's broadcasts; if it has gone silent, the run is over (its process died)."""
         while True:
             try:
                 msg = wire.unpack(self._commands.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
-                return
+                break
+            self._controller_heard = time.monotonic()
             if msg.kind == "stop":
                 self.stop_requested = True
             elif msg.kind == "finish":
                 self.stop_requested = self.finish_requested = True
+        silence = time.monotonic() - self._controller_heard
+        if silence > self.exp.monitor.heartbeat_timeout:
+            raise RuntimeError(f"no word from the controller for {silence:.0f}s; stopping")
 
     def maybe_heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
         now = time.monotonic()

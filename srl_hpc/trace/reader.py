@@ -8,6 +8,7 @@ worker killed in the middle of a flush) is cut to its shortest field, with a not
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,9 +100,9 @@ def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
     if not h5py.is_hdf5(path):
         return None, [Problem(path, "not an HDF5 file")]
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(path, "r", locking=False)  # never hold a lock a live worker's next flush would trip on
     except OSError as e:
-        return None, [Problem(path, f"cannot open as HDF5 (truncated or corrupt?): {_short(e)}")]
+        return None, [Problem(path, _open_failure(e))]
     with f:
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
         if attrs.get("format") != FORMAT:
@@ -152,6 +153,13 @@ def _worker_order(name: str):
     kind, _, index = name.partition("/")
     order = ("controller", "trainer", "policy", "actor")
     return (order.index(kind) if kind in order else len(order), kind, int(index) if index.isdigit() else 0)
+
+
+def _open_failure(exc: OSError) -> str:
+    sizes = re.search(r"truncated file: eof = (\d+).*stored_eof = (\d+)", str(exc))
+    if sizes:
+        return f"truncated: {int(sizes[1]):,} of its {int(sizes[2]):,} bytes are there"
+    return f"cannot open as HDF5 (corrupt?): {_short(exc)}"
 
 
 def _plain(value):

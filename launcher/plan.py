@@ -1,0 +1,161 @@
+"""Plan (pure): an Experiment becomes one heterogeneous Slurm job, as data.
+
+Three het groups, in task-id order (the order of `endpoints.all_workers`):
+  trainer: the controller and the trainers (GPU nodes when the trainer device is cuda)
+  policy:  the policy workers (GPU nodes when their device is cuda)
+  actor:   the actors (CPU nodes)
+Task N of the job's one `srun` hosts worker N, so each group is a contiguous range of workers.
+`check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from launcher.config import Experiment, parse_size_mb
+from srl_hpc.streams import endpoints
+
+
+class PlanError(ValueError):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("the job does not fit the cluster:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class HetGroup:
+    name: str
+    workers: tuple[str, ...]
+    partition: Optional[str]
+    nodes: int
+    cpus_per_task: int
+    mem_mb: int  # per node
+    gpus_per_node: int
+    constraint: Optional[str]
+
+    @property
+    def ntasks(self) -> int:
+        return len(self.workers)
+
+    @property
+    def tasks_per_node(self) -> int:
+        return math.ceil(self.ntasks / self.nodes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    experiment: str
+    job_name: str
+    run_dir: str
+    python: str
+    time: str
+    account: Optional[str]
+    qos: Optional[str]
+    groups: tuple[HetGroup, ...]
+    sbatch_options: tuple[str, ...]
+    setup: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def ntasks(self) -> int:
+        return sum(g.ntasks for g in self.groups)
+
+
+def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
+    s = exp.slurm
+    names = endpoints.all_workers(exp)
+    kinds = {kind: [w for w in names if endpoints.parse_worker(w)[0] == kind] for kind in ("trainer", "policy", "actor")}
+    devices = {"trainer": exp.workers.trainer.device, "policy": exp.workers.policy.device, "actor": "cpu"}
+    groups = []
+    for kind in ("trainer", "policy", "actor"):
+        res = getattr(s, kind)
+        workers = ([endpoints.CONTROLLER] if kind == "trainer" else []) + kinds[kind]
+        gpu_tasks = len(kinds[kind])  # the controller never needs a GPU
+        nodes = math.ceil(gpu_tasks / res.tasks_per_node)
+        per_node = math.ceil(len(workers) / nodes)
+        gpus = min(res.tasks_per_node, gpu_tasks) if devices[kind].startswith("cuda") else 0
+        groups.append(HetGroup(kind, tuple(workers), res.partition, nodes, res.cpus_per_task,
+                               per_node * parse_size_mb(res.mem_per_task), gpus, res.constraint))
+    return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
+                account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
+                setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())))
+
+
+# ----------------------------------------------------------------------------------------------- cluster facts
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    partitions: tuple[str, ...]
+    cpus: int
+    mem_mb: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    nodes: tuple[Node, ...]
+    default_partition: Optional[str]
+
+    def partition_nodes(self, partition: Optional[str]) -> list[Node]:
+        name = partition or self.default_partition
+        return [n for n in self.nodes if name in n.partitions]
+
+
+def parse_sinfo(text: str) -> ClusterFacts:
+    """Facts from `sinfo -h -N -o '%N|%P|%c|%m|%G'` (one line per node and partition)."""
+    by_node: dict[str, dict] = {}
+    default = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, partition, cpus, mem, gres = line.strip().split("|")
+        if partition.endswith("*"):
+            partition = default = partition[:-1]
+        node = by_node.setdefault(name, {"partitions": [], "cpus": int(cpus), "mem": int(mem.rstrip("+")),
+                                         "gpus": _gpus_in_gres(gres)})
+        node["partitions"].append(partition)
+    nodes = tuple(Node(n, tuple(v["partitions"]), v["cpus"], v["mem"], v["gpus"]) for n, v in sorted(by_node.items()))
+    return ClusterFacts(nodes, default)
+
+
+def _gpus_in_gres(gres: str) -> int:
+    """'gpu:2', 'gpu:a100:4(S:0-1)', 'gpu:2,shard:8' -> GPU count; '(null)' -> 0."""
+    total = 0
+    for item in gres.split(","):
+        fields = item.split("(")[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
+    """Raise PlanError naming each group and resource that no node (or not enough nodes) can provide."""
+    problems = []
+    used_nodes: set[str] = set()
+    for g in plan.groups:
+        nodes = cluster.partition_nodes(g.partition)
+        label = f"het group '{g.name}' ({g.ntasks} tasks on {g.nodes} node(s))"
+        where = f"partition '{g.partition or cluster.default_partition}'"
+        if not nodes:
+            problems.append(f"{label}: {where} does not exist or has no nodes")
+            continue
+        used_nodes |= {n.name for n in nodes}
+        wants = {"CPUs": g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
+        have = {"CPUs": max(n.cpus for n in nodes), "MB of memory": max(n.mem_mb for n in nodes),
+                "GPUs": max(n.gpus for n in nodes)}
+        for resource, amount in wants.items():
+            if amount > have[resource]:
+                problems.append(f"{label}: needs {amount} {resource} per node; the largest node in {where} "
+                                f"has {have[resource]}")
+        big_enough = [n for n in nodes if all(have_n >= wants[r] for r, have_n in
+                                              (("CPUs", n.cpus), ("MB of memory", n.mem_mb), ("GPUs", n.gpus)))]
+        if big_enough and g.nodes > len(big_enough):
+            problems.append(f"{label}: needs {g.nodes} nodes; {where} has {len(big_enough)} that fit")
+    total = sum(g.nodes for g in plan.groups)
+    if not problems and total > len(used_nodes):
+        problems.append(f"the het groups need {total} distinct nodes (Slurm gives each group its own); "
+                        f"their partitions have {len(used_nodes)}")
+    if problems:
+        raise PlanError(problems)

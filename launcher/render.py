@@ -1,0 +1,67 @@
+"""Render (pure): a Plan becomes the text of an sbatch script, from a template under job_templates/.
+
+The result is a complete script a user can read, keep and `sbatch` by hand; `--dry-run` prints it.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from string import Template
+
+import srl_hpc
+from launcher.plan import HetGroup, Plan
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "job_templates"
+
+
+def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: str = srl_hpc.__version__) -> str:
+    text = (TEMPLATES / template).read_text()
+    groups = []
+    for index, group in enumerate(plan.groups):
+        groups.append(_group_lines(plan, group, first=index == 0))
+    sbatch_lines = "\n#SBATCH hetjob\n".join("\n".join(lines) for lines in groups)
+    setup = "".join(f"{line}\n" for line in plan.setup)
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.env)
+    return Template(text).substitute(
+        version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
+        sbatch_lines=sbatch_lines, setup_lines=setup, export_lines=exports, ntasks=plan.ntasks,
+        het_groups=",".join(str(i) for i in range(len(plan.groups))), python=shlex.quote(plan.python))
+
+
+def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
+    lines = [f"# group {g.name}: {', '.join(_compact(g.workers))}"]
+    if first:  # job-wide options live in the first group
+        lines += [f"#SBATCH --job-name={plan.job_name}",
+                  "# the batch script's own output; each worker logs to logs/<worker>.log",
+                  f"#SBATCH --output={plan.run_dir}/slurm-%j.out",
+                  f"#SBATCH --chdir={plan.run_dir}"]
+    lines.append(f"#SBATCH --time={plan.time}")
+    if g.partition:
+        lines.append(f"#SBATCH --partition={g.partition}")
+    if plan.account:
+        lines.append(f"#SBATCH --account={plan.account}")
+    if plan.qos:
+        lines.append(f"#SBATCH --qos={plan.qos}")
+    lines += [f"#SBATCH --nodes={g.nodes}",
+              f"#SBATCH --ntasks={g.ntasks}",
+              f"#SBATCH --cpus-per-task={g.cpus_per_task}",
+              f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task",
+              f"#SBATCH --mem={g.mem_mb}M"]
+    if g.gpus_per_node:
+        lines += ["# one GPU per task; each task's node-local MPI rank picks its GPU",
+                  f"#SBATCH --gres=gpu:{g.gpus_per_node}"]
+    if g.constraint:
+        lines.append(f"#SBATCH --constraint={g.constraint}")
+    lines += [f"#SBATCH {option}" for option in plan.sbatch_options]
+    return lines
+
+
+def _compact(workers: tuple[str, ...]) -> list[str]:
+    """('actor/0', ..., 'actor/63') -> ['actor/0-63'] for readable comments."""
+    out, by_kind = [], {}
+    for w in workers:
+        kind, index = w.split("/")
+        by_kind.setdefault(kind, []).append(int(index))
+    for kind, idx in by_kind.items():
+        out.append(f"{kind}/{idx[0]}" if len(idx) == 1 else f"{kind}/{idx[0]}-{idx[-1]}")
+    return out

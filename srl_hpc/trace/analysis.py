@@ -1,0 +1,336 @@
+"""What a run's traces say: throughput, latencies, where each worker's time went, and what bounds throughput.
+
+Pure functions over the tables of trace.reader (dicts of numpy arrays); `summarize` puts them together
+into one JSON-ready dict, which the CLI prints and the plots draw from. Durations are in seconds and
+times are relative to the run's start (the earliest worker start), so sums of many unix times keep
+their precision.
+
+Every duration a worker records ends at its row's time "t" (the writer stamps the row after measuring),
+so a row is an interval [t - duration, t]; a row with several consecutive phases (the trainer's wait,
+compute, publish) is laid out backwards from t. ACTIVITIES lists those phases per worker kind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
+
+# kind -> (activity, table, duration field, fields recorded after it in the same row)
+ACTIVITIES = {
+    "actor": [("waiting_inference", "env_step", "wait_seconds", ("step_seconds",)),
+              ("stepping", "env_step", "step_seconds", ()),
+              ("sending", "segment", "send_wait", ())],
+    "policy": [("pulling_params", "param_pull", "seconds", ()),
+               ("computing", "inference", "compute_seconds", ("reply_seconds",)),
+               ("replying", "inference", "reply_seconds", ())],
+    "trainer": [("waiting", "train_step", "wait_seconds", ("compute_seconds", "publish_seconds")),
+                ("computing", "train_step", "compute_seconds", ("publish_seconds",)),
+                ("publishing", "train_step", "publish_seconds", ())],
+}
+ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "stepping envs",
+                   "sending": "blocked sending samples", "pulling_params": "loading weights",
+                   "computing": "computing", "replying": "replying", "waiting": "waiting for data",
+                   "publishing": "publishing weights", "other": "other"}
+
+# stage -> (label, kind, table, field)
+STAGES = {
+    "env_step": ("env step (one ring group)", "actor", "env_step", "step_seconds"),
+    "inference_latency": ("inference latency at actor", "actor", "env_step", "inference_latency"),
+    "policy_queue_wait": ("policy queue wait", "policy", "inference", "queue_wait"),
+    "policy_compute": ("policy compute", "policy", "inference", "compute_seconds"),
+    "policy_reply": ("policy reply", "policy", "inference", "reply_seconds"),
+    "sample_send_wait": ("sample send wait", "actor", "segment", "send_wait"),
+    "trainer_wait": ("trainer wait for data", "trainer", "train_step", "wait_seconds"),
+    "trainer_compute": ("trainer compute", "trainer", "train_step", "compute_seconds"),
+    "trainer_publish": ("trainer publish", "trainer", "train_step", "publish_seconds"),
+    "param_pull": ("policy weight load", "policy", "param_pull", "seconds"),
+}
+
+# kind -> (unit, table, field counting units per row)
+THROUGHPUT = {"actor": ("env frames", "env_step", "envs"),
+              "policy": ("observations", "inference", "batch_size"),
+              "trainer": ("frames consumed", "train_step", "frames")}
+
+SATURATED = 0.9  # a stage busy this much of its time cannot go faster
+BUSY = 0.5  # a consumer busy at least this much is the likely cause of its producers' waits
+RETURN_WINDOW = 20  # episodes in the "first" and "last" mean returns
+
+
+# ----------------------------------------------------------------------------------------------- basics
+
+def percentiles(values) -> dict:
+    """n, mean, p50, p90, p99, max of a sample; None values when it is empty."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"n": int(len(v)), "mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
+            "max": float(v.max())}
+
+
+def histogram(values, exact_up_to: int = 16) -> list[dict]:
+    """Counts of non-negative integers: one bucket per value up to `exact_up_to`, else power-of-two buckets."""
+    v = np.asarray(values).astype(int)
+    if not len(v):
+        return []
+    top = int(v.max())
+    if top <= exact_up_to:
+        edges = np.arange(top + 2)
+    else:
+        edges = np.concatenate([[0], 2 ** np.arange(int(np.log2(top)) + 2)])
+    counts, _ = np.histogram(v, bins=edges)
+    return [{"bucket": f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}", "count": int(c)}
+            for lo, hi, c in zip(edges[:-1], edges[1:], counts)]
+
+
+def intervals(table: Table, duration: str, after: tuple[str, ...] = (), t0: float = 0.0):
+    """(starts, ends) of the `duration` phase of every row, relative to t0."""
+    if duration not in table or not len(table["t"]):
+        return np.empty(0), np.empty(0)
+    ends = table["t"] - t0 - sum((table[f] for f in after), np.zeros(len(table["t"])))
+    return ends - table[duration], ends
+
+
+def busy_time(starts, ends, edges) -> np.ndarray:
+    """Seconds of the intervals [starts, ends) falling in each bin [edges[i], edges[i+1]).
+
+    B(x) = sum over intervals of how much of it lies before x = sum_{s<x}(x - s) - sum_{e<x}(x - e),
+    evaluated with sorted cumulative sums, so this is exact and O((n + bins) log n).
+    """
+    edges = np.asarray(edges, dtype=float)
+
+    def before(points):
+        p = np.sort(np.asarray(points, dtype=float))
+        k = np.searchsorted(p, edges)
+        cum = np.concatenate([[0.0], np.cumsum(p)])
+        return k * edges - cum[k]
+    return np.diff(before(starts) - before(ends))
+
+
+def span(worker: WorkerTrace, t0: float = 0.0) -> tuple[float, float] | None:
+    """From the start of the worker's first recorded activity to the end of its last one."""
+    bounds = [intervals(worker.table(table), dur, after, t0) for _, table, dur, after in ACTIVITIES.get(worker.kind, [])]
+    starts = np.concatenate([s for s, _ in bounds]) if bounds else np.empty(0)
+    ends = np.concatenate([e for _, e in bounds]) if bounds else np.empty(0)
+    if not len(starts):
+        return None
+    return float(starts.min()), float(ends.max())
+
+
+def time_shares(worker: WorkerTrace, t0: float = 0.0) -> dict[str, float] | None:
+    """Fraction of the worker's span spent in each activity; 'other' is the rest (idle, polling, heartbeats)."""
+    window = span(worker, t0)
+    if window is None or window[1] <= window[0]:
+        return None
+    shares = {}
+    for activity, table, dur, after in ACTIVITIES[worker.kind]:
+        starts, ends = intervals(worker.table(table), dur, after, t0)
+        shares[activity] = float(busy_time(starts, ends, window)[0]) / (window[1] - window[0])
+    shares["other"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
+
+
+def activity_timeline(worker: WorkerTrace, edges, t0: float = 0.0) -> dict[str, np.ndarray]:
+    """Per bin of `edges`, the fraction of the bin spent in each activity (for the timeline plot)."""
+    width = np.diff(np.asarray(edges, dtype=float))
+    out = {}
+    for activity, table, dur, after in ACTIVITIES.get(worker.kind, []):
+        starts, ends = intervals(worker.table(table), dur, after, t0)
+        out[activity] = busy_time(starts, ends, edges) / width
+    return out
+
+
+def rate_over_time(t, units, edges) -> np.ndarray:
+    """Units per second in each bin, each row counted in the bin of its time."""
+    sums, _ = np.histogram(t, bins=edges, weights=units)
+    return sums / np.diff(edges)
+
+
+def mean_shares(shares: list[dict[str, float]]) -> dict[str, float] | None:
+    shares = [s for s in shares if s]
+    return {k: float(np.mean([s[k] for s in shares])) for k in shares[0]} if shares else None
+
+
+# ----------------------------------------------------------------------------------------------- verdict
+
+@dataclass
+class Verdict:
+    stage: str  # env, inference, transport, trainer, or unknown
+    evidence: str
+
+
+def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra: dict | None = None) -> Verdict:
+    """Name the stage that bounds throughput, from the mean time shares of each worker kind.
+
+    The actors are the source of every frame, so where their time goes says where the limit is:
+      0. The trainer busy (computing + publishing) >= 90% of its time is saturated: trainer-bound,
+         whatever the actors do (it could not consume more frames).
+      1. Otherwise take the actors' largest share among stepping envs, waiting on inference replies and
+         being blocked sending samples:
+         - stepping envs                  -> env-bound;
+         - blocked sending samples        -> trainer-bound if the trainer is busy >= 50% (it does not keep up),
+                                             else transport-bound (the trainer waits too: the sample stream is
+                                             the limit);
+         - waiting on inference replies   -> inference-bound if the policy worker is busy >= 50%, else
+                                             transport-bound (the policy worker idles: replies are slow on the
+                                             way, not in compute).
+    `extra` may carry the inference latency at the actor vs the policy worker's own time, the fraction
+    of segments the trainer dropped, and the sample and train frame rates: further evidence in the words,
+    never a change of verdict.
+    """
+    extra = extra or {}
+    if not actor:
+        return Verdict("unknown", "no actor env_step rows: nothing to say where frames come from")
+    trainer_busy = trainer["computing"] + trainer["publishing"] if trainer else None
+    policy_busy = policy["computing"] + policy["replying"] if policy else None
+    actors = (f"actors spend {_pct(actor['stepping'])} of their time stepping envs, "
+              f"{_pct(actor['waiting_inference'])} waiting on inference, {_pct(actor['sending'])} blocked sending samples")
+    trainer_words = "" if trainer_busy is None else f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}"
+    policy_words = "" if policy_busy is None else f"the policy worker is busy {_pct(policy_busy)}"
+    dropped = extra.get("dropped_fraction") or 0.0
+    dropped_words = f"; the trainer drops {_pct(dropped)} of segments as too stale" if dropped > 0.01 else ""
+    if extra.get("sample_fps") and extra.get("train_fps") and extra["sample_fps"] > 1.2 * extra["train_fps"]:
+        dropped_words += (f"; actors produce {extra['sample_fps']:,.0f} frames/s but the trainer consumes only "
+                          f"{extra['train_fps']:,.0f}/s")
+
+    if trainer_busy is not None and trainer_busy >= SATURATED:
+        return Verdict("trainer", f"{trainer_words}: it cannot consume faster; {actors}{dropped_words}")
+    top = max(("stepping", "waiting_inference", "sending"), key=actor.get)
+    if top == "stepping":
+        return Verdict("env", f"{actors}; {trainer_words or 'no trainer trace'}; {policy_words or 'no policy trace'}")
+    if top == "sending":
+        if trainer_busy is not None and trainer_busy >= BUSY:
+            return Verdict("trainer", f"{actors}: back-pressure from the trainer; {trainer_words}{dropped_words}")
+        return Verdict("transport", f"{actors}, yet {trainer_words or 'there is no trainer trace'}: "
+                                    "the sample stream does not carry segments fast enough")
+    wire = ""
+    if extra.get("inference_latency") and extra.get("policy_service"):
+        wire = (f"; a reply takes {extra['inference_latency'] * 1e3:.2f} ms (p50) at the actor, of which the "
+                f"policy worker accounts for {extra['policy_service'] * 1e3:.2f} ms")
+    if policy_busy is not None and policy_busy >= BUSY:
+        return Verdict("inference", f"{actors}; {policy_words}{wire}")
+    return Verdict("transport", f"{actors}, yet {policy_words or 'there is no policy trace'}{wire}: "
+                                "the time goes on the inference stream, not in compute")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+# ----------------------------------------------------------------------------------------------- the report
+
+def throughput(run: RunTrace) -> dict:
+    """Per worker kind: units per second over the kind's span, in total and per worker."""
+    t0 = run.t0
+    out = {}
+    for kind, (unit, table, field) in THROUGHPUT.items():
+        workers = run.of_kind(kind)
+        per_worker, total, lo, hi = {}, 0.0, np.inf, -np.inf
+        for w in workers:
+            window, tab = span(w, t0), w.table(table)
+            if window is None or field not in tab:
+                continue
+            units = float(tab[field].sum())
+            per_worker[w.name] = units / max(window[1] - window[0], 1e-9)
+            total += units
+            lo, hi = min(lo, window[0]), max(hi, window[1])
+        if per_worker:
+            out[kind] = {"unit": unit, "workers": len(per_worker), "total": total,
+                         "per_second": total / max(hi - lo, 1e-9), "per_worker": per_worker}
+    return out
+
+
+def latencies(run: RunTrace) -> dict:
+    """Percentiles of every stage's duration, all workers of its kind pooled."""
+    out = {}
+    for stage, (label, kind, table, field) in STAGES.items():
+        out[stage] = {"label": label, **percentiles(pooled(run, kind, table, field))}
+    return out
+
+
+def batch_sizes(run: RunTrace) -> dict:
+    """Observations per inference batch: percentiles and a histogram."""
+    sizes = pooled(run, "policy", "inference", "batch_size")
+    return {**percentiles(sizes), "histogram": histogram(sizes)}
+
+
+def policy_lag(run: RunTrace) -> dict:
+    """Versions between the policy that produced a segment and the trainer that received it."""
+    lags = pooled(run, "trainer", "segment", "lag")
+    dropped = pooled(run, "trainer", "segment", "dropped")
+    out = percentiles(lags)
+    out["segments"] = int(len(lags))
+    out["dropped"] = int(dropped.sum()) if len(dropped) else 0
+    out["histogram"] = histogram(lags)
+    return out
+
+
+def returns_over_time(run: RunTrace, bins: int = 10) -> dict:
+    """Episode returns of all actors: first and last window means, and the mean per time bin."""
+    t0 = run.t0
+    tables = [w.table("episode") for w in run.of_kind("actor") if "episode_return" in w.table("episode")]
+    if not tables:
+        return {"episodes": 0}
+    t = np.concatenate([tab["t"] for tab in tables]) - t0
+    r = np.concatenate([tab["episode_return"] for tab in tables])
+    order = np.argsort(t)
+    t, r = t[order], r[order]
+    out = {"episodes": int(len(r))}
+    if not len(r):
+        return out
+    out["first"] = float(r[:RETURN_WINDOW].mean())
+    out["last"] = float(r[-RETURN_WINDOW:].mean())
+    edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
+    which = np.digitize(t, edges[1:-1])
+    out["over_time"] = [{"start": float(edges[i]), "end": float(edges[i + 1]), "episodes": int((which == i).sum()),
+                         "mean_return": float(r[which == i].mean()) if (which == i).any() else None}
+                        for i in range(bins)]
+    return out
+
+
+def summarize(run: RunTrace) -> dict:
+    """Everything srl-trace reports about one run, as plain JSON-ready data."""
+    t0 = run.t0
+    shares = {w.name: time_shares(w, t0) for w in run.workers if w.kind in ACTIVITIES}
+    by_kind = {kind: mean_shares([shares[w.name] for w in run.of_kind(kind)]) for kind in ACTIVITIES}
+    lat = latencies(run)
+    lag = policy_lag(run)
+    service = [lat[s]["p50"] for s in ("policy_queue_wait", "policy_compute", "policy_reply")]
+    extra = {"dropped_fraction": lag["dropped"] / lag["segments"] if lag["segments"] else 0.0,
+             "inference_latency": lat["inference_latency"]["p50"],
+             "policy_service": sum(service) if None not in service else None}
+    rates = throughput(run)
+    extra["sample_fps"] = rates.get("actor", {}).get("per_second")
+    extra["train_fps"] = rates.get("trainer", {}).get("per_second")
+    found = verdict(by_kind["actor"], by_kind["policy"], by_kind["trainer"], extra)
+    ends = [float(tab["t"].max()) - t0 for w in run.workers for tab in w.tables.values() if len(tab["t"])]
+    summary = run.meta.get("summary", {})
+    return {
+        "run_dir": str(run.run_dir),
+        "experiment": run.meta.get("experiment"),
+        "status": summary.get("status"),
+        "reason": summary.get("reason"),
+        "traced_seconds": max(ends) if ends else 0.0,
+        "workers": [{"name": w.name, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
+                     "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}
+                    for w in run.workers],
+        "problems": [{"file": p.path.name, "reason": p.reason} for p in run.problems],
+        "throughput": rates,
+        "time_shares": {"by_kind": by_kind, "by_worker": shares},
+        "trainer_busy_fraction": (by_kind["trainer"]["computing"] + by_kind["trainer"]["publishing"]
+                                  if by_kind["trainer"] else None),
+        "latency": lat,
+        "batch_size": batch_sizes(run),
+        "policy_lag": lag,
+        "returns": returns_over_time(run),
+        "verdict": {"stage": found.stage, "evidence": found.evidence},
+    }
+
+
+def pooled(run: RunTrace, kind: str, table: str, field: str) -> np.ndarray:
+    """One field of one table, all workers of a kind concatenated."""
+    values = [w.table(table)[field] for w in run.of_kind(kind) if field in w.table(table)]
+    return np.concatenate(values) if values else np.empty(0)

@@ -1,0 +1,154 @@
+"""`srl-trace`: offline analysis of a run's HDF5 traces, for a login node after (or during) the run."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from srl_hpc.trace import analysis
+from srl_hpc.trace.reader import TraceError, read_run
+
+USAGE = """\
+srl-trace RUN_DIR [--json] [--plot DIR]     summary of one run (a run directory named 'compare': ./compare)
+srl-trace compare RUN_A RUN_B [--json]      two runs side by side
+"""
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] == "compare":
+            return cmd_compare(argv[1:])
+        return cmd_summary(argv)
+    except TraceError as e:
+        print(f"srl-trace: {e}", file=sys.stderr)
+        return 2
+
+
+def cmd_summary(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-trace", usage=USAGE, description="Summarize a run's traces.")
+    p.add_argument("run_dir", help="run directory (holds traces/*.h5)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--plot", metavar="DIR", help="also write PNG figures to DIR")
+    args = p.parse_args(argv)
+    run = read_run(args.run_dir)
+    summary = analysis.summarize(run)
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    if args.plot:
+        from srl_hpc.trace.plots import write_plots  # matplotlib is slow to import; only when asked
+        paths = write_plots(run, summary, args.plot)
+        print(f"wrote {len(paths)} figures to {args.plot}: {', '.join(p.name for p in paths)}",
+              file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_compare(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-trace compare", usage=USAGE, description="Two runs side by side.")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--json", action="store_true", help="print both summaries as JSON {a, b}")
+    args = p.parse_args(argv)
+    a, b = (analysis.summarize(read_run(d)) for d in (args.run_a, args.run_b))
+    print(json.dumps({"a": a, "b": b}, indent=2) if args.json else format_compare(a, b))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- text
+
+def format_summary(s: dict) -> str:
+    lines = [f"run {s['run_dir']}" + (f"  ({s['experiment']})" if s["experiment"] else "")]
+    if s["status"]:
+        lines.append(f"  ended {s['status']}: {s['reason']}")
+    lines.append(f"  {len(s['workers'])} trace files read, {s['traced_seconds']:.1f} s traced")
+    if s["problems"]:
+        lines += ["", "PROBLEMS (files or tables not read; the rest is analysed)"]
+        lines += [f"  {p['file']}: {p['reason']}" for p in s["problems"]]
+    notes = [f"  {w['name']} ({w['file']}): {n}" for w in s["workers"] for n in w["notes"]]
+    if notes:
+        lines += ["", "notes"] + notes
+
+    lines += ["", "throughput"]
+    for kind, t in s["throughput"].items():
+        per = "" if t["workers"] < 2 else "  (" + ", ".join(f"{w} {v:,.0f}" for w, v in t["per_worker"].items()) + ")"
+        lines.append(f"  {kind + 's':<9}{t['workers']:>3} worker{'s' if t['workers'] > 1 else ' '}"
+                     f"{t['per_second']:>12,.0f} {t['unit']}/s{per}")
+
+    lines += ["", "where each worker's time goes (share of its traced span)"]
+    for name, shares in s["time_shares"]["by_worker"].items():
+        if shares:
+            lines.append(f"  {name:<11}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}" for k, v in shares.items()))
+    if s["trainer_busy_fraction"] is not None:
+        lines.append(f"  trainer busy fraction (computing + publishing): {_pct(s['trainer_busy_fraction'])}")
+
+    lines += ["", f"  {'latency (ms)':<30}{'n':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
+    for stats in s["latency"].values():
+        if stats["n"]:
+            lines.append(f"  {stats['label']:<30}{stats['n']:>10,}" +
+                         "".join(f"{stats[k] * 1e3:>10.3f}" for k in ("p50", "p90", "p99", "max")))
+
+    b = s["batch_size"]
+    if b["n"]:
+        lines += ["", f"inference batch size: {_stats(b)} over {b['n']:,} batches", "  " + _hist(b["histogram"])]
+    lag = s["policy_lag"]
+    if lag["n"]:
+        lines += ["", f"policy lag at the trainer (versions): {_stats(lag)}; "
+                      f"{lag['dropped']:,} of {lag['segments']:,} segments dropped", "  " + _hist(lag["histogram"])]
+    r = s["returns"]
+    if r["episodes"]:
+        n = min(analysis.RETURN_WINDOW, r["episodes"])
+        lines += ["", f"episode return: {r['episodes']:,} episodes; mean of the first {n} {r['first']:.1f}, "
+                      f"of the last {n} {r['last']:.1f}",
+                  "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
+                                    for b in r["over_time"] if b["mean_return"] is not None)]
+    v = s["verdict"]
+    lines += ["", f"VERDICT: {v['stage']}-bound" if v["stage"] != "unknown" else "VERDICT: unknown", f"  {v['evidence']}"]
+    return "\n".join(lines)
+
+
+def format_compare(a: dict, b: dict) -> str:
+    rows = [("run", a["run_dir"], b["run_dir"]),
+            ("experiment", a["experiment"], b["experiment"]),
+            ("status", a["status"], b["status"]),
+            ("traced seconds", f"{a['traced_seconds']:.1f}", f"{b['traced_seconds']:.1f}"),
+            ("trace problems", len(a["problems"]), len(b["problems"]))]
+    for kind, (unit, _, _) in analysis.THROUGHPUT.items():
+        rows.append((f"{kind}s: {unit}/s", *(_num(s["throughput"].get(kind, {}).get("per_second")) for s in (a, b))))
+    rows.append(("trainer busy", *(_pct(s["trainer_busy_fraction"]) for s in (a, b))))
+    for kind in analysis.ACTIVITIES:
+        for activity, *_ in analysis.ACTIVITIES[kind]:
+            rows.append((f"{kind}: {analysis.ACTIVITY_LABELS[activity]}",
+                         *(_pct((s["time_shares"]["by_kind"][kind] or {}).get(activity)) for s in (a, b))))
+    for stage, stats in a["latency"].items():
+        rows.append((f"{stats['label']} p50/p99 ms", *(_p50_p99(s["latency"][stage]) for s in (a, b))))
+    rows += [("batch size mean", *(_num(s["batch_size"]["mean"], ".1f") for s in (a, b))),
+             ("policy lag mean / max", *(f"{_num(s['policy_lag']['mean'], '.1f')} / {_num(s['policy_lag']['max'])}"
+                                         for s in (a, b))),
+             ("episodes", *(_num(s["returns"]["episodes"]) for s in (a, b))),
+             ("return, last episodes", *(_num(s["returns"].get("last"), ".1f") for s in (a, b))),
+             ("verdict", a["verdict"]["stage"], b["verdict"]["stage"])]
+    width = max(len(str(r[1])) for r in rows) + 2
+    return "\n".join(f"{label:<40}{str(x):<{width}}{y}" for label, x, y in rows)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _num(x, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _p50_p99(stats: dict) -> str:
+    return "-" if not stats["n"] else f"{stats['p50'] * 1e3:.3g} / {stats['p99'] * 1e3:.3g}"
+
+
+def _stats(st: dict) -> str:
+    return f"mean {st['mean']:.1f}, p50 {st['p50']:g}, p90 {st['p90']:g}, p99 {st['p99']:g}, max {st['max']:g}"
+
+
+def _hist(buckets: list[dict]) -> str:
+    return "  ".join(f"{h['bucket']}: {h['count']:,}" for h in buckets if h["count"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

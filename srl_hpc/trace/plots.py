@@ -1,0 +1,154 @@
+"""`srl-trace RUN --plot DIR`: PNG figures of a run's traces (matplotlib, Agg: works on a login node).
+
+throughput.png     frames per second over time for each worker kind
+latency.png        a histogram per stage (log time axis), p50 and p99 marked
+timeline.png       per worker, binned: the fraction of each bin spent in each activity
+returns.png        episode returns over time, with a moving mean
+distributions.png  inference batch sizes and policy lag at the trainer
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+from srl_hpc.trace import analysis  # noqa: E402
+from srl_hpc.trace.reader import RunTrace  # noqa: E402
+
+ACTIVITY_COLORS = {"stepping": "tab:green", "waiting_inference": "tab:orange", "sending": "tab:red",
+                   "computing": "tab:blue", "replying": "tab:cyan", "pulling_params": "tab:purple",
+                   "waiting": "tab:gray", "publishing": "tab:purple"}
+KIND_COLORS = {"actor": "tab:green", "policy": "tab:orange", "trainer": "tab:blue"}
+
+
+def write_plots(run: RunTrace, summary: dict, out_dir: str | Path) -> list[Path]:
+    """Write every figure to out_dir (created if needed); returns the paths written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    edges = _time_bins(run, summary)
+    title = f"{summary.get('experiment') or run.run_dir.name}"
+    figures = {"throughput.png": lambda: _throughput(run, edges, title),
+               "latency.png": lambda: _latency(run, summary, title),
+               "timeline.png": lambda: _timeline(run, edges, title),
+               "returns.png": lambda: _returns(run, title),
+               "distributions.png": lambda: _distributions(summary, title)}
+    written = []
+    for name, draw in figures.items():
+        fig = draw()
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written
+
+
+def _time_bins(run: RunTrace, summary: dict) -> np.ndarray:
+    """Bins about a 60th of the traced time, at least half a second, from the first activity to the last."""
+    windows = [analysis.span(w, run.t0) for w in run.workers]
+    windows = [w for w in windows if w]
+    start = min(w[0] for w in windows) if windows else 0.0
+    end = max(w[1] for w in windows) if windows else summary["traced_seconds"]
+    width = max(0.5, (end - start) / 60)
+    return np.arange(start, end + width, width)
+
+
+def _throughput(run: RunTrace, edges, title):
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for kind, (unit, table, field) in analysis.THROUGHPUT.items():
+        tabs = [w.table(table) for w in run.of_kind(kind) if field in w.table(table)]
+        if not tabs:
+            continue
+        t = np.concatenate([tab["t"] for tab in tabs]) - run.t0
+        units = np.concatenate([tab[field] for tab in tabs])
+        rate = analysis.rate_over_time(t, units, edges)
+        ax.step(edges[:-1], rate, where="post", color=KIND_COLORS[kind], label=f"{kind}s: {unit}/s")
+    ax.set(xlabel="time since run start (s)", ylabel="per second", title=f"{title}: throughput over time")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _latency(run: RunTrace, summary: dict, title):
+    stages = [s for s, stats in summary["latency"].items() if stats["n"]]
+    cols = 3
+    rows = max(1, -(-len(stages) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 2.8 * rows), squeeze=False)
+    for ax, stage in zip(axes.flat, stages):
+        label, kind, table, field = analysis.STAGES[stage]
+        ms = analysis.pooled(run, kind, table, field) * 1e3
+        ms = ms[ms > 0]
+        stats = summary["latency"][stage]
+        if len(ms):
+            bins = np.logspace(np.log10(ms.min()), np.log10(ms.max()) + 1e-6, 50)
+            ax.hist(ms, bins=bins, color=KIND_COLORS[kind], alpha=0.8)
+            ax.set_xscale("log")
+        for p, style in (("p50", "-"), ("p99", "--")):
+            ax.axvline(stats[p] * 1e3, color="black", linestyle=style, linewidth=1,
+                       label=f"{p} {stats[p] * 1e3:.3g} ms")
+        ax.set_title(f"{label} (n={stats['n']:,})", fontsize=9)
+        ax.set_xlabel("ms", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(stages):]:
+        ax.axis("off")
+    fig.suptitle(f"{title}: latency per stage")
+    fig.tight_layout()
+    return fig
+
+
+def _timeline(run: RunTrace, edges, title):
+    workers = [w for w in run.workers if w.kind in analysis.ACTIVITIES]
+    fig, axes = plt.subplots(len(workers), 1, figsize=(10, 1.5 * len(workers) + 1), sharex=True, squeeze=False)
+    for ax, worker in zip(axes[:, 0], workers):
+        fractions = analysis.activity_timeline(worker, edges, run.t0)
+        names = list(fractions)
+        ax.stackplot(edges[:-1], *[np.clip(fractions[n], 0, 1) for n in names], step="post",
+                     colors=[ACTIVITY_COLORS[n] for n in names],
+                     labels=[analysis.ACTIVITY_LABELS[n] for n in names])
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(worker.name, rotation=0, ha="right", va="center")
+        ax.set_yticks([0, 0.5, 1])
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+    axes[-1, 0].set_xlabel("time since run start (s); white = idle or untraced")
+    fig.suptitle(f"{title}: fraction of each {edges[1] - edges[0]:.2g}s bin spent per activity")
+    fig.tight_layout()
+    return fig
+
+
+def _returns(run: RunTrace, title):
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    tabs = [w.table("episode") for w in run.of_kind("actor") if "episode_return" in w.table("episode")]
+    if tabs:
+        t = np.concatenate([tab["t"] for tab in tabs]) - run.t0
+        r = np.concatenate([tab["episode_return"] for tab in tabs])
+        order = np.argsort(t)
+        t, r = t[order], r[order]
+        ax.scatter(t, r, s=3, alpha=0.25, color="tab:green", label="episode return")
+        window = min(analysis.RETURN_WINDOW, len(r))
+        if window:
+            moving = np.convolve(r, np.ones(window) / window, mode="valid")
+            ax.plot(t[window - 1:], moving, color="black", label=f"mean of last {window} episodes")
+    ax.set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _distributions(summary: dict, title):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, xlabel in ((left, "batch_size", "observations per inference batch"),
+                            (right, "policy_lag", "policy lag at the trainer (versions)")):
+        hist = summary[key]["histogram"]
+        ax.bar([h["bucket"] for h in hist], [h["count"] for h in hist], color="tab:blue")
+        ax.set(xlabel=xlabel, ylabel="count")
+        if summary[key]["n"]:
+            ax.set_title(f"mean {summary[key]['mean']:.1f}, p50 {summary[key]['p50']:g}, p99 {summary[key]['p99']:g}",
+                         fontsize=9)
+    fig.suptitle(f"{title}: distributions")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,117 @@
+"""Plan and render are pure: golden script, group layout, and errors that name the group and resource."""
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher import config, plan, render
+
+GOLDEN = Path(__file__).parent / "golden" / "cartpole_hetjob.sbatch"
+EXPERIMENT = """\
+name: golden
+workers:
+  actor: {count: 5, ring_size: 4, inference_splits: 2}
+  policy: {count: 2, device: cuda}
+  trainer: {device: cuda}
+stop: {target_return: 475}
+slurm:
+  time: "02:00:00"
+  account: rl-lab
+  trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G}
+  policy: {partition: gpu, cpus_per_task: 2, mem_per_task: 4G, tasks_per_node: 2, constraint: a100}
+  actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 3}
+  sbatch_options: ["--exclusive"]
+  setup: ["module load openmpi", "source /opt/venv/bin/activate"]
+  env: {OMP_NUM_THREADS: 1}
+"""
+SINFO = "\n".join([
+    "g1|gpu|32|256000|gpu:a100:4(S:0-1)", "g2|gpu|32|256000|gpu:a100:4(S:0-1)",
+    "c1|cpu*|64|128000|(null)", "c2|cpu*|64|128000|(null)", "c3|cpu*|64|128000|(null)",
+])
+
+
+def make(text=EXPERIMENT):
+    return plan.make_plan(config.loads(text), "/scratch/runs/golden", "/opt/venv/bin/python")
+
+
+def test_groups_are_contiguous_ranges_of_the_worker_list():
+    p = make()
+    assert [g.name for g in p.groups] == ["trainer", "policy", "actor"]
+    assert p.groups[0].workers == ("controller/0", "trainer/0")
+    assert p.groups[1].workers == ("policy/0", "policy/1")
+    assert p.groups[2].workers == tuple(f"actor/{i}" for i in range(5))
+    assert p.ntasks == 2 + 2 + 5
+
+
+def test_resources_per_group():
+    trainer, policy, actor = make().groups
+    assert (trainer.nodes, trainer.gpus_per_node, trainer.mem_mb) == (1, 1, 2 * 8192)
+    assert (policy.nodes, policy.gpus_per_node, policy.mem_mb, policy.constraint) == (1, 2, 2 * 4096, "a100")
+    assert (actor.nodes, actor.gpus_per_node, actor.mem_mb) == (2, 0, 3 * 512)
+
+
+def test_cpu_devices_ask_for_no_gpus():
+    text = EXPERIMENT.replace("device: cuda", "device: cpu")
+    assert all(g.gpus_per_node == 0 for g in make(text).groups)
+
+
+def test_rendered_script_matches_golden_file():
+    text = render.render(make(), "srl-launch golden.yaml --slurm --dry-run", version="0.0.0-test")
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_rendered_script_structure():
+    text = render.render(make(), "cmd")
+    assert text.splitlines().count("#SBATCH hetjob") == 2
+    assert "srun --mpi=pmix --het-group=0,1,2" in text
+    assert "-m srl_hpc.worker --run-dir /scratch/runs/golden --rendezvous mpi" in text
+    assert text.count("#SBATCH --exclusive") == 3
+    assert "export OMP_NUM_THREADS=1" in text and "module load openmpi" in text
+
+
+def test_plan_fits_a_cluster_that_has_room():
+    plan.check_fits(make(), plan.parse_sinfo(SINFO))
+
+
+def test_parse_sinfo():
+    facts = plan.parse_sinfo(SINFO)
+    assert facts.default_partition == "cpu"
+    assert [n.gpus for n in facts.partition_nodes("gpu")] == [4, 4]
+    assert [n.name for n in facts.partition_nodes(None)] == ["c1", "c2", "c3"]
+
+
+def test_too_many_gpus_names_group_and_resource():
+    text = EXPERIMENT.replace("tasks_per_node: 2, constraint", "tasks_per_node: 8, constraint").replace(
+        "policy: {count: 2, device: cuda}", "policy: {count: 5, device: cuda}")
+    with pytest.raises(plan.PlanError) as info:
+        plan.check_fits(make(text), plan.parse_sinfo(SINFO))
+    assert any("'policy'" in p and "5 GPUs per node" in p and "has 4" in p for p in info.value.problems)
+
+
+def test_too_much_memory_and_cpus():
+    text = EXPERIMENT.replace("cpus_per_task: 4, mem_per_task: 8G", "cpus_per_task: 64, mem_per_task: 300G")
+    with pytest.raises(plan.PlanError) as info:
+        plan.check_fits(make(text), plan.parse_sinfo(SINFO))
+    msgs = " ".join(info.value.problems)
+    assert "'trainer'" in msgs and "CPUs per node" in msgs and "MB of memory per node" in msgs
+
+
+def test_unknown_partition():
+    text = EXPERIMENT.replace("actor: {partition: cpu", "actor: {partition: bigmem")
+    with pytest.raises(plan.PlanError, match="'actor'.*'bigmem' does not exist"):
+        plan.check_fits(make(text), plan.parse_sinfo(SINFO))
+
+
+def test_not_enough_nodes():
+    text = EXPERIMENT.replace("tasks_per_node: 3}", "tasks_per_node: 1}")  # 5 actor nodes, 3 exist
+    with pytest.raises(plan.PlanError, match="'actor'.*needs 5 nodes"):
+        plan.check_fits(make(text), plan.parse_sinfo(SINFO))
+
+
+def test_slurm_section_errors_have_lines():
+    with pytest.raises(config.ConfigError) as info:
+        config.loads("name: x\nstop: {wall_time: 5}\nslurm:\n  time: soon\n  actor: {mem_per_task: lots}\n")
+    found = {(p, line) for p, line, _ in info.value.problems}
+    assert ("slurm.time", 4) in found and ("slurm.actor.mem_per_task", 5) in found
