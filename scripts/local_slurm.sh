@@ -77,7 +77,7 @@ daemon_alive() { [[ -f $PIDS/$1 ]] && pid_alive "$(cat "$PIDS/$1")" "$2"; }
 # process-group leader), so $! is the daemon itself; checked below.
 start_bg() {
   local key=$1 name=$2; shift 2
-  SRL_LOCAL_SLURM_DIR=$DIR setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null &
+  setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDS/$key"
   sleep 0.2
@@ -98,23 +98,21 @@ stop_pids() {
   log "warning: some processes did not exit: $*"
 }
 
-# Descendants of PID (children first found via /proc/*/stat ppid), printed one per line.
+# Every descendant of the given pids, from one `ps` snapshot, one per line.
 descendants() {
-  local parent=$1 p stat
-  for p in /proc/[0-9]*; do
-    stat=$(cat "$p/stat" 2>/dev/null) || continue
-    stat=${stat#*) }; stat=${stat#* }   # drop "pid (comm) state", leaving "ppid ..."
-    if [[ ${stat%% *} == "$parent" ]]; then echo "${p#/proc/}"; descendants "${p#/proc/}"; fi
-  done
+  ps -eo pid=,ppid= | awk -v roots="$*" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) want[r[i]] = 1 }
+    { parent[$1] = $2 }
+    END { do { more = 0; for (p in parent) if (!(p in want) && (parent[p] in want)) { want[p] = 1; print p; more = 1 } } while (more) }'
 }
 
-# slurmstepd processes spawned by our slurmd's. They are double-forked (ppid 1), so they are found
-# by the SRL_LOCAL_SLURM_DIR marker that start_bg puts into the slurmd environment they inherit.
+# slurmstepd processes spawned by our slurmd's. They are double-forked (ppid 1) and overwrite their
+# environment for the process title, so they are found by the slurmd log file of ours they keep open.
 our_stepds() {
   local p
   for p in /proc/[0-9]*; do
     [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] || continue
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SRL_LOCAL_SLURM_DIR=$DIR" && echo "${p#/proc/}"
+    find "$p/fd" -maxdepth 1 -lname "$DIR/log/*" 2>/dev/null | grep -q . && echo "${p#/proc/}"
   done
   return 0
 }
@@ -123,7 +121,7 @@ munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 # ---------------------------------------------------------------- config
 write_config() {
-  if [[ -f $CONF ]] && ! grep -qxF "$MARKER" "$CONF" && [[ ${SRL_SLURM_FORCE:-} != 1 ]]; then
+  if [[ -f $CONF ]] && ! head -n 1 "$CONF" | grep -qF "$MARKER" && [[ ${SRL_SLURM_FORCE:-} != 1 ]]; then
     die "$CONF exists and was not written by this script; set SLURM_CONF=<other path> or SRL_SLURM_FORCE=1"
   fi
   mkdir -p "$(dirname "$CONF")"
@@ -225,10 +223,37 @@ all_up() {
   munge_works
 }
 
-nodes_idle() {
+# All nodes registered and usable. Idle is the normal case; mix/alloc happen when jobs that were
+# pending before a restart start at once. A trailing "*" (not responding), down, drain, inval fail.
+nodes_up() {
   local states
   states=$(sinfo -h -N -p cpu -o '%N %t' 2>/dev/null) || return 1
-  [[ $(grep -c ' idle$' <<<"$states") == "${#NODES[@]}" ]]
+  [[ $(grep -cE ' (idle|mix|alloc)$' <<<"$states") == "${#NODES[@]}" ]]
+}
+
+wait_nodes_up() {
+  local deadline=$((SECONDS + WAIT_S)) f
+  until nodes_up; do
+    if ((SECONDS >= deadline)); then
+      log "nodes not up after ${WAIT_S}s (SRL_SLURM_WAIT)"
+      { sinfo -N; sinfo -R; } >&2 2>&1 || true
+      for f in "$DIR"/log/*; do echo "== $f"; tail -n 15 "$f"; done >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+# slurmctld recovers jobs from its saved state, but `stop` killed every job step, so jobs it still
+# believes are running would hold their nodes forever (the virtual nodes never "reboot", so Slurm
+# does not notice). Cancel them; pending jobs are kept and will run.
+cancel_stale_jobs() {
+  [[ -z $(our_stepds) ]] || return 0
+  local jobs
+  jobs=$(squeue -h -t RUNNING,SUSPENDED -o '%i' 2>/dev/null) || return 0
+  [[ -n $jobs ]] || return 0
+  log "cancelling jobs left running by the last stop: $(echo $jobs)"
+  scancel $jobs 2>/dev/null || true
 }
 
 cmd_start() {
@@ -238,37 +263,28 @@ cmd_start() {
   make_dirs
   write_config
   start_munge
-  daemon_alive slurmctld slurmctld || start_bg slurmctld slurmctld slurmctld -D
-  local n
+  local fresh=0 n
+  daemon_alive slurmctld slurmctld || { fresh=1; start_bg slurmctld slurmctld slurmctld -D; }
   for n in "${NODES[@]}"; do
     daemon_alive "slurmd-$n" slurmd || start_bg "slurmd-$n" slurmd slurmd -D -N "$n"
   done
-  local deadline=$((SECONDS + WAIT_S))
-  until nodes_idle; do
-    if ((SECONDS >= deadline)); then
-      log "nodes not idle after ${WAIT_S}s (SRL_SLURM_WAIT)"
-      sinfo -N 2>&1 || true; sinfo -R 2>&1 || true
-      local f
-      for f in "$DIR"/log/*; do echo "== $f"; tail -n 15 "$f"; done >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_nodes_up
+  ((fresh)) && cancel_stale_jobs
   log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(config $CONF, state $DIR)"
 }
 
 # ---------------------------------------------------------------- stop
 cmd_stop() {
   need_root
-  local procs=() n key name
+  local procs=() n key
   for n in "${NODES[@]}"; do
     daemon_alive "slurmd-$n" slurmd && procs+=("slurmd:$(cat "$PIDS/slurmd-$n")")
   done
   ((${#procs[@]})) && stop_pids "${procs[@]}"
   # Job steps outlive slurmd: kill each of our slurmstepd's with its whole process tree.
-  local tree=() s
-  for s in $(our_stepds); do tree+=("$s" $(descendants "$s")); done
-  ((${#tree[@]})) && { kill -KILL "${tree[@]}" 2>/dev/null || true; }
+  local stepds
+  stepds=$(our_stepds)
+  [[ -z $stepds ]] || kill -KILL $stepds $(descendants $stepds) 2>/dev/null || true
   daemon_alive slurmctld slurmctld && stop_pids "slurmctld:$(cat "$PIDS/slurmctld")"
   # munged only if this script started it (pid file exists only then).
   daemon_alive munged munged && stop_pids "munged:$(cat "$PIDS/munged")"
