@@ -146,3 +146,19 @@ def _summary(run_dir: Path) -> dict:
         return json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def main(argv=None) -> int:
+    """`python -m launcher.local RUN_DIR`: run an already created run directory (used by launcher.submit)."""
+    from launcher import config
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m launcher.local RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(args[0]).resolve()
+    return run(config.load(run_dir / "experiment.yaml"), run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,6 +38,9 @@ def describe(run_dir: Path) -> tuple[str, str]:
     for worker, error in (summary or {}).get("failed_workers", {}).items():
         log = rundir.log_path(run_dir, worker)
         lines.append(f"worker {worker} failed: {error}\n--- last lines of {log}:\n{rundir.tail(log)}")
+    if summary is None and state in ("failed", "cancelled", "timeout"):
+        for out in sorted(run_dir.glob("slurm-*.out")):  # the run never concluded: srun's own words
+            lines.append(f"--- last lines of {out}:\n{rundir.tail(out)}")
     return state, "\n".join(lines)
 
 
@@ -45,7 +48,8 @@ def last_progress_line(run_dir: Path) -> str | None:
     log = rundir.log_path(run_dir, "controller/0")
     if not log.exists():
         return None
-    progress = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[")]
+    progress = [line for line in log.read_text(errors="replace").splitlines()
+                if line.startswith("[") and "| sample" in line]
     return progress[-1].strip() if progress else None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import signal
@@ -61,6 +62,8 @@ def main(argv=None) -> int:
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
         table = rendezvous.exchange(entry, names)
         log.info("rendezvous done: %d workers", len(table))
+        if name == endpoints.CONTROLLER:  # where every worker runs, for status and post-mortems
+            (args.run_dir / "workers.json").write_text(json.dumps(table, indent=1))
         worker.connect(table)
         code = worker.run()
         log.info("%s ended", name)

@@ -65,7 +65,10 @@ class MpiRendezvous:
     local = False
 
     def __init__(self):
-        from mpi4py import MPI  # imported here: local mode never needs MPI
+        # One tiny allgather needs no shared-memory transport, and Open MPI's (vader) crashed in
+        # Split_type when several Slurm nodes share one host (the local test cluster). Users can override.
+        os.environ.setdefault("OMPI_MCA_btl", "self,tcp")
+        from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
         self.comm = MPI.COMM_WORLD
         self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()

@@ -1,0 +1,72 @@
+"""The Python API, for notebooks and scripts: `submit` returns a Run handle.
+
+    run = launcher.submit("experiments/cartpole_ppo.yaml", slurm=True, overrides=["seed=3"])
+    run.state(); run.wait(); run.logs("actor/0"); run.cancel(); run.summary()
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher import config, rundir, status
+from launcher import slurm as scheduler
+
+
+class Run:
+    """A submitted (Slurm) or started (local process) run, known by its run directory."""
+
+    def __init__(self, run_dir: Path, job_id: str | None = None, process: subprocess.Popen | None = None):
+        self.run_dir = Path(run_dir)
+        self.job_id = job_id
+        self._process = process
+
+    def __repr__(self):
+        return f"Run({str(self.run_dir)!r}, job_id={self.job_id!r})"
+
+    def state(self) -> str:
+        """pending / running / completed / failed / cancelled / timeout (Slurm's states, via one table)."""
+        if self.job_id is not None:
+            return scheduler.job_state(self.job_id)[0]
+        if self._process is not None and self._process.poll() is None:
+            return "running"
+        return status.describe(self.run_dir)[0]
+
+    def wait(self, timeout: float | None = None) -> str:
+        if self.job_id is not None:
+            scheduler.wait(self.job_id, timeout=timeout)
+        elif self._process is not None:
+            self._process.wait(timeout=timeout)
+        return self.state()
+
+    def cancel(self) -> None:
+        """Stop the run; workers wind down and the trainer keeps its checkpoint."""
+        if self.job_id is not None:
+            scheduler.cancel(self.job_id)
+        elif self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+
+    def logs(self, worker: str = "controller/0") -> str:
+        path = rundir.log_path(self.run_dir, worker)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def summary(self) -> dict | None:
+        path = self.run_dir / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None,
+           overrides: list[str] = ()) -> Run:
+    """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm."""
+    exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment)
+    if overrides:
+        exp = config.with_overrides(exp, list(overrides))
+    exp, path = rundir.create(exp, run_dir)
+    if slurm:
+        return Run(path, job_id=scheduler.submit(exp, path, sys.executable, command=f"launcher.submit({experiment!r})"))
+    log = open(path / "logs" / "launcher.log", "wb")
+    process = subprocess.Popen([sys.executable, "-m", "launcher.local", str(path)], stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    return Run(path, process=process)

@@ -1,0 +1,121 @@
+"""Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import launcher
+from conftest import ROOT, script
+from launcher import slurm
+
+pytestmark = pytest.mark.slurm
+
+SHORT = """\
+name: {name}
+env: {{id: {env_id}, kwargs: {kwargs}}}
+workers:
+  actor: {{count: 2, ring_size: 4, inference_splits: 2, segment_length: 32}}
+  trainer: {{batch_segments: 4, checkpoint_interval: 2}}
+stop: {{wall_time: {wall_time}}}
+monitor: {{status_interval: 1}}
+slurm:
+  time: "00:10:00"
+  trainer: {{partition: gpu, mem_per_task: 1G}}
+  policy: {{partition: gpu, mem_per_task: 1G}}
+  actor: {{partition: cpu, mem_per_task: 1G, tasks_per_node: 2}}
+  sweep: {{partition: cpu, cpus: 2, mem: 2G, time: "00:10:00"}}
+"""
+
+
+def experiment(tmp_path, name="short", env_id="CartPole-v1", kwargs="{}", wall_time=5):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SHORT.format(name=name, env_id=env_id, kwargs=kwargs, wall_time=wall_time))
+    return path
+
+
+def srl(*args, timeout=300):
+    return subprocess.run([script("srl-launch"), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def het_nodes(job_id):
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
+    return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
+
+
+def processes_mentioning(text):
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            data = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (cmdline.parent / "stat").read_text().split()
+        except OSError:
+            continue
+        if text in data and stat[2] != "Z":
+            found.append(data)
+    return found
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_cartpole_reaches_its_target_as_one_heterogeneous_job(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow", "--run-dir", run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
+    nodes = het_nodes(job_id)
+    assert len(nodes) == 3 and len(set(nodes)) >= 2  # three het groups, on different virtual nodes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["mean_return"] >= 475
+    table = json.loads((run_dir / "workers.json").read_text())  # found each other over MPI
+    assert len({entry["node"] for entry in table.values()}) >= 2
+    assert "target reached" in proc.stdout and "completed" in proc.stdout
+
+
+def test_status_and_cancel_a_running_job(tmp_path):
+    run = launcher.submit(experiment(tmp_path, wall_time=600), slurm=True, run_dir=tmp_path / "run")
+    wait_for(lambda: "| sample" in run.logs(), 90, "training progress in the controller log")
+    proc = srl("status", run.run_dir)
+    assert proc.returncode == 0 and "state: running" in proc.stdout and "last progress" in proc.stdout
+    assert srl("cancel", run.run_dir).returncode == 0
+    assert run.wait(timeout=60) == "cancelled"
+    wait_for(lambda: not processes_mentioning(str(run.run_dir)), 30, "the job's processes to end")
+    assert (run.run_dir / "checkpoints" / "latest.pt").exists()
+    assert "state: cancelled" in srl("status", run.run_dir).stdout
+
+
+def test_a_failing_worker_fails_the_job_and_status_names_it(tmp_path):
+    exp = experiment(tmp_path, name="crash", env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 200}", wall_time=120)
+    run_dir = tmp_path / "run"
+    proc = srl(exp, "--slurm", "--follow", "--run-dir", run_dir)
+    assert proc.returncode == 1
+    job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
+    assert slurm.job_state(job_id)[0] == "failed"
+    out = srl("status", run_dir).stdout
+    assert "state: failed" in out
+    assert "worker actor/" in out and "RuntimeError: CrashAfter env crashed on purpose" in out
+    assert "last lines of" in out and "srl_hpc/envs/testing.py" in out  # the tail of the failed worker's log
+    wait_for(lambda: not processes_mentioning(str(run_dir)), 30, "the job's processes to end")
+
+
+def test_a_three_seed_sweep_through_submitit(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = srl(experiment(tmp_path, name="sweep", wall_time=4), "--slurm", "--seeds", "1,2,3", "--follow",
+               "--run-dir", sweep_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    members = json.loads((sweep_dir / "sweep.json").read_text())["members"]
+    assert [m["seed"] for m in members] == [1, 2, 3]
+    assert len({m["job_id"].split("_")[0] for m in members}) == 1  # one job array
+    for m in members:
+        summary = json.loads((Path(m["run_dir"]) / "summary.json").read_text())
+        assert summary["status"] == "succeeded" and summary["frames_consumed"] > 0
+        assert f"seed: {m['seed']}" in (Path(m["run_dir"]) / "experiment.yaml").read_text()
+    assert srl("status", sweep_dir).stdout.count("outcome: succeeded") == 3
