@@ -20,8 +20,8 @@ class ConfigError(ValueError):
 
     def __init__(self, source: str, problems: list[tuple[str, Optional[int], str]]):
         self.source = source
-        self.problems = problems
-        lines = [f"{source}:{line if line else '?'}: {path or '<top>'}: {msg}" for path, line, msg in problems]
+        self.problems = sorted(problems, key=lambda p: (p[1] is None, p[1] or 0))
+        lines = [f"{source}:{line if line else '?'}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
         super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
 
 
