@@ -28,9 +28,30 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------------------------- schema
 
 @dataclass(frozen=True)
+class AtariConfig:
+    """The standard Atari pipeline (ale-py): frame skip with max-pooling, grayscale resize, frame stack."""
+    frame_skip: int = 4  # a training "frame" count is agent steps x frame_skip
+    screen_size: int = 84
+    frame_stack: int = 4
+    noop_max: int = 30
+    terminal_on_life_loss: bool = False
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("frame_skip", "screen_size", "frame_stack"))
+        if self.noop_max < 0:
+            problems.append(("noop_max", f"must be >= 0, got {self.noop_max}"))
+        return problems
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     id: str = "CartPole-v1"  # any gymnasium id; srl_hpc registers its own test envs under "srl_hpc/"
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
+    atari: Optional[AtariConfig] = None  # set (even to {}) for ALE/* ids: standard preprocessing
+
+    @property
+    def frames_per_step(self) -> int:
+        return self.atari.frame_skip if self.atari else 1
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ import threading
 import time
 from pathlib import Path
 
-from srl_hpc.streams import endpoints
+import zmq
+
+from srl_hpc.streams import endpoints, wire
 from launcher import rundir
 
-REPORT_WAIT = 5.0  # a crashed worker's own failure report normally stops the run sooner than this
+REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
 GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL
 
 
@@ -55,7 +57,7 @@ def run(exp, run_dir: Path, out=sys.stdout) -> int:
         _signal_all(procs, signal.SIGTERM)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        crashed = _watch(procs)
+        crashed = _watch(procs, run_dir)
         _wind_down(procs)
     finally:
         for s, handler in previous.items():
@@ -87,7 +89,24 @@ def launcher_pid(run_dir: Path) -> int | None:
         return None
 
 
-def _watch(procs) -> tuple[str, int] | None:
+def _report_to_controller(run_dir: Path, worker: str, error: str) -> bool:
+    """Send a 'failed' event on the worker's behalf, as the worker itself would. False: no controller yet."""
+    try:
+        entry = json.loads((Path(run_dir) / "rendezvous" / "controller-0.json").read_text())
+    except (OSError, ValueError):
+        return False
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(endpoints.address({endpoints.CONTROLLER: entry}, endpoints.CONTROLLER, endpoints.EVENTS))
+        sock.send_multipart(wire.pack("failed", {"worker": worker, "error": error}))
+    finally:
+        ctx.destroy(linger=2000)
+    return True
+
+
+def _watch(procs, run_dir: Path) -> tuple[str, int] | None:
     """Until the controller exits. A worker that dies with an error is returned (and the run stopped)."""
     controller = procs[endpoints.CONTROLLER]
     crashed, signalled_at = None, None
@@ -96,9 +115,10 @@ def _watch(procs) -> tuple[str, int] | None:
             code = p.poll()
             if crashed is None and code not in (None, 0) and name != endpoints.CONTROLLER:
                 crashed = (name, code)
-                # A worker that raised has told the controller, which stops the run itself; one that was
-                # killed cannot, so stop everyone now.
-                signalled_at = time.monotonic() + (REPORT_WAIT if code > 0 else 0.0)
+                # A worker that raised has told the controller itself; one that was killed cannot, so the
+                # launcher tells it. The controller then stops the run (failed) without waiting for it.
+                told = _report_to_controller(run_dir, name, f"process {_describe_exit(code)}")
+                signalled_at = time.monotonic() + (REPORT_WAIT if told else 0.0)
         if signalled_at is not None and time.monotonic() >= signalled_at:
             _signal_all(procs, signal.SIGTERM)
             signalled_at = float("inf")

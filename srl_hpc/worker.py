@@ -53,14 +53,14 @@ def main(argv=None) -> int:
 
     rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(args.run_dir, len(names))
     worker = worker_class(kind)(exp, index, args.run_dir, local_rank=rendezvous.local_rank)
-    # SIGTERM (scancel, the local launcher) and SIGINT: wind down cleanly, keep checkpoints.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: worker.request_stop())
     try:
         ports = worker.bind()
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
-        table = rendezvous.exchange(entry, names)
+        table = rendezvous.exchange(entry, names)  # a signal until here ends the process at once
+        # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.request_stop())
         log.info("rendezvous done: %d workers", len(table))
         if name == endpoints.CONTROLLER:  # where every worker runs, for status and post-mortems
             (args.run_dir / "workers.json").write_text(json.dumps(table, indent=1))

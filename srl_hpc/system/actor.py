@@ -104,9 +104,10 @@ class ActorWorker(Worker):
         per_group = a.ring_size // a.inference_splits
         self.groups = []
         for g in range(a.inference_splits):
-            envs = [make_env(exp.env.id, exp.env.kwargs, seed + g * per_group + i) for i in range(per_group)]
+            envs = [make_env(exp.env, seed + g * per_group + i) for i in range(per_group)]
             self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group))
         self.next_group = 0
+        self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
         self.env_frames = 0
         self.frames_sent = 0
         self.frames_discarded = 0  # filled segments that could not be sent before stop
@@ -122,21 +123,24 @@ class ActorWorker(Worker):
         self.inference = InferenceClient(sock)
         self.samples = self.ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach the trainer
-        self.samples.setsockopt(zmq.SNDHWM, 64)
+        self.samples.setsockopt(zmq.SNDHWM, 2)  # a busy trainer slows actors down instead of queueing stale data
         for trainer in endpoints.workers_of(table, "trainer"):
             self.samples.connect(endpoints.address(table, trainer, endpoints.SAMPLES))
 
     def start(self):
         self._sent_at = [time.perf_counter()] * len(self.groups)
+        self._waiting_since: float | None = None  # when the ring started waiting for the current group
         for g, group in enumerate(self.groups):
             self.inference.send(g, group.request_obs())
 
     def step(self):
         g = self.next_group
-        t0 = time.perf_counter()
+        if self._waiting_since is None:
+            self._waiting_since = time.perf_counter()
         reply = self.inference.wait(g, POLL_MS)
         if reply is None:
             return  # the policy worker is busy or gone; the loop checks commands and heartbeats
+        t0, self._waiting_since = self._waiting_since, None
         t1 = time.perf_counter()
         group = self.groups[g]
         r = reply.arrays
@@ -146,7 +150,7 @@ class ActorWorker(Worker):
         self.trace.record("env_step", group=g, envs=len(group.envs), step_seconds=t2 - t1,
                           wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
         self._sent_at[g] = t2
-        self.env_frames += len(group.envs)
+        self.env_frames += len(group.envs) * self.frames_per_step
         for ret, length in group.finished_episodes:
             self.trace.record("episode", episode_return=ret, length=length)
         self._returns += group.finished_episodes
@@ -157,7 +161,7 @@ class ActorWorker(Worker):
         self.next_group = (g + 1) % len(self.groups)
 
     def _push(self, segment: dict) -> None:
-        frames = segment["rewards"].size
+        frames = segment["rewards"].size * self.frames_per_step
         msg = wire.pack("segment", {"actor": self.name, "frames": frames}, segment)
         t0 = time.perf_counter()
         while not self.stop_requested:  # back-pressure from a busy trainer: wait, but keep obeying commands

@@ -35,7 +35,7 @@ class PolicyWorker(Worker):
         cfg = exp.workers.policy
         torch.set_num_threads(cfg.torch_threads)
         self.device = resolve_device(cfg.device, local_rank)
-        obs_space, action_space = spaces(exp.env.id, exp.env.kwargs)
+        obs_space, action_space = spaces(exp.env)
         self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device).eval()
         self.max_batch = cfg.max_batch
         self.version = 0  # the seed-identical initial weights are version 0 everywhere

@@ -32,8 +32,10 @@ DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" whil
 class BatchAssembler:
     """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
 
-    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version, trace):
+    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version, trace,
+                 frames_per_step: int = 1):
         self.socket = socket
+        self.frames_per_step = frames_per_step
         self.trace = trace
         self.batch_segments = batch_segments
         self.max_lag = max_lag
@@ -60,7 +62,7 @@ class BatchAssembler:
 
     def _accept(self, msg: wire.Message) -> None:
         seg = msg.arrays
-        frames = seg["rewards"].size
+        frames = seg["rewards"].size * self.frames_per_step
         self.frames_received += frames
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
@@ -79,12 +81,15 @@ class BatchAssembler:
         rest = {k: v[n:] for k, v in joined.items()}
         self.held_segments -= n
         self._parts = [rest] if self.held_segments else []
-        frames = batch["rewards"].size
+        frames = batch["rewards"].size * self.frames_per_step
         return {"tensors": self.prepare(batch), "frames": frames}
 
     def drop_pending(self) -> None:
         """At stop: whatever is held (a partial batch) is dropped, counted."""
-        self.frames_dropped += sum(p["rewards"].size for p in self._parts)
+        frames = sum(p["rewards"].size for p in self._parts) * self.frames_per_step
+        if frames:
+            self.trace.record("dropped_at_stop", frames=frames)
+        self.frames_dropped += frames
         self._parts, self.held_segments = [], 0
 
 
@@ -97,7 +102,7 @@ class TrainerWorker(Worker):
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.device = resolve_device(cfg.device, local_rank)
-        obs_space, action_space = spaces(exp.env.id, exp.env.kwargs)
+        obs_space, action_space = spaces(exp.env)
         self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device)
         self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device)
         self.version = 0
@@ -116,13 +121,14 @@ class TrainerWorker(Worker):
     def bind(self):
         samples = self.ctx.socket(zmq.PULL)
         samples.setsockopt(zmq.LINGER, 0)
-        samples.setsockopt(zmq.RCVHWM, 64)
+        samples.setsockopt(zmq.RCVHWM, 4)  # per actor; with the pre-fetched batch this bounds policy lag
         params = self.ctx.socket(zmq.PUB)
         params.setsockopt(zmq.LINGER, 0)
         ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
                  endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
         self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
-                                        self.algorithm.prepare, lambda: self.version, self.trace)
+                                        self.algorithm.prepare, lambda: self.version, self.trace,
+                                        self.exp.env.frames_per_step)
         self.publisher = ParameterPublisher(params)
         return ports
 
@@ -186,7 +192,9 @@ class TrainerWorker(Worker):
             self._thread_stop.set()
             self._thread.join()
             while not self._batches.empty():
-                self.assembler.frames_dropped += self._batches.get()["frames"]
+                frames = self._batches.get()["frames"]
+                self.trace.record("dropped_at_stop", frames=frames)
+                self.assembler.frames_dropped += frames
         self.save_checkpoint()
         self.assembler.drop_pending()
         deadline = time.monotonic() + DRAIN_TIMEOUT

@@ -19,12 +19,12 @@ from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
 
 # kind -> (activity, table, duration field, fields recorded after it in the same row)
 ACTIVITIES = {
-    "actor": [("waiting_inference", "env_step", "wait_seconds", ("step_seconds",)),
-              ("stepping", "env_step", "step_seconds", ()),
+    "actor": [("stepping", "env_step", "step_seconds", ()),
+              ("waiting_inference", "env_step", "wait_seconds", ("step_seconds",)),
               ("sending", "segment", "send_wait", ())],
-    "policy": [("pulling_params", "param_pull", "seconds", ()),
-               ("computing", "inference", "compute_seconds", ("reply_seconds",)),
-               ("replying", "inference", "reply_seconds", ())],
+    "policy": [("computing", "inference", "compute_seconds", ("reply_seconds",)),
+               ("replying", "inference", "reply_seconds", ()),
+               ("pulling_params", "param_pull", "seconds", ())],
     "trainer": [("waiting", "train_step", "wait_seconds", ("compute_seconds", "publish_seconds")),
                 ("computing", "train_step", "compute_seconds", ("publish_seconds",)),
                 ("publishing", "train_step", "publish_seconds", ())],
@@ -48,10 +48,12 @@ STAGES = {
     "param_pull": ("policy weight load", "policy", "param_pull", "seconds"),
 }
 
-# kind -> (unit, table, field counting units per row)
-THROUGHPUT = {"actor": ("env frames", "env_step", "envs"),
-              "policy": ("observations", "inference", "batch_size"),
-              "trainer": ("frames consumed", "train_step", "frames")}
+# kind -> (unit, table, field counting units per row, the consecutive phases the row's units took)
+THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds")),
+              "policy": ("observations", "inference", "batch_size", ("compute_seconds", "reply_seconds")),
+              "trainer": ("frames consumed", "train_step", "frames",
+                          ("wait_seconds", "compute_seconds", "publish_seconds"))}
+KIND_LABELS = {"actor": "actors", "policy": "policy workers", "trainer": "trainers"}
 
 SATURATED = 0.9  # a stage busy this much of its time cannot go faster
 BUSY = 0.5  # a consumer busy at least this much is the likely cause of its producers' waits
@@ -94,25 +96,35 @@ def intervals(table: Table, duration: str, after: tuple[str, ...] = (), t0: floa
     return ends - table[duration], ends
 
 
-def busy_time(starts, ends, edges) -> np.ndarray:
+def busy_time(starts, ends, edges, weights=None) -> np.ndarray:
     """Seconds of the intervals [starts, ends) falling in each bin [edges[i], edges[i+1]).
 
-    B(x) = sum over intervals of how much of it lies before x = sum_{s<x}(x - s) - sum_{e<x}(x - e),
-    evaluated with sorted cumulative sums, so this is exact and O((n + bins) log n).
+    With `weights`, each interval instead contributes its weight spread evenly over it (units per bin).
+    B(x), the amount lying before x, is sum_{s<x} rate*(x - s) - sum_{e<x} rate*(x - e) with rate the
+    weight per second (1 for plain time); evaluated with sorted cumulative sums, it is exact and fast.
     """
     edges = np.asarray(edges, dtype=float)
+    starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    if weights is None:
+        rate = np.ones(len(starts))
+    else:
+        ends = np.maximum(ends, starts + 1e-6)  # a zero-length row still delivers its units
+        rate = np.asarray(weights, dtype=float) / (ends - starts)
 
     def before(points):
-        p = np.sort(np.asarray(points, dtype=float))
+        order = np.argsort(points)
+        p, r = points[order], rate[order]
         k = np.searchsorted(p, edges)
-        cum = np.concatenate([[0.0], np.cumsum(p)])
-        return k * edges - cum[k]
+        cum_r = np.concatenate([[0.0], np.cumsum(r)])
+        cum_rp = np.concatenate([[0.0], np.cumsum(r * p)])
+        return cum_r[k] * edges - cum_rp[k]
     return np.diff(before(starts) - before(ends))
 
 
 def span(worker: WorkerTrace, t0: float = 0.0) -> tuple[float, float] | None:
     """From the start of the worker's first recorded activity to the end of its last one."""
-    bounds = [intervals(worker.table(table), dur, after, t0) for _, table, dur, after in ACTIVITIES.get(worker.kind, [])]
+    bounds = [intervals(worker.table(table), dur, after, t0)
+              for _, table, dur, after in ACTIVITIES.get(worker.kind, [])]
     starts = np.concatenate([s for s, _ in bounds]) if bounds else np.empty(0)
     ends = np.concatenate([e for _, e in bounds]) if bounds else np.empty(0)
     if not len(starts):
@@ -143,10 +155,15 @@ def activity_timeline(worker: WorkerTrace, edges, t0: float = 0.0) -> dict[str, 
     return out
 
 
-def rate_over_time(t, units, edges) -> np.ndarray:
-    """Units per second in each bin, each row counted in the bin of its time."""
-    sums, _ = np.histogram(t, bins=edges, weights=units)
-    return sums / np.diff(edges)
+def rate_over_time(worker: WorkerTrace, edges, t0: float = 0.0) -> np.ndarray:
+    """The worker's THROUGHPUT units per second in each bin, each row's units spread over the time it took."""
+    _, table, field, durations = THROUGHPUT[worker.kind]
+    tab = worker.table(table)
+    if field not in tab:
+        return np.zeros(len(edges) - 1)
+    ends = tab["t"] - t0
+    starts = ends - sum(tab[f] for f in durations)
+    return busy_time(starts, ends, edges, tab[field]) / np.diff(edges)
 
 
 def mean_shares(shares: list[dict[str, float]]) -> dict[str, float] | None:
@@ -187,23 +204,25 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
     trainer_busy = trainer["computing"] + trainer["publishing"] if trainer else None
     policy_busy = policy["computing"] + policy["replying"] if policy else None
     actors = (f"actors spend {_pct(actor['stepping'])} of their time stepping envs, "
-              f"{_pct(actor['waiting_inference'])} waiting on inference, {_pct(actor['sending'])} blocked sending samples")
-    trainer_words = "" if trainer_busy is None else f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}"
+              f"{_pct(actor['waiting_inference'])} waiting on inference, "
+              f"{_pct(actor['sending'])} blocked sending samples")
+    trainer_words = ("" if trainer_busy is None else
+                     f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}")
     policy_words = "" if policy_busy is None else f"the policy worker is busy {_pct(policy_busy)}"
     dropped = extra.get("dropped_fraction") or 0.0
-    dropped_words = f"; the trainer drops {_pct(dropped)} of segments as too stale" if dropped > 0.01 else ""
+    backlog_words = f"; the trainer drops {_pct(dropped)} of segments as too stale" if dropped > 0.01 else ""
     if extra.get("sample_fps") and extra.get("train_fps") and extra["sample_fps"] > 1.2 * extra["train_fps"]:
-        dropped_words += (f"; actors produce {extra['sample_fps']:,.0f} frames/s but the trainer consumes only "
+        backlog_words += (f"; actors produce {extra['sample_fps']:,.0f} frames/s but the trainer consumes only "
                           f"{extra['train_fps']:,.0f}/s")
 
     if trainer_busy is not None and trainer_busy >= SATURATED:
-        return Verdict("trainer", f"{trainer_words}: it cannot consume faster; {actors}{dropped_words}")
+        return Verdict("trainer", f"{trainer_words}: it cannot consume faster; {actors}{backlog_words}")
     top = max(("stepping", "waiting_inference", "sending"), key=actor.get)
     if top == "stepping":
         return Verdict("env", f"{actors}; {trainer_words or 'no trainer trace'}; {policy_words or 'no policy trace'}")
     if top == "sending":
         if trainer_busy is not None and trainer_busy >= BUSY:
-            return Verdict("trainer", f"{actors}: back-pressure from the trainer; {trainer_words}{dropped_words}")
+            return Verdict("trainer", f"{actors}: back-pressure from the trainer; {trainer_words}{backlog_words}")
         return Verdict("transport", f"{actors}, yet {trainer_words or 'there is no trainer trace'}: "
                                     "the sample stream does not carry segments fast enough")
     wire = ""
@@ -226,7 +245,7 @@ def throughput(run: RunTrace) -> dict:
     """Per worker kind: units per second over the kind's span, in total and per worker."""
     t0 = run.t0
     out = {}
-    for kind, (unit, table, field) in THROUGHPUT.items():
+    for kind, (unit, table, field, _) in THROUGHPUT.items():
         workers = run.of_kind(kind)
         per_worker, total, lo, hi = {}, 0.0, np.inf, -np.inf
         for w in workers:
@@ -313,6 +332,7 @@ def summarize(run: RunTrace) -> dict:
         "experiment": run.meta.get("experiment"),
         "status": summary.get("status"),
         "reason": summary.get("reason"),
+        "no_final_report": summary.get("no_final_report", []),  # workers that died: traces end at their last flush
         "traced_seconds": max(ends) if ends else 0.0,
         "workers": [{"name": w.name, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
                      "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from srl_hpc.trace import analysis
@@ -23,6 +24,9 @@ def main(argv=None) -> int:
     except TraceError as e:
         print(f"srl-trace: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `srl-trace RUN | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def cmd_summary(argv) -> int:
@@ -59,6 +63,8 @@ def format_summary(s: dict) -> str:
     lines = [f"run {s['run_dir']}" + (f"  ({s['experiment']})" if s["experiment"] else "")]
     if s["status"]:
         lines.append(f"  ended {s['status']}: {s['reason']}")
+    if s["no_final_report"]:
+        lines.append(f"  no final report from {', '.join(s['no_final_report'])}: their traces end at their last flush")
     lines.append(f"  {len(s['workers'])} trace files read, {s['traced_seconds']:.1f} s traced")
     if s["problems"]:
         lines += ["", "PROBLEMS (files or tables not read; the rest is analysed)"]
@@ -70,13 +76,14 @@ def format_summary(s: dict) -> str:
     lines += ["", "throughput"]
     for kind, t in s["throughput"].items():
         per = "" if t["workers"] < 2 else "  (" + ", ".join(f"{w} {v:,.0f}" for w, v in t["per_worker"].items()) + ")"
-        lines.append(f"  {kind + 's':<9}{t['workers']:>3} worker{'s' if t['workers'] > 1 else ' '}"
+        lines.append(f"  {analysis.KIND_LABELS[kind]:<15}{t['workers']:>3} worker{'s' if t['workers'] > 1 else ' '}"
                      f"{t['per_second']:>12,.0f} {t['unit']}/s{per}")
 
     lines += ["", "where each worker's time goes (share of its traced span)"]
     for name, shares in s["time_shares"]["by_worker"].items():
         if shares:
-            lines.append(f"  {name:<11}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}" for k, v in shares.items()))
+            lines.append(f"  {name:<11}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}"
+                                                     for k, v in shares.items()))
     if s["trainer_busy_fraction"] is not None:
         lines.append(f"  trainer busy fraction (computing + publishing): {_pct(s['trainer_busy_fraction'])}")
 
@@ -92,7 +99,8 @@ def format_summary(s: dict) -> str:
     lag = s["policy_lag"]
     if lag["n"]:
         lines += ["", f"policy lag at the trainer (versions): {_stats(lag)}; "
-                      f"{lag['dropped']:,} of {lag['segments']:,} segments dropped", "  " + _hist(lag["histogram"])]
+                      f"{lag['dropped']:,} of {lag['segments']:,} segments dropped as too stale",
+                  "  " + _hist(lag["histogram"])]
     r = s["returns"]
     if r["episodes"]:
         n = min(analysis.RETURN_WINDOW, r["episodes"])
@@ -101,18 +109,20 @@ def format_summary(s: dict) -> str:
                   "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
                                     for b in r["over_time"] if b["mean_return"] is not None)]
     v = s["verdict"]
-    lines += ["", f"VERDICT: {v['stage']}-bound" if v["stage"] != "unknown" else "VERDICT: unknown", f"  {v['evidence']}"]
+    lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
+              f"  {v['evidence']}"]
     return "\n".join(lines)
 
 
 def format_compare(a: dict, b: dict) -> str:
-    rows = [("run", a["run_dir"], b["run_dir"]),
+    rows = [("run (A, B)", a["run_dir"], b["run_dir"]),
             ("experiment", a["experiment"], b["experiment"]),
             ("status", a["status"], b["status"]),
             ("traced seconds", f"{a['traced_seconds']:.1f}", f"{b['traced_seconds']:.1f}"),
             ("trace problems", len(a["problems"]), len(b["problems"]))]
-    for kind, (unit, _, _) in analysis.THROUGHPUT.items():
-        rows.append((f"{kind}s: {unit}/s", *(_num(s["throughput"].get(kind, {}).get("per_second")) for s in (a, b))))
+    for kind, (unit, *_) in analysis.THROUGHPUT.items():
+        rates = (_num(s["throughput"].get(kind, {}).get("per_second")) for s in (a, b))
+        rows.append((f"{analysis.KIND_LABELS[kind]}: {unit}/s", *rates))
     rows.append(("trainer busy", *(_pct(s["trainer_busy_fraction"]) for s in (a, b))))
     for kind in analysis.ACTIVITIES:
         for activity, *_ in analysis.ACTIVITIES[kind]:
@@ -126,8 +136,10 @@ def format_compare(a: dict, b: dict) -> str:
              ("episodes", *(_num(s["returns"]["episodes"]) for s in (a, b))),
              ("return, last episodes", *(_num(s["returns"].get("last"), ".1f") for s in (a, b))),
              ("verdict", a["verdict"]["stage"], b["verdict"]["stage"])]
-    width = max(len(str(r[1])) for r in rows) + 2
-    return "\n".join(f"{label:<40}{str(x):<{width}}{y}" for label, x, y in rows)
+    rows = [(label, "-" if x is None else str(x), "-" if y is None else str(y)) for label, x, y in rows]
+    width = max(len(x) for _, x, _ in rows) + 2
+    lines = [f"{label:<40}{x:<{width}}{y}" for label, x, y in rows]
+    return "\n".join(lines + ["", f"A: {a['verdict']['evidence']}", f"B: {b['verdict']['evidence']}"])
 
 
 def _pct(x) -> str:

@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib import ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from srl_hpc.trace import analysis  # noqa: E402
@@ -30,7 +31,7 @@ def write_plots(run: RunTrace, summary: dict, out_dir: str | Path) -> list[Path]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     edges = _time_bins(run, summary)
-    title = f"{summary.get('experiment') or run.run_dir.name}"
+    title = summary.get("experiment") or run.run_dir.name
     figures = {"throughput.png": lambda: _throughput(run, edges, title),
                "latency.png": lambda: _latency(run, summary, title),
                "timeline.png": lambda: _timeline(run, edges, title),
@@ -57,18 +58,18 @@ def _time_bins(run: RunTrace, summary: dict) -> np.ndarray:
 
 def _throughput(run: RunTrace, edges, title):
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for kind, (unit, table, field) in analysis.THROUGHPUT.items():
-        tabs = [w.table(table) for w in run.of_kind(kind) if field in w.table(table)]
-        if not tabs:
+    for kind, (unit, *_) in analysis.THROUGHPUT.items():
+        workers = run.of_kind(kind)
+        if not workers:
             continue
-        t = np.concatenate([tab["t"] for tab in tabs]) - run.t0
-        units = np.concatenate([tab[field] for tab in tabs])
-        rate = analysis.rate_over_time(t, units, edges)
-        ax.step(edges[:-1], rate, where="post", color=KIND_COLORS[kind], label=f"{kind}s: {unit}/s")
-    ax.set(xlabel="time since run start (s)", ylabel="per second", title=f"{title}: throughput over time")
+        rate = sum(analysis.rate_over_time(w, edges, run.t0) for w in workers)
+        ax.stairs(rate, edges, color=KIND_COLORS[kind], linewidth=3 if kind == "actor" else 1.5,
+                  label=f"{analysis.KIND_LABELS[kind]}: {unit}/s")
+    ax.set(xlabel=f"time since run start (s), {edges[1] - edges[0]:.2g}s bins", ylabel="per second",
+           title=f"{title}: throughput over time")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -87,6 +88,9 @@ def _latency(run: RunTrace, summary: dict, title):
             bins = np.logspace(np.log10(ms.min()), np.log10(ms.max()) + 1e-6, 50)
             ax.hist(ms, bins=bins, color=KIND_COLORS[kind], alpha=0.8)
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         for p, style in (("p50", "-"), ("p99", "--")):
             ax.axvline(stats[p] * 1e3, color="black", linestyle=style, linewidth=1,
                        label=f"{p} {stats[p] * 1e3:.3g} ms")
@@ -102,6 +106,11 @@ def _latency(run: RunTrace, summary: dict, title):
 
 def _timeline(run: RunTrace, edges, title):
     workers = [w for w in run.workers if w.kind in analysis.ACTIVITIES]
+    if not workers:
+        fig, ax = plt.subplots(figsize=(10, 2))
+        ax.text(0.5, 0.5, "no actor, policy or trainer traces", ha="center", va="center")
+        ax.axis("off")
+        return fig
     fig, axes = plt.subplots(len(workers), 1, figsize=(10, 1.5 * len(workers) + 1), sharex=True, squeeze=False)
     for ax, worker in zip(axes[:, 0], workers):
         fractions = analysis.activity_timeline(worker, edges, run.t0)
@@ -112,7 +121,8 @@ def _timeline(run: RunTrace, edges, title):
         ax.set_ylim(0, 1)
         ax.set_ylabel(worker.name, rotation=0, ha="right", va="center")
         ax.set_yticks([0, 0.5, 1])
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+        handles, labels = ax.get_legend_handles_labels()  # top to bottom, as stacked
+        ax.legend(handles[::-1], labels[::-1], loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
     axes[-1, 0].set_xlabel("time since run start (s); white = idle or untraced")
     fig.suptitle(f"{title}: fraction of each {edges[1] - edges[0]:.2g}s bin spent per activity")
     fig.tight_layout()

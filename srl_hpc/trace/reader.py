@@ -1,4 +1,5 @@
-"""Read every trace file of a run directory (RUN/traces/*.h5, written by trace.writer) into plain tables.
+"""Read the trace files of a run directory into plain tables: every file under RUN/traces/, where
+trace.writer puts one <kind>-<index>.h5 per worker (anything else found there is reported, not skipped).
 
 Runs that crashed or were killed are the ones people debug, so reading never gives up on a run because of
 one bad file: a file that is not HDF5, is truncated, or is not an srl-hpc trace becomes a `Problem` naming
@@ -17,6 +18,8 @@ import numpy as np
 import yaml
 
 FORMAT = "srl-hpc-trace/1"
+# what h5py raises on damaged files or metadata, depending on where the damage is
+HDF5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, AttributeError)
 
 Table = dict[str, np.ndarray]  # field -> 1-D array, all the same length; "t" is unix time of each row
 
@@ -100,23 +103,26 @@ def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
     if not h5py.is_hdf5(path):
         return None, [Problem(path, "not an HDF5 file")]
     try:
-        f = h5py.File(path, "r", locking=False)  # never hold a lock a live worker's next flush would trip on
-    except OSError as e:
+        with h5py.File(path, "r", locking=False) as f:  # no lock for a live worker's next flush to trip on
+            return _read_open(f, path)
+    except HDF5_ERRORS as e:
         return None, [Problem(path, _open_failure(e))]
-    with f:
-        attrs = {k: _plain(v) for k, v in f.attrs.items()}
-        if attrs.get("format") != FORMAT:
-            return None, [Problem(path, f"not an srl-hpc trace (format attribute {attrs.get('format')!r}, "
-                                        f"expected {FORMAT!r})")]
-        worker = WorkerTrace(str(attrs.get("worker") or path.stem.replace("-", "/", 1)), path, attrs, {})
-        problems = []
-        for name, group in f.items():
-            try:
-                columns = {k: np.asarray(ds[()]) for k, ds in group.items()}
-            except (OSError, KeyError, ValueError, AttributeError) as e:
-                problems.append(Problem(path, f"table {name!r} unreadable: {_short(e)}"))
-                continue
-            worker.tables[name] = _cut_to_shortest(name, columns, worker.notes)
+
+
+def _read_open(f: h5py.File, path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
+    attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    if attrs.get("format") != FORMAT:
+        return None, [Problem(path, f"not an srl-hpc trace (format attribute {attrs.get('format')!r}, "
+                                    f"expected {FORMAT!r})")]
+    worker = WorkerTrace(str(attrs.get("worker") or path.stem.replace("-", "/", 1)), path, attrs, {})
+    problems = []
+    for name, group in f.items():
+        try:
+            columns = {k: np.asarray(ds[()]) for k, ds in group.items()}
+        except HDF5_ERRORS as e:
+            problems.append(Problem(path, f"table {name!r} unreadable: {_short(e)}"))
+            continue
+        worker.tables[name] = _cut_to_shortest(name, columns, worker.notes)
     if "flushed" not in attrs:
         worker.notes.append("never flushed: the worker recorded nothing or died within its first flush interval")
     if "capped_at" in attrs:
@@ -155,11 +161,11 @@ def _worker_order(name: str):
     return (order.index(kind) if kind in order else len(order), kind, int(index) if index.isdigit() else 0)
 
 
-def _open_failure(exc: OSError) -> str:
+def _open_failure(exc: Exception) -> str:
     sizes = re.search(r"truncated file: eof = (\d+).*stored_eof = (\d+)", str(exc))
     if sizes:
         return f"truncated: {int(sizes[1]):,} of its {int(sizes[2]):,} bytes are there"
-    return f"cannot open as HDF5 (corrupt?): {_short(exc)}"
+    return f"cannot read as HDF5 (corrupt?): {_short(exc)}"
 
 
 def _plain(value):

@@ -29,7 +29,7 @@ class TraceWriter:
         self.max_bytes = max_bytes
         self.enabled = enabled
         self._rows: dict[str, dict[str, list]] = {}
-        self._last_flush = time.monotonic()
+        self._last_flush: float | None = None  # set by the first record, so it is not flushed alone
         self.capped = False
         self._lock = threading.Lock()  # the trainer records from its pre-fetch thread too
         if enabled:
@@ -52,7 +52,9 @@ class TraceWriter:
             columns["t"].append(time.time())
             for k, v in fields.items():
                 columns[k].append(v)
-        if time.monotonic() - self._last_flush >= self.flush_interval:
+        if self._last_flush is None:
+            self._last_flush = time.monotonic()
+        elif time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
 
     def flush(self) -> None:

@@ -1,0 +1,240 @@
+"""srl-trace: reading, analysis and the verdict, on constructed tables and on real local runs.
+
+Three real runs (about 30 s each on two cores): the env-bound and trainer-bound testing experiments,
+and one whose actor is SIGKILLed mid-run.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, script
+from launcher import config
+from srl_hpc.streams import endpoints
+from srl_hpc.trace import analysis, cli, reader
+from srl_hpc.trace.reader import RunTrace, WorkerTrace
+
+SLOW_ENV = ROOT / "experiments" / "testing" / "slow_env.yaml"
+SLOW_TRAINER = ROOT / "experiments" / "testing" / "slow_trainer.yaml"
+
+
+def launch(experiment: Path, run_dir: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([script("srl-launch"), str(experiment), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def slow_env_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("trace") / "slow_env"
+    launch(SLOW_ENV, run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def slow_trainer_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("trace") / "slow_trainer"
+    launch(SLOW_TRAINER, run_dir)
+    return run_dir
+
+
+# ----------------------------------------------------------------------------------------------- constructed
+
+def test_percentiles_of_a_known_sample():
+    stats = analysis.percentiles(np.arange(1, 101))
+    assert stats["n"] == 100 and stats["max"] == 100 and stats["mean"] == 50.5
+    assert [stats["p50"], stats["p90"], stats["p99"]] == pytest.approx([50.5, 90.1, 99.01])
+    assert analysis.percentiles([])["p50"] is None
+
+
+def test_busy_time_splits_intervals_across_bins():
+    # [0, 1) and [1.5, 3.5) over bins of 1 s
+    busy = analysis.busy_time([0.0, 1.5], [1.0, 3.5], [0, 1, 2, 3, 4])
+    assert busy == pytest.approx([1.0, 0.5, 1.0, 0.5])
+    # with weights: 10 units spread over [0, 2), 4 over the instant 3
+    units = analysis.busy_time([0.0, 3.0], [2.0, 3.0], [0, 1, 2, 3, 4], weights=[10, 4])
+    assert units == pytest.approx([5, 5, 0, 4])
+
+
+def trainer_worker(rows: int, wait: float, compute: float, publish: float = 0.0) -> WorkerTrace:
+    """A trainer that repeats wait -> compute -> publish `rows` times, starting at t=100."""
+    cycle = wait + compute + publish
+    t = 100.0 + cycle * np.arange(1, rows + 1)
+    table = {"t": t, "wait_seconds": np.full(rows, wait), "compute_seconds": np.full(rows, compute),
+             "publish_seconds": np.full(rows, publish), "frames": np.full(rows, 1000)}
+    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table})
+
+
+def test_busy_fraction_and_throughput_of_a_constructed_trainer():
+    worker = trainer_worker(rows=10, wait=0.2, compute=0.7, publish=0.1)
+    shares = analysis.time_shares(worker)
+    assert shares["computing"] + shares["publishing"] == pytest.approx(0.8)
+    assert shares["waiting"] == pytest.approx(0.2) and shares["other"] == pytest.approx(0.0)
+    run = RunTrace(Path("."), [worker], [], {})
+    assert analysis.throughput(run)["trainer"]["per_second"] == pytest.approx(1000.0)  # 10,000 frames in 10 s
+    assert analysis.summarize(run)["trainer_busy_fraction"] == pytest.approx(0.8)
+
+
+def shares(kind: str, **values) -> dict:
+    out = {activity: 0.0 for activity, *_ in analysis.ACTIVITIES[kind]}
+    out.update(values)
+    out["other"] = 1.0 - sum(out.values())
+    return out
+
+
+@pytest.mark.parametrize("actor, policy, trainer, stage", [
+    ({"stepping": 0.9, "waiting_inference": 0.05}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "env"),
+    ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.7, "waiting": 0.3}, "trainer"),
+    ({"stepping": 0.6, "waiting_inference": 0.3}, {"computing": 0.2}, {"computing": 0.95, "waiting": 0.05}, "trainer"),
+    ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "transport"),
+    ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.6, "replying": 0.2}, {"computing": 0.3}, "inference"),
+    ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.1}, {"computing": 0.3}, "transport"),
+])
+def test_verdict_rule(actor, policy, trainer, stage):
+    found = analysis.verdict(shares("actor", **actor), shares("policy", **policy), shares("trainer", **trainer))
+    assert found.stage == stage
+    assert "actors spend" in found.evidence
+
+
+def test_verdict_without_actor_traces_is_unknown():
+    assert analysis.verdict(None, None, shares("trainer", computing=0.5)).stage == "unknown"
+
+
+def test_histogram_is_exact_for_small_values_and_power_of_two_beyond():
+    assert analysis.histogram([1, 2, 2]) == [{"bucket": "0", "count": 0}, {"bucket": "1", "count": 1},
+                                             {"bucket": "2", "count": 2}]
+    assert [h["bucket"] for h in analysis.histogram([0, 40])][-2:] == ["16-31", "32-63"]
+
+
+def write_trace(path: Path, tables: dict, **attrs):
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"worker": "actor/0", "pid": 1, "started": 0.0, "format": reader.FORMAT, **attrs})
+        for name, fields in tables.items():
+            for field, values in fields.items():
+                f.create_dataset(f"{name}/{field}", data=np.asarray(values))
+
+
+def test_reader_cuts_a_table_to_its_shortest_field_and_notes_it(tmp_path):
+    write_trace(tmp_path / "actor-0.h5", {"episode": {"t": [1.0, 2.0, 3.0], "episode_return": [10.0, 20.0]}},
+                flushed=3.0)
+    worker, problems = reader.read_file(tmp_path / "actor-0.h5")
+    assert problems == []
+    assert len(worker.tables["episode"]["t"]) == 2 and len(worker.tables["episode"]["episode_return"]) == 2
+    assert any("cut to 2 rows" in note for note in worker.notes)
+
+
+def test_reader_rejects_a_foreign_hdf5_file(tmp_path):
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = [1, 2, 3]
+    worker, problems = reader.read_file(tmp_path / "other.h5")
+    assert worker is None and "not an srl-hpc trace" in problems[0].reason
+
+
+def test_cli_errors_on_a_missing_dir_and_a_run_without_traces(tmp_path, capsys):
+    assert cli.main([str(tmp_path / "nowhere")]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+    assert cli.main([str(tmp_path)]) == 2
+    assert "no trace files" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- real runs
+
+def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer_run, tmp_path):
+    exp = config.load(slow_trainer_run / "experiment.yaml")
+    expected = sorted(name.replace("/", "-") + ".h5" for name in endpoints.all_workers(exp))
+    assert sorted(p.name for p in (slow_trainer_run / "traces").iterdir()) == expected
+
+    plots = tmp_path / "plots"
+    text = subprocess.run([script("srl-trace"), str(slow_trainer_run), "--plot", str(plots)],
+                          capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    for words in ("throughput", "latency (ms)", "trainer busy fraction", "inference batch size",
+                  "policy lag", "episode return", "VERDICT"):
+        assert words in text.stdout
+    for name in ("throughput.png", "latency.png", "timeline.png", "returns.png", "distributions.png"):
+        png = (plots / name).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
+
+    data = subprocess.run([script("srl-trace"), str(slow_trainer_run), "--json"], capture_output=True, text=True,
+                          timeout=60)
+    assert data.returncode == 0, data.stderr
+    summary = json.loads(data.stdout)
+    assert {"throughput", "latency", "time_shares", "trainer_busy_fraction", "batch_size", "policy_lag", "returns",
+            "verdict", "problems", "workers"} <= summary.keys()
+    assert {w["name"] for w in summary["workers"]} == set(endpoints.all_workers(exp))
+    assert summary["problems"] == []
+    assert set(summary["throughput"]) == {"actor", "policy", "trainer"}
+    for stage in ("env_step", "inference_latency", "policy_queue_wait", "policy_compute", "trainer_wait",
+                  "trainer_compute", "sample_send_wait"):
+        stats = summary["latency"][stage]
+        assert stats["n"] > 0 and stats["p99"] >= stats["p50"], stage
+
+
+def test_verdicts_of_the_constructed_runs(slow_env_run, slow_trainer_run, capsys):
+    env = analysis.summarize(reader.read_run(slow_env_run))
+    trainer = analysis.summarize(reader.read_run(slow_trainer_run))
+    assert env["verdict"]["stage"] == "env", env["verdict"]
+    assert trainer["verdict"]["stage"] == "trainer", trainer["verdict"]
+    assert cli.main(["compare", str(slow_env_run), str(slow_trainer_run)]) == 0
+    verdict_row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("verdict")]
+    assert verdict_row and verdict_row[0].split()[1:] == ["env", "trainer"]
+
+
+def test_truncated_and_non_hdf5_files_are_named_and_the_rest_is_analysed(slow_env_run, tmp_path, capsys):
+    run = tmp_path / "damaged"
+    shutil.copytree(slow_env_run, run)
+    truncated = run / "traces" / "actor-1.h5"
+    os.truncate(truncated, truncated.stat().st_size // 2)
+    (run / "traces" / "notes.h5").write_text("not a trace\n")
+
+    assert cli.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "actor-1.h5: truncated" in out and "notes.h5: not an HDF5 file" in out
+    assert cli.main([str(run), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {p["file"] for p in summary["problems"]} == {"actor-1.h5", "notes.h5"}
+    assert {w["name"] for w in summary["workers"]} == {"controller/0", "trainer/0", "policy/0", "actor/0"}
+    assert summary["throughput"]["actor"]["workers"] == 1 and summary["verdict"]["stage"] == "env"
+
+
+def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([script("srl-launch"), str(SLOW_ENV), "--run-dir", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim = run_dir / "traces" / "actor-0.h5"
+    rows, deadline = 0, time.monotonic() + 60
+    try:
+        while rows < 100:  # a few flushes in: the first one holds a single row
+            assert time.monotonic() < deadline and proc.poll() is None, "the actor never flushed 100 env steps"
+            time.sleep(0.2)
+            if victim.exists():
+                worker, _ = reader.read_file(victim)  # a read racing a flush may fail: try again
+                rows = len(worker.table("env_step")["t"]) if worker else 0
+        os.kill(worker.attrs["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert "actor/0" in out and "SIGKILL" in out
+
+    run = reader.read_run(run_dir)
+    killed = next(w for w in run.workers if w.name == "actor/0")
+    env_steps = killed.table("env_step")
+    assert len(env_steps["t"]) >= rows
+    assert all(len(v) == len(tab["t"]) for tab in killed.tables.values() for v in tab.values())
+    assert env_steps["t"].max() <= killed.attrs["flushed"]
+    survivor = next(w for w in run.workers if w.name == "actor/1")
+    assert survivor.table("env_step")["t"].max() > env_steps["t"].max()  # it kept going after the kill
+    assert not [p for p in run.problems if p.path.name == "actor-0.h5"]
+    summary = json.loads((run_dir / "summary.json").read_text())  # the launcher told the controller
+    assert summary["status"] == "failed" and "SIGKILL" in summary["failed_workers"]["actor/0"]
+    assert cli.main([str(run_dir)]) == 0
