@@ -142,6 +142,7 @@ class TrainerConfig:
     device: str = "cpu"
     torch_threads: int = 1
     prefetch: bool = True  # a thread assembles the next batch while the current one trains
+    train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
     checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
 
     def check(self) -> list[tuple[str, str]]:

@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     worker = worker_class(kind)(exp, index, args.run_dir, local_rank=rendezvous.local_rank)
     try:
         ports = worker.bind()
+        if hasattr(worker, "record_startup"):
+            worker.record_startup()
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
         table = rendezvous.exchange(entry, names)  # a signal until here ends the process at once

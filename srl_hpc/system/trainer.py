@@ -126,8 +126,9 @@ class TrainerWorker(Worker):
         params.setsockopt(zmq.LINGER, 0)
         ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
                  endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
+        prepare = self.algorithm.prepare if self.cfg.train else (lambda batch: None)
         self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
-                                        self.algorithm.prepare, lambda: self.version, self.trace,
+                                        prepare, lambda: self.version, self.trace,
                                         self.exp.env.frames_per_step)
         self.publisher = ParameterPublisher(params)
         return ports
@@ -173,6 +174,10 @@ class TrainerWorker(Worker):
         if batch is None:
             return
         t0 = self._ready_since  # the wait counts from the end of the previous training step
+        if not self.cfg.train:  # sampling-only: the batch is consumed and discarded
+            self.frames_consumed += batch["frames"]
+            self._ready_since = time.perf_counter()
+            return
         self.last_losses = self.algorithm.update(batch["tensors"], self.frames_consumed)
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]

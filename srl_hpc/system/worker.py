@@ -6,6 +6,7 @@ kind-specific wind-down (the trainer drains and checkpoints); the last event is 
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -17,6 +18,21 @@ from srl_hpc.trace.writer import TraceWriter
 
 HEARTBEAT_INTERVAL = 1.0
 POLL_MS = 100  # longest a step blocks, so commands and heartbeats are never late by more
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included)."""
+    with open("/proc/self/stat") as f:
+        started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def trace_path(run_dir: Path, worker: str) -> Path:
@@ -44,6 +60,10 @@ class Worker:
     # -- lifecycle, called by srl_hpc.worker in this order
     def bind(self) -> dict[str, int]:
         return {}
+
+    def record_startup(self) -> None:
+        """Start-up cost up to 'ready to rendezvous' (imports, envs, models, sockets) and memory then."""
+        self.trace.record("startup", seconds=process_age(), rss_mb=rss_mb())
 
     def connect(self, table: dict) -> None:
         self._events = self.ctx.socket(zmq.PUSH)
@@ -108,7 +128,7 @@ class Worker:
         now = time.monotonic()
         if now - self._last_heartbeat >= interval:
             self._last_heartbeat = now
-            self.trace.record("heartbeat", **self.queue_depths())
+            self.trace.record("heartbeat", rss_mb=rss_mb(), **self.queue_depths())
             self.send_event("heartbeat", self.stats())
 
     def send_event(self, kind: str, meta: dict) -> None:
