@@ -126,13 +126,18 @@ class ActorConfig:
 
 @dataclass(frozen=True)
 class PolicyWorkerConfig:
+    """Inference. Policy worker processes in the SRL placement; its settings (but count, which must then
+    be 0) also apply to inference inside actors (impala) or on the trainer (seed)."""
     count: int = 1
     max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
     device: str = "cpu"
     torch_threads: int = 1
 
     def check(self) -> list[tuple[str, str]]:
-        return _check_counts(self, ("count", "max_batch", "torch_threads")) + _check_device(self.device)
+        problems = _check_counts(self, ("max_batch", "torch_threads")) + _check_device(self.device)
+        if self.count < 0:
+            problems.append(("count", f"must be >= 0, got {self.count}"))
+        return problems
 
 
 @dataclass(frozen=True)
@@ -154,13 +159,29 @@ class TrainerConfig:
         return problems
 
 
+PLACEMENTS = ("srl", "impala", "seed")
+
+
 @dataclass(frozen=True)
 class WorkersConfig:
+    # where inference runs: "srl" policy workers of their own; "impala" inside each actor process;
+    # "seed" on the trainer's worker and device
+    placement: str = "srl"
     actor: ActorConfig = field(default_factory=ActorConfig)
     policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def check(self) -> list[tuple[str, str]]:
+        if self.placement not in PLACEMENTS:
+            return [("placement", f"unknown placement {self.placement!r}; choose one of {list(PLACEMENTS)}")]
+        if self.placement == "srl" and self.policy.count < 1:
+            return [("policy.count", "the srl placement needs at least one policy worker")]
+        if self.placement != "srl" and self.policy.count != 0:
+            return [("policy.count", f"must be 0 with placement {self.placement!r} (inference runs "
+                                     f"{'inside the actors' if self.placement == 'impala' else 'on the trainer'})")]
+        if self.placement == "seed" and self.policy.device != self.trainer.device:
+            return [("policy.device", f"with placement 'seed' inference runs on the trainer's device "
+                                      f"({self.trainer.device!r}); set the same or leave both")]
         if self.policy.count > self.actor.count:
             return [("policy.count", f"{self.policy.count} policy workers for {self.actor.count} actor workers: "
                                      "some would get no requests")]

@@ -2,7 +2,7 @@
 
 Three het groups, in task-id order (the order of `endpoints.all_workers`):
   trainer: the controller and the trainers (GPU nodes when the trainer device is cuda)
-  policy:  the policy workers (GPU nodes when their device is cuda)
+  policy:  the policy workers (GPU nodes when their device is cuda); absent in the impala and seed placements
   actor:   the actors (CPU nodes)
 Task N of the job's one `srun` hosts worker N, so each group is a contiguous range of workers.
 `check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
@@ -71,8 +71,10 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     for kind in ("trainer", "policy", "actor"):
         res = getattr(s, kind)
         workers = ([endpoints.CONTROLLER] if kind == "trainer" else []) + kinds[kind]
+        if not workers:
+            continue  # no policy workers in the impala and seed placements
         gpu_tasks = len(kinds[kind])  # the controller never needs a GPU
-        nodes = math.ceil(gpu_tasks / res.tasks_per_node)
+        nodes = max(1, math.ceil(gpu_tasks / res.tasks_per_node))
         per_node = math.ceil(len(workers) / nodes)
         gpus = min(res.tasks_per_node, gpu_tasks) if devices[kind].startswith("cuda") else 0
         groups.append(HetGroup(kind, tuple(workers), res.partition, nodes, res.cpus_per_task,

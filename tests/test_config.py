@@ -108,3 +108,12 @@ def test_resolved_config_round_trips():
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(config.ConfigError, match="cannot read"):
         config.load(tmp_path / "nope.yaml")
+
+
+def test_placements():
+    assert config.loads(GOOD + "workers:\n  placement: seed\n  policy: {count: 0}\n").workers.placement == "seed"
+    assert ("workers.placement", 7) in problems(GOOD + "workers:\n  placement: ray\n")
+    assert ("workers.policy.count", 6) in problems(GOOD + "workers:\n  placement: impala\n")
+    assert ("workers.policy.count", 8) in problems(GOOD + "workers:\n  policy:\n    count: 0\n")
+    assert ("workers.policy.device", 8) in problems(
+        GOOD + "workers:\n  placement: seed\n  policy: {count: 0, device: cuda}\n")

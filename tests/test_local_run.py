@@ -5,6 +5,7 @@ import signal
 import subprocess
 import time
 
+import h5py
 import pytest
 
 from conftest import script
@@ -58,6 +59,22 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     assert "frames" in proc.stdout and "succeeded" in proc.stdout
     pids, alive = alive_worker_pids(run_dir)
     assert len(pids) == 5 and alive == []
+
+
+@pytest.mark.parametrize("placement", ["impala", "seed"])
+def test_other_placements_train_and_account_for_every_frame(tmp_path, placement):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
+                           "--set", f"workers.placement={placement}", "--set", "workers.policy.count=0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["policy_version"] > 1 and summary["frames_consumed"] > 0
+    assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert not (run_dir / "logs" / "policy-0.log").exists()  # no policy worker process
+    inference = "actor-0.h5" if placement == "impala" else "trainer-0.h5"
+    with h5py.File(run_dir / "traces" / inference) as f:
+        assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
 
 
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):

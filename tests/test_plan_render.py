@@ -115,3 +115,11 @@ def test_slurm_section_errors_have_lines():
         config.loads("name: x\nstop: {wall_time: 5}\nslurm:\n  time: soon\n  actor: {mem_per_task: lots}\n")
     found = {(p, line) for p, line, _ in info.value.problems}
     assert ("slurm.time", 4) in found and ("slurm.actor.mem_per_task", 5) in found
+
+
+def test_no_policy_group_when_inference_runs_elsewhere():
+    text = EXPERIMENT.replace("policy: {count: 2, device: cuda}", "policy: {count: 0, device: cuda}").replace(
+        "workers:\n", "workers:\n  placement: seed\n")
+    p = make(text)
+    assert [g.name for g in p.groups] == ["trainer", "actor"]
+    assert "--het-group=0,1 " in render.render(p, "cmd")

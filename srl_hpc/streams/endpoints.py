@@ -14,12 +14,8 @@ INFERENCE = "inference"  # policy worker ROUTER: inference requests from actors
 SAMPLES = "samples"      # trainer PULL: trajectory segments from actors
 PARAMETERS = "parameters"  # trainer PUB: versioned weights for policy workers
 
-BINDS = {
-    "controller": (EVENTS, COMMANDS),
-    "trainer": (SAMPLES, PARAMETERS),
-    "policy": (INFERENCE,),
-    "actor": (),
-}
+# who binds what: controller EVENTS + COMMANDS; trainer SAMPLES + PARAMETERS (+ INFERENCE in the SEED-style
+# placement); policy worker INFERENCE; actors bind nothing.
 
 
 def worker_name(kind: str, index: int) -> str:
@@ -41,9 +37,12 @@ def workers_of(table: dict, kind: str) -> list[str]:
     return sorted((w for w in table if parse_worker(w)[0] == kind), key=lambda w: parse_worker(w)[1])
 
 
-def policy_for_actor(actor_index: int, n_policy: int) -> str:
-    """Actors are spread evenly over policy workers."""
-    return worker_name("policy", actor_index % n_policy)
+def inference_server_for(actor_index: int, workers) -> str:
+    """Who answers this actor's inference requests: policy workers spread evenly (SRL placement), or
+    the trainer (SEED-style). IMPALA-style actors have no server."""
+    if workers.placement == "seed":
+        return "trainer/0"
+    return worker_name("policy", actor_index % workers.policy.count)
 
 
 def all_workers(exp) -> list[str]:

@@ -116,16 +116,34 @@ class ActorWorker(Worker):
 
     def connect(self, table):
         super().connect(table)
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        policy = endpoints.policy_for_actor(self.index, self.exp.workers.policy.count)
-        sock.connect(endpoints.address(table, policy, endpoints.INFERENCE))
-        self.inference = InferenceClient(sock)
+        if self.exp.workers.placement == "impala":
+            self.inference = self._local_inference(table)
+        else:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            server = endpoints.inference_server_for(self.index, self.exp.workers)
+            sock.connect(endpoints.address(table, server, endpoints.INFERENCE))
+            self.inference = InferenceClient(sock)
         self.samples = self.ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach the trainer
         self.samples.setsockopt(zmq.SNDHWM, 2)  # a busy trainer slows actors down instead of queueing stale data
         for trainer in endpoints.workers_of(table, "trainer"):
             self.samples.connect(endpoints.address(table, trainer, endpoints.SAMPLES))
+
+    def _local_inference(self, table):
+        """IMPALA-style placement: this actor runs the policy itself (the one case an actor imports torch)."""
+        import torch
+
+        from srl_hpc.api.env import spaces
+        from srl_hpc.api.policy import build_policy
+        from srl_hpc.system.inference import InferenceEngine, LocalInference
+        from srl_hpc.system.policy import resolve_device, subscribe_parameters
+
+        cfg = self.exp.workers.policy
+        torch.set_num_threads(cfg.torch_threads)
+        model = build_policy(self.exp.policy, *spaces(self.exp.env), self.exp.seed)
+        engine = InferenceEngine(model, resolve_device(cfg.device, self.local_rank), self.exp.seed + 7919 * self.index)
+        return LocalInference(engine, subscribe_parameters(self.ctx, table), self.trace)
 
     def start(self):
         self._sent_at = [time.perf_counter()] * len(self.groups)

@@ -22,6 +22,8 @@ from srl_hpc.api.env import spaces
 from srl_hpc.api.policy import build_policy, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.inference import InferenceServer
+from srl_hpc.system.inference import InferenceEngine, serve_batch
 from srl_hpc.system.actor import SEGMENT_KEYS
 from srl_hpc.system.policy import resolve_device
 from srl_hpc.system.worker import POLL_MS, Worker
@@ -117,6 +119,11 @@ class TrainerWorker(Worker):
         self._thread_stop = threading.Event()
         self._thread = None
         self._thread_error: BaseException | None = None
+        self._inference_thread = None
+        if exp.workers.placement == "seed":  # this worker also hosts the policy handler
+            model = build_policy(exp.policy, obs_space, action_space, exp.seed)
+            self.inference_engine = InferenceEngine(model, self.device, exp.seed + 7919)
+            self._inference_lock = threading.Lock()
 
     def bind(self):
         samples = self.ctx.socket(zmq.PULL)
@@ -131,6 +138,11 @@ class TrainerWorker(Worker):
                                         prepare, lambda: self.version, self.trace,
                                         self.exp.env.frames_per_step)
         self.publisher = ParameterPublisher(params)
+        if self.exp.workers.placement == "seed":
+            router = self.ctx.socket(zmq.ROUTER)
+            router.setsockopt(zmq.LINGER, 0)
+            ports[endpoints.INFERENCE] = router.bind_to_random_port("tcp://*")
+            self.inference_server = InferenceServer(router)
         return ports
 
     def start(self):
@@ -139,6 +151,19 @@ class TrainerWorker(Worker):
         if self.cfg.prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
             self._thread.start()
+        if self.exp.workers.placement == "seed":
+            self._inference_thread = threading.Thread(target=self._inference_loop, name="inference", daemon=True)
+            self._inference_thread.start()
+
+    def _inference_loop(self):
+        """SEED-style: serve actors from this process, with weights copied from the trainer's model."""
+        max_batch = self.exp.workers.policy.max_batch
+        try:
+            while not self._thread_stop.is_set():
+                with self._inference_lock:
+                    serve_batch(self.inference_server, self.inference_engine, max_batch, POLL_MS, self.trace)
+        except BaseException as e:  # surfaced by step() in the main thread
+            self._thread_error = e
 
     def _prefetch_loop(self):
         try:
@@ -156,10 +181,10 @@ class TrainerWorker(Worker):
             self._thread_error = e
 
     def _next_batch(self) -> dict | None:
+        if self._thread_error is not None:
+            raise RuntimeError("a trainer thread (pre-fetch or inference) failed") from self._thread_error
         if self._thread is None:
             return self.assembler.poll(POLL_MS)
-        if self._thread_error is not None:
-            raise RuntimeError("the pre-fetch thread failed") from self._thread_error
         try:
             return self._batches.get(timeout=POLL_MS / 1000)
         except queue.Empty:
@@ -183,6 +208,10 @@ class TrainerWorker(Worker):
         self.frames_consumed += batch["frames"]
         self.version += 1
         self.publisher.publish(self.version, state_arrays(self.model))
+        if self._inference_thread is not None:
+            with self._inference_lock:
+                self.inference_engine.model.load_state_dict(self.model.state_dict())
+                self.inference_engine.version = self.version
         t3 = time.perf_counter()
         self.train_seconds += t3 - t1
         self._ready_since = t3
@@ -193,8 +222,10 @@ class TrainerWorker(Worker):
 
     def finish(self):
         """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames."""
+        self._thread_stop.set()
+        if self._inference_thread is not None:
+            self._inference_thread.join()
         if self._thread is not None:
-            self._thread_stop.set()
             self._thread.join()
             while not self._batches.empty():
                 frames = self._batches.get()["frames"]
