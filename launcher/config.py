@@ -115,10 +115,15 @@ class ActorConfig:
     ring_size: int = 8  # environments per actor worker, stepped round-robin
     inference_splits: int = 2  # the ring is cut into this many parts, one inference request each
     segment_length: int = 64  # steps per trajectory segment on the sample stream
+    # how observations reach the inference server: "shm" (shared memory, same node only), "zmq" (in the
+    # messages), "auto" (shm when the server is on the same node)
+    inference_transport: str = "auto"
 
     def check(self) -> list[tuple[str, str]]:
         problems = [(k, f"must be >= 1, got {getattr(self, k)}")
                     for k in ("count", "ring_size", "inference_splits", "segment_length") if getattr(self, k) < 1]
+        if self.inference_transport not in ("auto", "zmq", "shm"):
+            problems.append(("inference_transport", f"must be auto, zmq or shm, got {self.inference_transport!r}"))
         if not problems and self.ring_size % self.inference_splits:
             problems.append(("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
         return problems

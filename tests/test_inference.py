@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import zmq
 
-from srl_hpc.streams.inference import InferenceClient, InferenceServer
+from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient
 
 
 @pytest.fixture
@@ -98,3 +98,37 @@ def test_client_buffers_replies_of_other_groups(stream):
         server.reply(req, {}, {"x": req.obs})
     assert c.wait(0, 2000).arrays["x"][0, 0] == 0.0
     assert c.wait(1, 2000).arrays["x"][0, 0] == 1.0
+
+
+def test_shared_memory_transport_round_trip():
+    """Observations and replies travel through the actor's shared memory; ZMQ carries only headers."""
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = InferenceServer(router)
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    client = ShmInferenceClient(dealer, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8)
+    try:
+        obs = [np.full((3, 4, 84, 84), g + 1, np.uint8) for g in range(2)]
+        for g in range(2):
+            client.send(g, obs[g])
+        reqs = []
+        while len(reqs) < 2:
+            reqs += server.poll_batch(max_rows=100, timeout_ms=2000)
+        for req in reqs:
+            g = req.meta["group"]
+            assert req.shm is not None and np.array_equal(req.obs, obs[g])
+            server.reply(req, {"version": 5}, {"actions": np.arange(3) + 10 * g, "logp": np.full(3, -0.5, np.float32),
+                                               "values": np.full(3, g, np.float32)})
+        for g in (1, 0):
+            reply = client.wait(g, 2000)
+            assert reply.meta["version"] == 5
+            assert reply.arrays["actions"].tolist() == [10 * g, 10 * g + 1, 10 * g + 2]
+            assert reply.arrays["values"].tolist() == [g] * 3
+        with pytest.raises(ValueError, match="does not fit"):
+            client.send(0, np.zeros((5, 4, 84, 84), np.uint8))
+    finally:
+        server.close()
+        client.close()
+        ctx.destroy(linger=0)

@@ -1,14 +1,19 @@
-"""Inference stream over ZMQ: actors (DEALER) send observations, a policy worker (ROUTER) replies.
+"""Inference stream: actors (DEALER) send observations, a policy worker (ROUTER) replies.
 
 The server side does dynamic batching: it takes every request already waiting, up to a cap on
 observations, and never waits on a timer to fill a batch. Replies go back to the client that asked,
 tagged with the client's own request metadata (the actor's ring group).
+
+Two transports behind one interface: arrays inside the ZMQ messages (any two hosts), or, when actor and
+server share a node, arrays in the actor's shared memory (ShmInferenceClient) with ZMQ carrying only
+a small header that says where they are.
 """
 from __future__ import annotations
 
 import collections
 import time
 from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 import zmq
@@ -22,12 +27,14 @@ class Request:
     meta: dict
     obs: np.ndarray
     received_at: float
+    shm: shared_memory.SharedMemory | None = None  # set when the arrays live in the client's shared memory
 
 
 class InferenceServer:
     def __init__(self, socket: zmq.Socket):
         self.socket = socket
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
+        self._attached: dict[str, shared_memory.SharedMemory] = {}
 
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
@@ -54,7 +61,20 @@ class InferenceServer:
         return len(self._held)
 
     def reply(self, request: Request, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        self.socket.send_multipart([request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)], copy=False)
+        if request.shm is None:
+            self.socket.send_multipart([request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)],
+                                       copy=False)
+            return
+        rows = request.meta["rows"]
+        for name, (offset, dtype) in request.meta["reply"].items():
+            np.ndarray((rows,), dtype, buffer=request.shm.buf, offset=offset)[:] = arrays[name]
+        self.socket.send_multipart([request.client, *wire.pack("reply", {"group": request.meta["group"], **meta})])
+
+    def close(self) -> None:
+        self._held.clear()  # their observation views point into the segments
+        for shm in self._attached.values():
+            shm.close()
+        self._attached.clear()
 
     def _recv_nowait(self) -> Request | None:
         try:
@@ -62,7 +82,21 @@ class InferenceServer:
         except zmq.Again:
             return None
         msg = wire.unpack(frames[1:])
-        return Request(frames[0].bytes, msg.meta, msg.arrays["obs"], time.monotonic())
+        if "shm" not in msg.meta:
+            return Request(frames[0].bytes, msg.meta, msg.arrays["obs"], time.monotonic())
+        shm = self._attach(msg.meta["shm"])
+        offset, dtype, shape = msg.meta["obs"]
+        obs = np.ndarray((msg.meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
+        return Request(frames[0].bytes, msg.meta, obs, time.monotonic(), shm)
+
+    def _attach(self, name: str) -> shared_memory.SharedMemory:
+        if name not in self._attached:
+            shm = shared_memory.SharedMemory(name=name)
+            # The actor owns the segment; without this, Python's resource tracker would unlink it when
+            # this process exits (and warn about a "leak").
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+            self._attached[name] = shm
+        return self._attached[name]
 
 
 class InferenceClient:
@@ -84,3 +118,58 @@ class InferenceClient:
             msg = wire.unpack(self.socket.recv_multipart(copy=False))
             self._replies[msg.meta["group"]] = msg
         return self._replies.pop(group)
+
+
+class ShmInferenceClient(InferenceClient):
+    """The same client when the server shares this node: each ring group owns an observation slot and a
+    reply slot in one shared memory segment; ZMQ carries only headers. A slot is rewritten only after
+    its reply arrived, so neither side ever reads a half-written array."""
+
+    REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
+
+    def __init__(self, socket: zmq.Socket, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype):
+        super().__init__(socket)
+        self.max_rows = max_rows
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        obs_bytes = _aligned(max_rows * int(np.prod(obs_shape)) * self.obs_dtype.itemsize)
+        reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.REPLY)
+        self._group_bytes = obs_bytes + reply_bytes
+        self.shm = shared_memory.SharedMemory(create=True, size=n_groups * self._group_bytes)
+        self._rows: dict[int, int] = {}  # rows of each group's request in flight
+        self._layouts = []
+        for g in range(n_groups):
+            base = g * self._group_bytes
+            reply, offset = {}, base + obs_bytes
+            for name, dt in self.REPLY:
+                reply[name] = [offset, dt]
+                offset += _aligned(max_rows * np.dtype(dt).itemsize)
+            self._layouts.append((base, reply))
+
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
+        rows = len(obs)
+        if rows > self.max_rows or obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"request of shape {obs.shape} does not fit the slot ({self.max_rows}, *{self.obs_shape})")
+        base, reply = self._layouts[group]
+        np.ndarray(obs.shape, self.obs_dtype, buffer=self.shm.buf, offset=base)[:] = obs
+        header = {"group": group, "shm": self.shm.name, "rows": rows,
+                  "obs": [base, self.obs_dtype.str, list(self.obs_shape)], "reply": reply, **(meta or {})}
+        self.socket.send_multipart(wire.pack("infer", header))
+        self._rows[group] = rows
+
+    def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
+        msg = super().wait(group, timeout_ms)
+        if msg is None:
+            return None
+        rows = self._rows[group]
+        _, reply = self._layouts[group]
+        msg.arrays = {name: np.ndarray((rows,), dt, buffer=self.shm.buf, offset=offset)
+                      for name, (offset, dt) in reply.items()}
+        return msg
+
+    def close(self) -> None:
+        self.shm.close()
+        self.shm.unlink()
+
+
+def _aligned(n: int, to: int = 64) -> int:
+    return (n + to - 1) // to * to

@@ -15,7 +15,7 @@ import zmq
 
 from srl_hpc.api.env import make_env
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.inference import InferenceClient
+from srl_hpc.streams.inference import InferenceClient, ShmInferenceClient
 from srl_hpc.system.worker import POLL_MS, Worker
 
 SEGMENT_KEYS = ("obs", "actions", "logp", "values", "next_values", "rewards", "dones", "versions")
@@ -123,12 +123,27 @@ class ActorWorker(Worker):
             sock.setsockopt(zmq.LINGER, 0)
             server = endpoints.inference_server_for(self.index, self.exp.workers)
             sock.connect(endpoints.address(table, server, endpoints.INFERENCE))
-            self.inference = InferenceClient(sock)
+            self.inference = self._inference_client(sock, same_node=table[server]["node"] == table[self.name]["node"])
         self.samples = self.ctx.socket(zmq.PUSH)
         self.samples.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach the trainer
         self.samples.setsockopt(zmq.SNDHWM, 2)  # a busy trainer slows actors down instead of queueing stale data
         for trainer in endpoints.workers_of(table, "trainer"):
             self.samples.connect(endpoints.address(table, trainer, endpoints.SAMPLES))
+
+    def _inference_client(self, sock: zmq.Socket, same_node: bool) -> InferenceClient:
+        transport = self.exp.workers.actor.inference_transport
+        if transport == "shm" and not same_node:
+            raise RuntimeError("inference_transport 'shm' needs the inference server on this node; it is not")
+        if transport == "zmq" or not same_node:
+            return InferenceClient(sock)
+        obs = self.groups[0].obs
+        # a request holds each env's observation plus, at most, each env's truncated final observation
+        return ShmInferenceClient(sock, len(self.groups), 2 * len(self.groups[0].envs), obs.shape[1:], obs.dtype)
+
+    def close(self):
+        if isinstance(getattr(self, "inference", None), ShmInferenceClient):
+            self.inference.close()
+        super().close()
 
     def _local_inference(self, table):
         """IMPALA-style placement: this actor runs the policy itself (the one case an actor imports torch)."""

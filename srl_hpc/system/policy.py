@@ -61,6 +61,10 @@ class PolicyWorker(Worker):
         self.engine.pull(self.parameters, self.trace)
         self.rows += serve_batch(self.server, self.engine, self.max_batch, POLL_MS, self.trace)
 
+    def close(self):
+        self.server.close()
+        super().close()
+
     def queue_depths(self):
         return {"held_requests": self.server.held()}
 

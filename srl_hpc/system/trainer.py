@@ -241,6 +241,11 @@ class TrainerWorker(Worker):
             self.poll_commands()
             self.maybe_heartbeat(interval=0.2)
 
+    def close(self):
+        if self._inference_thread is not None:
+            self.inference_server.close()
+        super().close()
+
     def save_checkpoint(self):
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / "latest.pt"
