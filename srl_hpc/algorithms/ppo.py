@@ -52,7 +52,8 @@ class PPO:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5)
 
     def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """Segments (N, T, ...) -> flat training tensors with advantages and returns. Runs in the pre-fetch thread."""
+        """Segments (N, T, ...) -> flat CPU training tensors with advantages and returns (the trainer moves
+        them to its device). Runs in the pre-fetch thread."""
         adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
         flat = {
             "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:]),
@@ -61,12 +62,7 @@ class PPO:
             "advantages": adv.reshape(-1),
             "returns": ret.reshape(-1),
         }
-        pin = self.device.type == "cuda"
-        out = {}
-        for k, v in flat.items():
-            t = torch.from_numpy(np.ascontiguousarray(v))
-            out[k] = t.pin_memory().to(self.device, non_blocking=True) if pin else t
-        return out
+        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
 
     def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> dict[str, float]:
         cfg = self.cfg

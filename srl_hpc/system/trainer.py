@@ -120,6 +120,7 @@ class TrainerWorker(Worker):
         self._thread = None
         self._thread_error: BaseException | None = None
         self._inference_thread = None
+        self._copy_stream = None  # CUDA only: host-to-device copies of pre-fetched batches
         if exp.workers.placement == "seed":  # this worker also hosts the policy handler
             model = build_policy(exp.policy, obs_space, action_space, exp.seed)
             self.inference_engine = InferenceEngine(model, self.device, exp.seed + 7919)
@@ -133,7 +134,7 @@ class TrainerWorker(Worker):
         params.setsockopt(zmq.LINGER, 0)
         ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
                  endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
-        prepare = self.algorithm.prepare if self.cfg.train else (lambda batch: None)
+        prepare = self._prepare if self.cfg.train else (lambda batch: None)
         self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
                                         prepare, lambda: self.version, self.trace,
                                         self.exp.env.frames_per_step)
@@ -164,6 +165,20 @@ class TrainerWorker(Worker):
                     serve_batch(self.inference_server, self.inference_engine, max_batch, POLL_MS, self.trace)
         except BaseException as e:  # surfaced by step() in the main thread
             self._thread_error = e
+
+    def _prepare(self, segments: dict) -> dict:
+        """The algorithm's tensors, on the trainer's device. On a GPU the copy comes from pinned memory on a
+        side stream, so with pre-fetch on it overlaps the update running on the main stream."""
+        tensors = self.algorithm.prepare(segments)
+        if self.device.type != "cuda":
+            return tensors
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(self._copy_stream):
+            tensors = {k: t.pin_memory().to(self.device, non_blocking=True) for k, t in tensors.items()}
+            ready = torch.cuda.Event()
+            ready.record(self._copy_stream)
+        return {**tensors, "_ready": ready}
 
     def _prefetch_loop(self):
         try:
@@ -203,7 +218,14 @@ class TrainerWorker(Worker):
             self.frames_consumed += batch["frames"]
             self._ready_since = time.perf_counter()
             return
-        self.last_losses = self.algorithm.update(batch["tensors"], self.frames_consumed)
+        tensors = batch["tensors"]
+        ready = tensors.pop("_ready", None)
+        if ready is not None:  # the side-stream copy must finish before the update reads the batch
+            main = torch.cuda.current_stream(self.device)
+            main.wait_event(ready)
+            for t in tensors.values():
+                t.record_stream(main)  # the allocator must not hand this memory to the next copy too early
+        self.last_losses = self.algorithm.update(tensors, self.frames_consumed)
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.version += 1

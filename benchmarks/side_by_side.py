@@ -1,0 +1,281 @@
+"""Side by side: the same env and matched PPO settings through our system, Sample Factory 2.1.1 (APPO)
+and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians and ratios.
+
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --seconds 60 --repeats 3
+    .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,sample_factory
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
+
+The baselines run in their own virtualenvs, benchmarks/.venvs/{sample_factory,rllib}, which this
+script creates on first use with benchmarks/baselines/setup.sh (torch==2.13.0 there too; about 2 min
+and 3.3 GB the first time, a few seconds' import check after that). Only ratios measured in the
+same invocation mean anything on a shared machine whose speed drifts: each repeat runs every system
+once, in the order given, one at a time (never two at once), and the ratio of medians is reported
+together with the per-repeat ratios.
+
+Figure compared: training throughput = env frames consumed by the learner per second (Atari frames
+= agent steps x 4), over the steady part of each run: the first --warmup seconds after the system is
+up are left out, and so is start-up (our rendezvous, Sample Factory's process start, RLlib's
+Ray/Algorithm build). Ours: benchmarks/throughput.py's measure() (metrics.csv rows after the
+warmup). Sample Factory: its learner's env-step counter sampled after every training iteration.
+RLlib: its lifetime env-step counter after every algo.train() (sync PPO: every sampled step is
+trained on). Each baseline's runner docstring says exactly what it runs and measures.
+
+Matched settings (SETTINGS below, any of them can be overridden by flag): 2 sampling processes,
+envs per process, rollout (our segment length), batch (agent steps per training batch), epochs,
+minibatch size, network, lr, gamma, GAE lambda, clip, entropy and value coefficients, grad-norm clip.
+They translate into our overrides (workers.actor.count, .ring_size, .segment_length,
+workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches = batch /
+minibatch, policy.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
+2 actor processes + 1 policy worker + 1 trainer + 1 controller. What cannot be matched exactly:
+Sample Factory is asynchronous APPO (ours is asynchronous too; RLlib's PPO is synchronous); RLlib's
+value and policy heads each get their own 512 layer on Pong (ours and Sample Factory's share one);
+RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
+gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop starts) and a stack of
+4, not RLlib's own 64x64 Atari wrapper.
+
+The last line on stdout is JSON: {"env", "seconds", "repeats", "settings", "systems": {name:
+{"median_training_fps", "median_sampling_fps", "runs": [...]}}, "ratios": {name: ours/theirs},
+"ratios_per_repeat": {...}, "notes"}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BASELINES = HERE / "baselines"
+VENVS = HERE / ".venvs"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(BASELINES))
+
+import common  # noqa: E402  (benchmarks/baselines/common.py: standard library only)
+
+SYSTEMS = ("ours", "sample_factory", "rllib")
+RUNNERS = {"sample_factory": BASELINES / "sample_factory_run.py", "rllib": BASELINES / "rllib_run.py"}
+
+# One dict per env. num_workers x envs_per_worker x rollout == batch_size, so synchronous samplers
+# (RLlib, Sample Factory --sync) collect exactly one batch per round.
+SETTINGS = {
+    "cartpole": dict(experiment="experiments/cartpole_ppo.yaml", num_workers=2, envs_per_worker=16, rollout=64,
+                     batch_size=2048, epochs=4, minibatch_size=512, hidden=[64, 64], lr=1e-3, gamma=0.99,
+                     gae_lambda=0.95, clip=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5),
+    "pong": dict(experiment="experiments/atari_pong_ppo.yaml", num_workers=2, envs_per_worker=8, rollout=128,
+                 batch_size=2048, epochs=4, minibatch_size=512, hidden=None, lr=2.5e-4, gamma=0.99,
+                 gae_lambda=0.95, clip=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5),
+}
+NETWORK = {"cartpole": "MLP {hidden} tanh, shared actor-critic trunk",
+           "pong": "NatureCNN (32x8/4, 64x4/2, 64x3/1) + fc 512, ReLU"}
+
+
+def our_overrides(s: dict) -> list[str]:
+    if s["batch_size"] % s["rollout"]:
+        raise SystemExit(f"batch size {s['batch_size']} must be a multiple of rollout {s['rollout']} for our trainer")
+    out = [f"workers.actor.count={s['num_workers']}", f"workers.actor.ring_size={s['envs_per_worker']}",
+           f"workers.actor.segment_length={s['rollout']}",
+           f"workers.trainer.batch_segments={s['batch_size'] // s['rollout']}",
+           f"algorithm.epochs={s['epochs']}", f"algorithm.minibatches={s['batch_size'] // s['minibatch_size']}",
+           f"algorithm.lr={s['lr']}", "algorithm.anneal_lr=false", f"algorithm.gamma={s['gamma']}",
+           f"algorithm.gae_lambda={s['gae_lambda']}", f"algorithm.clip_coef={s['clip']}",
+           f"algorithm.entropy_coef={s['entropy_coef']}", f"algorithm.value_coef={s['value_coef']}",
+           f"algorithm.max_grad_norm={s['max_grad_norm']}", "workers.policy.count=1", "workers.trainer.count=1"]
+    if s["hidden"]:
+        out.append(f"policy.hidden_sizes=[{','.join(map(str, s['hidden']))}]")
+    return out
+
+
+def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
+    args = ["--env", env, "--seconds", str(seconds), "--warmup", str(warmup),
+            "--num-workers", str(s["num_workers"]), "--envs-per-worker", str(s["envs_per_worker"]),
+            "--rollout", str(s["rollout"]), "--batch-size", str(s["batch_size"]), "--epochs", str(s["epochs"]),
+            "--minibatch-size", str(s["minibatch_size"]), "--lr", str(s["lr"]), "--gamma", str(s["gamma"]),
+            "--gae-lambda", str(s["gae_lambda"]), "--clip", str(s["clip"]), "--entropy-coef", str(s["entropy_coef"]),
+            "--value-coef", str(s["value_coef"]), "--max-grad-norm", str(s["max_grad_norm"])]
+    if s["hidden"]:
+        args += ["--hidden", *map(str, s["hidden"])]
+    return args
+
+
+# ------------------------------------------------------------------------------------------- running
+
+def run_ours(env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
+    from launcher import config
+    import throughput  # benchmarks/throughput.py
+
+    overrides = our_overrides(s) + extra
+    exp = config.with_overrides(config.load(ROOT / s["experiment"]), overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        r = throughput.measure(exp, seconds, warmup, out)
+    except SystemExit as e:  # measure() exits with the run's log when the run fails
+        return {"system": "ours", "env": env, "training_fps": None, "error": str(e)[-2000:]}
+    steady = r.get("steady_training_fps")
+    return {"system": "ours", "env": env,
+            "training_fps": steady if steady is not None else r["training_fps"],
+            "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"],
+            "whole_run_training_fps": r["training_fps"], "seconds": r["seconds"], "run_dir": r["run_dir"],
+            "frames_dropped": r.get("frames_dropped"),
+            "notes": ("steady part of metrics.csv (rows after warmup)" if steady is not None
+                      else "whole run (too few metrics rows after warmup)") + "; overrides: " + " ".join(overrides)}
+
+
+def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path) -> dict:
+    python = VENVS / system / "bin" / "python"
+    cmd = [str(python), str(RUNNERS[system])] + runner_args(env, s, seconds, warmup)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "stderr.log"
+    limit = seconds + 600  # start-up of Ray / Sample Factory and their shutdown
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True, text=True)
+        try:
+            stdout, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            stdout = ""
+        finally:
+            how = common.stop_group(proc.pid, proc, grace=10.0)  # nothing of theirs outlives the run
+    lines = [ln for ln in (stdout or "").splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        return {"system": system, "env": env, "training_fps": None,
+                "error": f"exit {proc.returncode}, no result line ({how}); stderr tail:\n{tail}"}
+    r = json.loads(lines[-1])
+    r["stderr"] = str(log_path)
+    if "processes still left" in how:
+        r["notes"] = r.get("notes", "") + "; WARNING: processes were left after the runner exited"
+    return r
+
+
+def ensure_venvs(systems: list[str]) -> None:
+    need = [s for s in systems if s in RUNNERS]
+    if need:
+        common.log(f"checking the baseline venvs ({', '.join(need)}); creating any that is missing")
+        if subprocess.call(["bash", str(BASELINES / "setup.sh"), *need], stdout=sys.stderr) != 0:
+            raise SystemExit("benchmarks/baselines/setup.sh failed")
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 1) if xs else None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", choices=sorted(SETTINGS), required=True)
+    p.add_argument("--seconds", type=float, default=60.0, help="timed window of each run")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="seconds of each window left out of the figures (default: min(10, seconds/4))")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    p.add_argument("--out", type=Path, help="keep run directories and logs here (default: a temporary directory)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra override for OUR experiment only (not matched in the baselines)")
+    p.add_argument("--show-settings", action="store_true", help="print the matched settings and each command, run nothing")
+    for key in ("num_workers", "envs_per_worker", "rollout", "batch_size", "epochs", "minibatch_size"):
+        p.add_argument("--" + key.replace("_", "-"), type=int, help="override the matched setting")
+    for key in ("lr", "gamma", "gae_lambda", "clip", "entropy_coef", "value_coef", "max_grad_norm"):
+        p.add_argument("--" + key.replace("_", "-"), type=float, help="override the matched setting")
+    p.add_argument("--hidden", type=int, nargs="+", help="override the MLP widths (cartpole)")
+    args = p.parse_args(argv)
+
+    systems = [x.strip() for x in args.systems.split(",") if x.strip()]
+    bad = [x for x in systems if x not in SYSTEMS]
+    if bad or not systems:
+        p.error(f"unknown system(s) {bad}; choose from {','.join(SYSTEMS)}")
+    s = dict(SETTINGS[args.env])
+    for key in s:
+        if getattr(args, key, None) is not None:
+            s[key] = getattr(args, key)
+    if s["batch_size"] % s["minibatch_size"]:
+        p.error("minibatch size must divide the batch size")
+    warmup = args.warmup if args.warmup is not None else min(10.0, args.seconds / 4)
+    network = NETWORK[args.env].format(hidden=s["hidden"])
+    if args.show_settings:
+        print(json.dumps({"env": args.env, "settings": s, "network": network}, indent=1))
+        print("ours: --set " + " --set ".join(our_overrides(s) + args.set) + f"  ({s['experiment']})")
+        for system in RUNNERS:
+            print(f"{system}: {VENVS / system / 'bin/python'} {RUNNERS[system]} "
+                  + " ".join(runner_args(args.env, s, args.seconds, warmup)))
+        return 0
+    if "ours" in systems and not (ROOT / s["experiment"]).exists():
+        raise SystemExit(f"{s['experiment']} does not exist (yet): run without 'ours' or add it")
+    ensure_venvs(systems)
+
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"side-by-side-{args.env}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    common.log(f"{args.env}: {', '.join(systems)} x {args.repeats} repeats of {args.seconds:g}s "
+               f"(warmup {warmup:g}s), settings {s}; output under {out}")
+    runs: dict[str, list[dict]] = {x: [] for x in systems}
+    for rep in range(args.repeats):
+        for system in systems:
+            where = out / f"{system}-{rep + 1}"
+            common.log(f"repeat {rep + 1}/{args.repeats}: {system} ...")
+            t = time.time()
+            if system == "ours":
+                r = run_ours(args.env, s, args.seconds, warmup, where, args.set)
+            else:
+                r = run_baseline(system, args.env, s, args.seconds, warmup, where)
+            r["repeat"] = rep + 1
+            r["started"] = time.strftime("%H:%M:%S", time.localtime(t))
+            runs[system].append(r)
+            fps = r.get("training_fps")
+            common.log(f"repeat {rep + 1}/{args.repeats}: {system}: training "
+                       + (f"{fps:,.0f} frames/s" if fps is not None else f"FAILED: {r.get('error', '')[:500]}")
+                       + f" ({time.time() - t:.0f}s wall)")
+            time.sleep(2.0)  # let the last run's processes go before the next one starts
+
+    result = {"env": args.env, "seconds": args.seconds, "warmup": warmup, "repeats": args.repeats,
+              "settings": s, "network": network, "systems": {}, "ratios": {}, "ratios_per_repeat": {},
+              "notes": {"frames": "env frames consumed by the learner per second over the steady part of each run; "
+                                  "Atari frames = agent steps x 4",
+                        "matching": "SF: APPO async, no V-trace/RNN/normalisation; RLlib: sync PPO (new API stack); "
+                                    + ("same ALE/Pong-v5 84x84 gray, skip 4 max-pool, stack 4 preprocessing for all "
+                                       "three (not RLlib's 64x64 wrapper); RLlib has separate 512 heads for pi and vf"
+                                       if args.env == "pong" else "CartPole-v1, same MLP for all three")}}
+    for system, rs in runs.items():
+        result["systems"][system] = {"median_training_fps": median(r.get("training_fps") for r in rs),
+                                     "median_sampling_fps": median(r.get("sampling_fps") for r in rs), "runs": rs}
+    ours = result["systems"].get("ours", {}).get("median_training_fps")
+    for system in systems:
+        if system == "ours":
+            continue
+        theirs = result["systems"][system]["median_training_fps"]
+        result["ratios"][system] = round(ours / theirs, 2) if ours and theirs else None
+        per = []
+        for a, b in zip(runs.get("ours", []), runs[system]):
+            fa, fb = a.get("training_fps"), b.get("training_fps")
+            per.append(round(fa / fb, 2) if fa and fb else None)
+        result["ratios_per_repeat"][system] = per
+
+    # the table (stderr keeps stdout to the one JSON line... plus this table, which people read)
+    print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), "
+          f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, batch {s['batch_size']}, "
+          f"{s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, lr {s['lr']:g}")
+    print(f"{'system':<16}{'median train fps':>18}{'median sample fps':>19}  {'ours/this':>9}  per repeat (train fps)")
+    for system in systems:
+        d = result["systems"][system]
+        ratio = "" if system == "ours" else (f"{result['ratios'][system]:.2f}" if result["ratios"][system] else "n/a")
+        each = ", ".join(f"{r['training_fps']:,.0f}" if r.get("training_fps") is not None else "failed"
+                         for r in d["runs"])
+        med = d["median_training_fps"]
+        smp = d["median_sampling_fps"]
+        print(f"{system:<16}{(f'{med:,.0f}' if med is not None else 'n/a'):>18}"
+              f"{(f'{smp:,.0f}' if smp is not None else 'n/a'):>19}  {ratio:>9}  {each}")
+    for system, per in result["ratios_per_repeat"].items():
+        print(f"ours/{system} per repeat: {', '.join('n/a' if x is None else f'{x:.2f}' for x in per)}")
+    print(json.dumps(result))
+    failed = [f"{r['system']}#{r['repeat']}" for rs in runs.values() for r in rs if r.get("training_fps") is None]
+    if failed:
+        common.log(f"failed runs: {', '.join(failed)} (see 'error' in the JSON)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
