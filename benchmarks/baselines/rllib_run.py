@@ -19,7 +19,8 @@ about 17x the consumed steps at 4 epochs, so it is not used; its throughput time
 averages, so they are not used for the headline either.)
 
 What is measured: training_fps = lifetime env steps x frame skip per second between the first
-iteration that ends after --warmup and the last one inside the window; sampling_fps is the same
+iteration that ends after --warmup and the last iteration (the one that crosses --seconds: an
+iteration is not interrupted); sampling_fps is the same
 figure (synchronous); RLlib's sampling-phase-only rate (its smoothed timer) is reported as
 sampling_phase_fps, for information.
 
