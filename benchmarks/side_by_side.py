@@ -128,8 +128,8 @@ def run_ours(env: str, s: dict, seconds: float, warmup: float, out: Path, extra:
 
 def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path) -> dict:
     python = VENVS / system / "bin" / "python"
-    cmd = [str(python), str(RUNNERS[system])] + runner_args(env, s, seconds, warmup)
     out.mkdir(parents=True, exist_ok=True)
+    cmd = [str(python), str(RUNNERS[system])] + runner_args(env, s, seconds, warmup) + ["--work-dir", str(out)]
     log_path = out / "stderr.log"
     limit = seconds + 600  # start-up of Ray / Sample Factory and their shutdown
     with open(log_path, "w") as log:

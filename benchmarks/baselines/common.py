@@ -36,6 +36,7 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--value-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
+    p.add_argument("--work-dir", help="logs and the system's own output go here (default: a new temporary directory)")
 
 
 def check_matched(args) -> None:

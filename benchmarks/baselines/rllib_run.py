@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,6 +96,7 @@ def main(argv=None) -> int:
     # one CPU per env runner plus the driver's learner; the machine may have fewer cores (oversubscribed)
     ray.init(num_cpus=args.num_workers + 1, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level="ERROR")
+    algo = None
     try:
         if args.env == "cartpole":
             env = "CartPole-v1"
@@ -137,8 +140,18 @@ def main(argv=None) -> int:
             if "env_runner_sampling_timer" in timers:
                 phase.append(timers["env_runner_sampling_timer"])
         end = samples[-1][0] if samples else time.time()
-        algo.stop()
     finally:
+        work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="sbs-rllib-"))
+        if algo is not None:
+            logdir = algo.logdir  # RLlib's per-run folder under ~/ray_results: moved into the work dir
+            algo.stop()
+            if logdir and os.path.isdir(logdir):
+                work.mkdir(parents=True, exist_ok=True)
+                shutil.move(logdir, work / "rllib_logdir")
+                try:
+                    os.rmdir(os.path.dirname(logdir))  # ~/ray_results, if we were its only user
+                except OSError:
+                    pass
         ray.shutdown()
     skip = common.FRAME_SKIP[args.env]
     r = common.rates(samples, t0, args.warmup, end + 1e-6, skip)
@@ -152,7 +165,7 @@ def main(argv=None) -> int:
     if args.env == "pong":
         notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
                   "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs")
-    common.emit({"system": SYSTEM, "env": args.env, **r, "notes": notes})
+    common.emit({"system": SYSTEM, "env": args.env, **r, "notes": notes, "work_dir": str(work)})
     return 0
 
 

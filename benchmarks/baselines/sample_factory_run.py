@@ -142,7 +142,8 @@ def parent(args) -> int:
     common.check_matched(args)
     if args.sync and args.num_workers * args.envs_per_worker * args.rollout != args.batch_size:
         raise SystemExit("synchronous Sample Factory needs workers x envs x rollout == batch size")
-    work = Path(tempfile.mkdtemp(prefix="sbs-sf-"))
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="sbs-sf-"))
+    work.mkdir(parents=True, exist_ok=True)
     samples_path, log_path = work / "samples.jsonl", work / "sf.log"
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--samples", str(samples_path),
            "--train-dir", str(work / "train_dir")] + args.forward
