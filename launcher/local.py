@@ -20,6 +20,7 @@ from pathlib import Path
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.inference import remove_segment, shm_name
 from launcher import rundir
 
 REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
@@ -58,7 +59,7 @@ def run(exp, run_dir: Path, out=sys.stdout) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         crashed = _watch(procs, run_dir)
-        _wind_down(procs)
+        _wind_down(procs, run_dir)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -128,7 +129,7 @@ def _watch(procs, run_dir: Path) -> tuple[str, int] | None:
     return crashed
 
 
-def _wind_down(procs) -> None:
+def _wind_down(procs, run_dir: Path) -> None:
     deadline = time.monotonic() + GRACE
     for p in procs.values():
         try:
@@ -138,6 +139,9 @@ def _wind_down(procs) -> None:
     _signal_all(procs, signal.SIGKILL)
     for p in procs.values():
         p.wait()
+    for name in procs:  # shared memory an actor killed mid-run could not remove itself
+        if name.startswith("actor/"):
+            remove_segment(shm_name(run_dir, name))
 
 
 def _signal_all(procs, sig) -> None:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import zmq
 
-from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient
+from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
 
 
 @pytest.fixture
@@ -131,4 +131,15 @@ def test_shared_memory_transport_round_trip():
     finally:
         server.close()
         client.close()
+        ctx.destroy(linger=0)
+
+
+def test_a_leftover_segment_is_removed_by_name(tmp_path):
+    ctx = zmq.Context()
+    name = shm_name(tmp_path, "actor/7")
+    ShmInferenceClient(ctx.socket(zmq.DEALER), n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32, name=name)
+    try:
+        assert remove_segment(name) is True  # as if its actor had been killed before closing it
+        assert remove_segment(name) is False
+    finally:
         ctx.destroy(linger=0)

@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, script
 from launcher import config
 from srl_hpc.streams import endpoints
+from srl_hpc.streams.inference import shm_name
 from srl_hpc.trace import analysis, cli, reader
 from srl_hpc.trace.reader import RunTrace, WorkerTrace
 
@@ -235,6 +236,7 @@ def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
     survivor = next(w for w in run.workers if w.name == "actor/1")
     assert survivor.table("env_step")["t"].max() > env_steps["t"].max()  # it kept going after the kill
     assert not [p for p in run.problems if p.path.name == "actor-0.h5"]
+    assert not (Path("/dev/shm") / shm_name(run_dir, "actor/0")).exists()  # its shared memory was removed
     summary = json.loads((run_dir / "summary.json").read_text())  # the launcher told the controller
     assert summary["status"] == "failed" and "SIGKILL" in summary["failed_workers"]["actor/0"]
     assert cli.main([str(run_dir)]) == 0

@@ -11,6 +11,7 @@ a small header that says where they are.
 from __future__ import annotations
 
 import collections
+import hashlib
 import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
@@ -127,14 +128,15 @@ class ShmInferenceClient(InferenceClient):
 
     REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
 
-    def __init__(self, socket: zmq.Socket, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype):
+    def __init__(self, socket: zmq.Socket, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
+                 name: str | None = None):
         super().__init__(socket)
         self.max_rows = max_rows
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         obs_bytes = _aligned(max_rows * int(np.prod(obs_shape)) * self.obs_dtype.itemsize)
         reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.REPLY)
         self._group_bytes = obs_bytes + reply_bytes
-        self.shm = shared_memory.SharedMemory(create=True, size=n_groups * self._group_bytes)
+        self.shm = shared_memory.SharedMemory(name=name, create=True, size=n_groups * self._group_bytes)
         self._rows: dict[int, int] = {}  # rows of each group's request in flight
         self._layouts = []
         for g in range(n_groups):
@@ -173,3 +175,20 @@ class ShmInferenceClient(InferenceClient):
 
 def _aligned(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
+
+
+def shm_name(run_dir, worker: str) -> str:
+    """A segment name tied to the run and worker, so a launcher can remove what a killed actor left."""
+    digest = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
+    return f"srl-{digest}-{worker.replace('/', '-')}"
+
+
+def remove_segment(name: str) -> bool:
+    """Unlink a leftover segment; False if there was none."""
+    try:
+        shm = shared_memory.SharedMemory(name=name)
+    except FileNotFoundError:
+        return False
+    shm.close()
+    shm.unlink()  # (also ends the resource tracker's claim that attaching made)
+    return True

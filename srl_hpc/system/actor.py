@@ -15,7 +15,7 @@ import zmq
 
 from srl_hpc.api.env import make_env
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.inference import InferenceClient, ShmInferenceClient
+from srl_hpc.streams.inference import InferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.system.worker import POLL_MS, Worker
 
 SEGMENT_KEYS = ("obs", "actions", "logp", "values", "next_values", "rewards", "dones", "versions")
@@ -138,7 +138,8 @@ class ActorWorker(Worker):
             return InferenceClient(sock)
         obs = self.groups[0].obs
         # a request holds each env's observation plus, at most, each env's truncated final observation
-        return ShmInferenceClient(sock, len(self.groups), 2 * len(self.groups[0].envs), obs.shape[1:], obs.dtype)
+        return ShmInferenceClient(sock, len(self.groups), 2 * len(self.groups[0].envs), obs.shape[1:], obs.dtype,
+                                  name=shm_name(self.run_dir, self.name))
 
     def close(self):
         if isinstance(getattr(self, "inference", None), ShmInferenceClient):
