@@ -147,7 +147,7 @@ class PolicyWorkerConfig:
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    count: int = 1
+    count: int = 1  # several: data-parallel PPO (torch DDP; gloo on CPU, nccl on GPU), in lockstep
     batch_segments: int = 16  # segments per training batch (batch frames = this x actor.segment_length)
     device: str = "cpu"
     torch_threads: int = 1
@@ -157,8 +157,6 @@ class TrainerConfig:
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("count", "batch_segments", "torch_threads")) + _check_device(self.device)
-        if self.count > 1:
-            problems.append(("count", "more than one trainer worker is not supported yet"))
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))
         return problems

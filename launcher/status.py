@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from launcher import rundir, slurm
+from launcher import local, rundir, slurm
 
 
 def describe(run_dir: Path) -> tuple[str, str]:
@@ -23,6 +23,9 @@ def describe(run_dir: Path) -> tuple[str, str]:
         job_id = slurm.job_id_of(run_dir)
         state, raw = slurm.job_state(job_id)
         lines.append(f"slurm job {job_id}: {raw}")
+    elif summary is None and local.launcher_pid(run_dir) is not None:
+        state = "running"
+        lines.append(f"local run, launcher pid {local.launcher_pid(run_dir)}")
     else:
         state = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}.get(
             (summary or {}).get("status"), "unknown")

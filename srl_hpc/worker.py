@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     log = logging.getLogger("srl_hpc.worker")
 
     rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(args.run_dir, len(names))
+    # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
+    # steal the cores its actors and policy workers share with it. A user's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     worker = worker_class(kind)(exp, index, args.run_dir, local_rank=rendezvous.local_rank)
     try:
         ports = worker.bind()

@@ -77,6 +77,21 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
         assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
 
 
+def test_two_trainers_train_one_model_in_lockstep(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, wall_time=8)), "--run-dir", str(run_dir),
+                           "--set", "workers.trainer.count=2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["policy_version"] > 1
+    assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
+    steps = []
+    for trainer in ("trainer-0.h5", "trainer-1.h5"):
+        with h5py.File(run_dir / "traces" / trainer) as f:
+            steps.append(f["train_step"]["version"][:].tolist())
+    assert steps[0] == steps[1] == list(range(1, summary["policy_version"] + 1))  # the same updates, together
+
+
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
@@ -111,6 +126,24 @@ def test_sigint_stops_everything_within_seconds_and_keeps_a_checkpoint(tmp_path)
     assert proc.returncode == 130, "".join(lines) + out
     assert "cancelled" in out
     assert (run_dir / "checkpoints" / "latest.pt").exists()
+    _, alive = alive_worker_pids(run_dir)
+    assert alive == []
+
+
+def test_status_and_cancel_of_a_local_run(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([script("srl-launch"), str(write_experiment(tmp_path, wall_time=300)),
+                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if "| sample" in line:
+            break
+    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True)
+    assert "state: running" in status.stdout
+    assert subprocess.run([script("srl-launch"), "cancel", str(run_dir)], capture_output=True).returncode == 0
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True)
+    assert "state: cancelled" in status.stdout and "outcome: cancelled" in status.stdout
     _, alive = alive_worker_pids(run_dir)
     assert alive == []
 

@@ -95,6 +95,3 @@ class PPO:
         stats = {k: v / steps for k, v in sums.items()}
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         return stats
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -13,9 +13,10 @@ COMMANDS = "commands"    # controller PUB: stop / finish broadcasts
 INFERENCE = "inference"  # policy worker ROUTER: inference requests from actors
 SAMPLES = "samples"      # trainer PULL: trajectory segments from actors
 PARAMETERS = "parameters"  # trainer PUB: versioned weights for policy workers
+DDP = "ddp"  # trainer/0's torch.distributed TCPStore, when there are several trainers
 
-# who binds what: controller EVENTS + COMMANDS; trainer SAMPLES + PARAMETERS (+ INFERENCE in the SEED-style
-# placement); policy worker INFERENCE; actors bind nothing.
+# who binds what: controller EVENTS + COMMANDS; trainers SAMPLES, trainer/0 also PARAMETERS (+ DDP with
+# several trainers, + INFERENCE in the SEED-style placement); policy worker INFERENCE; actors nothing.
 
 
 def worker_name(kind: str, index: int) -> str:

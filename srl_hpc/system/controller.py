@@ -173,7 +173,7 @@ class Controller:
         frames = self._sum("actor", "env_frames")
         summary = {"status": status, "reason": reason, "wall_time": round(wall, 2), "env_frames": frames,
                    "episodes": self.episodes, "mean_return": self._mean_return(),
-                   "policy_version": self._sum("trainer", "version"), **accounting,
+                   "policy_version": self._version(), **accounting,
                    "failed_workers": self.failed}
         path = self.run_dir / "summary.json"
         tmp = path.with_suffix(".tmp")
@@ -190,6 +190,10 @@ class Controller:
     def _sum(self, kind: str, key: str) -> int:
         return sum(m.get(key, 0) for w, m in self.latest.items() if w.startswith(kind + "/"))
 
+    def _version(self) -> int:
+        """Trainers update in lockstep, so any of them has the policy version."""
+        return max((m.get("version", 0) for w, m in self.latest.items() if w.startswith("trainer/")), default=0)
+
     def _mean_return(self) -> float | None:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
@@ -203,7 +207,7 @@ class Controller:
         mean_return = self._mean_return()
         lag = self.lag_sum / self.lag_count if self.lag_count else 0.0
         self.lag_sum = self.lag_count = 0
-        version = self._sum("trainer", "version")
+        version = self._version()
         ret = f"{mean_return:7.1f}" if mean_return is not None else "      -"
         self._print(f"[{now - self.t0:7.1f}s] frames {frames:>11,} | sample {sample_fps:8,.0f} fps | train "
                     f"{train_fps:8,.0f} fps | episodes {self.episodes:>7,} | return {ret} | version {version:>5} | "

@@ -1,5 +1,9 @@
 """Trainer worker: segments in, PPO updates, versioned weights out, checkpoints on disk.
 
+With several trainers, each takes its share of the sample stream and they train one model data-parallel
+(torch DDP): before every update they agree, in one tiny all-reduce, that each holds a batch and none is
+stopping, so they all run the same updates and all stop together. trainer/0 publishes and checkpoints.
+
 A BatchAssembler pulls segments from the sample stream, drops those older than `max_policy_lag`
 versions, and turns `batch_segments` of them into training tensors (GAE included). With `prefetch`
 on it runs in its own thread, so the next batch is ready while the current one trains.
@@ -8,6 +12,7 @@ that the totals match what the actors sent.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import queue
 import threading
@@ -15,7 +20,9 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import zmq
+from torch.nn.parallel import DistributedDataParallel
 
 from srl_hpc.algorithms.ppo import PPO
 from srl_hpc.api.env import spaces
@@ -28,6 +35,7 @@ from srl_hpc.system.actor import SEGMENT_KEYS
 from srl_hpc.system.policy import resolve_device
 from srl_hpc.system.worker import POLL_MS, Worker
 
+DDP_TIMEOUT = datetime.timedelta(seconds=120)  # trainers joining, and any one collective
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
 
 
@@ -107,6 +115,10 @@ class TrainerWorker(Worker):
         obs_space, action_space = spaces(exp.env)
         self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device)
         self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device)
+        self.leader = index == 0  # publishes weights and writes checkpoints
+        self.distributed = cfg.count > 1
+        self._held_batch = None  # distributed: a batch waiting for the others to have one too
+        self._all_ready = False
         self.version = 0
         self.frames_consumed = 0
         self.train_seconds = 0.0
@@ -130,15 +142,19 @@ class TrainerWorker(Worker):
         samples = self.ctx.socket(zmq.PULL)
         samples.setsockopt(zmq.LINGER, 0)
         samples.setsockopt(zmq.RCVHWM, 4)  # per actor; with the pre-fetched batch this bounds policy lag
-        params = self.ctx.socket(zmq.PUB)
-        params.setsockopt(zmq.LINGER, 0)
-        ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*"),
-                 endpoints.PARAMETERS: params.bind_to_random_port("tcp://*")}
+        ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*")}
+        if self.leader:
+            params = self.ctx.socket(zmq.PUB)
+            params.setsockopt(zmq.LINGER, 0)
+            ports[endpoints.PARAMETERS] = params.bind_to_random_port("tcp://*")
+            self.publisher = ParameterPublisher(params)
+        if self.distributed and self.leader:
+            self._store = dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
+            ports[endpoints.DDP] = self._store.port
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
                                         prepare, lambda: self.version, self.trace,
                                         self.exp.env.frames_per_step)
-        self.publisher = ParameterPublisher(params)
         if self.exp.workers.placement == "seed":
             router = self.ctx.socket(zmq.ROUTER)
             router.setsockopt(zmq.LINGER, 0)
@@ -146,9 +162,22 @@ class TrainerWorker(Worker):
             self.inference_server = InferenceServer(router)
         return ports
 
+    def connect(self, table):
+        super().connect(table)
+        if not self.distributed:
+            return
+        entry = table["trainer/0"]
+        store = self._store if self.leader else dist.TCPStore(entry["host"], entry["ports"][endpoints.DDP], None,
+                                                              False, timeout=DDP_TIMEOUT)
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=store, rank=self.index, world_size=self.cfg.count, timeout=DDP_TIMEOUT)
+        # the algorithm trains through the DDP wrapper: gradients are averaged across trainers in backward()
+        self.algorithm.model = DistributedDataParallel(self.model, device_ids=[self.device] if backend == "nccl" else None)
+
     def start(self):
         self._ready_since = time.perf_counter()
-        self.publisher.publish(self.version, state_arrays(self.model))
+        if self.leader:
+            self.publisher.publish(self.version, state_arrays(self.model))
         if self.cfg.prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
             self._thread.start()
@@ -205,12 +234,30 @@ class TrainerWorker(Worker):
         except queue.Empty:
             return None
 
+    def keep_running(self) -> bool:
+        """Distributed: one all-reduce decides for every trainer whether to stop and whether to train now."""
+        if not self.distributed:
+            return not self.stop_requested
+        if self._held_batch is None:
+            t0 = time.perf_counter()
+            self._held_batch = self._next_batch()
+            self.wait_seconds += time.perf_counter() - t0
+        flags = torch.tensor([int(not self.stop_requested), int(self._held_batch is not None)],
+                             device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        self._all_ready = bool(flags[1])
+        return bool(flags[0])
+
     def step(self):
         t0 = time.perf_counter()
-        batch = self._next_batch()
+        if self.distributed:
+            batch, self._held_batch = (self._held_batch, None) if self._all_ready else (None, self._held_batch)
+        else:
+            batch = self._next_batch()
         t1 = time.perf_counter()
         self.wait_seconds += t1 - t0
-        self.publisher.maybe_republish()
+        if self.leader:
+            self.publisher.maybe_republish()
         if batch is None:
             return
         t0 = self._ready_since  # the wait counts from the end of the previous training step
@@ -229,7 +276,8 @@ class TrainerWorker(Worker):
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.version += 1
-        self.publisher.publish(self.version, state_arrays(self.model))
+        if self.leader:
+            self.publisher.publish(self.version, state_arrays(self.model))
         if self._inference_thread is not None:
             with self._inference_lock:
                 self.inference_engine.model.load_state_dict(self.model.state_dict())
@@ -239,7 +287,7 @@ class TrainerWorker(Worker):
         self._ready_since = t3
         self.trace.record("train_step", wait_seconds=t1 - t0, compute_seconds=t2 - t1, publish_seconds=t3 - t2,
                           frames=batch["frames"], version=self.version, **self.last_losses)
-        if time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
+        if self.leader and time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
             self.save_checkpoint()
 
     def finish(self):
@@ -253,7 +301,12 @@ class TrainerWorker(Worker):
                 frames = self._batches.get()["frames"]
                 self.trace.record("dropped_at_stop", frames=frames)
                 self.assembler.frames_dropped += frames
-        self.save_checkpoint()
+        if self._held_batch is not None:
+            self.trace.record("dropped_at_stop", frames=self._held_batch["frames"])
+            self.assembler.frames_dropped += self._held_batch["frames"]
+            self._held_batch = None
+        if self.leader:
+            self.save_checkpoint()
         self.assembler.drop_pending()
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not self.finish_requested and time.monotonic() < deadline:
@@ -266,13 +319,16 @@ class TrainerWorker(Worker):
     def close(self):
         if self._inference_thread is not None:
             self.inference_server.close()
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
         super().close()
 
     def save_checkpoint(self):
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / "latest.pt"
         tmp = path.with_suffix(".tmp")
-        torch.save({"version": self.version, "frames_consumed": self.frames_consumed, **self.algorithm.state_dict()}, tmp)
+        torch.save({"version": self.version, "frames_consumed": self.frames_consumed, "model": self.model.state_dict(),
+                    "optimizer": self.algorithm.optimizer.state_dict()}, tmp)
         os.replace(tmp, path)  # a reader never sees a half-written checkpoint
         self._last_checkpoint = time.monotonic()
 

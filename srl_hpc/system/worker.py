@@ -76,7 +76,7 @@ class Worker:
 
     def run(self) -> None:
         self.start()
-        while not self.stop_requested:
+        while self.keep_running():
             self.poll_commands()
             self.step()
             self.maybe_heartbeat()
@@ -90,6 +90,9 @@ class Worker:
     # -- for subclasses
     def start(self) -> None:
         pass
+
+    def keep_running(self) -> bool:
+        return not self.stop_requested
 
     def step(self) -> None:
         raise NotImplementedError
