@@ -110,15 +110,21 @@ def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     assert alive == []
 
 
-def test_sigint_stops_everything_within_seconds_and_keeps_a_checkpoint(tmp_path):
+def start_long_run(tmp_path):
+    """A local run of 300 s in the background, returned once training is visibly under way."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([script("srl-launch"), str(write_experiment(tmp_path, wall_time=300)),
                              "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
-    for line in proc.stdout:  # wait until training is visibly under way
+    for line in proc.stdout:
         lines.append(line)
-        if "version" in line and "frames" in line and " version     0 " not in line:
+        if "| sample" in line and " version     0 " not in line:
             break
+    return proc, run_dir, lines
+
+
+def test_sigint_stops_everything_within_seconds_and_keeps_a_checkpoint(tmp_path):
+    proc, run_dir, lines = start_long_run(tmp_path)
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     out, _ = proc.communicate(timeout=60)
@@ -131,12 +137,7 @@ def test_sigint_stops_everything_within_seconds_and_keeps_a_checkpoint(tmp_path)
 
 
 def test_status_and_cancel_of_a_local_run(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([script("srl-launch"), str(write_experiment(tmp_path, wall_time=300)),
-                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        if "| sample" in line:
-            break
+    proc, run_dir, _ = start_long_run(tmp_path)
     status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True)
     assert "state: running" in status.stdout
     assert subprocess.run([script("srl-launch"), "cancel", str(run_dir)], capture_output=True).returncode == 0
