@@ -424,7 +424,10 @@ def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
             if not isinstance(node, dict):
                 raise ConfigError("--set", [(key, None, f"{part!r} is not a section")])
         node[parts[-1]] = yaml.safe_load(raw)
-    return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
+    try:
+        return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
+    except ConfigError as e:  # lines of the regenerated YAML would mislead: the key path says it all
+        raise ConfigError("--set", [(path, None, msg) for path, _, msg in e.problems]) from None
 
 
 def _to_python(node, path, lines, problems):

@@ -117,3 +117,12 @@ def test_placements():
     assert ("workers.policy.count", 8) in problems(GOOD + "workers:\n  policy:\n    count: 0\n")
     assert ("workers.policy.device", 8) in problems(
         GOOD + "workers:\n  placement: seed\n  policy: {count: 0, device: cuda}\n")
+
+
+def test_overrides_are_validated_and_named_by_key():
+    exp = config.with_overrides(config.loads(GOOD), ["workers.actor.ring_size=16", "seed=3"])
+    assert exp.workers.actor.ring_size == 16 and exp.seed == 3
+    with pytest.raises(config.ConfigError) as info:
+        config.with_overrides(exp, ["workers.actor.count=zero"])
+    assert info.value.problems == [("workers.actor.count", None, "must be int, got a string 'zero'")]
+    assert "--set:?: workers.actor.count" in str(info.value)
