@@ -79,9 +79,14 @@ def _dry_run(exp, args, command) -> int:
 
 def _follow(run_dir: Path, job_id: str) -> int:
     log = rundir.log_path(run_dir, "controller/0")
-    position = [0]
-    state = slurm.wait(job_id, on_poll=lambda: position.__setitem__(0, status.follow_file(log, position[0])))
-    status.follow_file(log, position[0])
+    position = 0
+
+    def stream_progress():
+        nonlocal position
+        position = status.follow_file(log, position)
+
+    slurm.wait(job_id, on_poll=stream_progress)
+    stream_progress()
     final, report = status.describe(run_dir)
     print(report)
     print(f"job {job_id} ended: {final}")
