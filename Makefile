@@ -4,16 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SLURM  := scripts/local_slurm.sh
 
-.PHONY: demo test install venv slurm-install slurm-up slurm-down slurm-status unit bench clean
+.PHONY: demo test install test-install venv slurm-install slurm-up slurm-down slurm-status unit bench clean
 
 demo: install            ## install, then train PPO on CartPole with every worker on this machine
 	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
 
-test: install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
+test: test-install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
 	bash $(SLURM) start
 	$(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
 
-unit: install            ## the tests that need no Slurm
+unit: test-install       ## the tests that need no Slurm
 	$(BIN)/pytest -ra -m "not slurm"
 
 install: $(BIN)/srl-launch
@@ -21,6 +21,12 @@ install: $(BIN)/srl-launch
 $(BIN)/srl-launch: setup.cfg pyproject.toml | venv
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+test-install: install $(VENV)/.envpool
+
+$(VENV)/.envpool: setup.cfg   # the optional env backend (env.backend: envpool), so that its tests run too
+	$(BIN)/pip install --quiet -e '.[test,envpool]'
 	touch $@
 
 venv: $(BIN)/python

@@ -2,8 +2,9 @@
 
     python benchmarks/sampling.py experiments/atari_pong_ppo.yaml --seconds 30
 
-1. raw: `--processes` processes (default: the actor count) step the experiment's env (same
-   preprocessing) with random actions, no inference, no transport: the ceiling for these cores.
+1. raw: `--processes` processes (default: the actor count) each step one env group of the experiment's
+   (same backend, same preprocessing, ring_size / inference_splits envs) with random actions, no
+   inference, no transport: the ceiling for these cores.
 2. system: the experiment with the trainer consuming and discarding batches
    (workers.trainer.train=false), so the figure is what inference + transport + actors deliver.
 Prints both, the ratio, and JSON.
@@ -23,24 +24,28 @@ from throughput import measure  # noqa: E402
 from launcher import config  # noqa: E402
 
 
-def _step_randomly(env_cfg, seed: int, seconds: float, out) -> None:
-    from srl_hpc.api.env import make_env
+def _step_randomly(exp, seed: int, seconds: float, out) -> None:
+    import numpy as np
 
-    env = make_env(env_cfg, seed)
-    env.reset(seed=seed)
+    from srl_hpc.api.env import make_env_group
+
+    a = exp.workers.actor
+    envs = make_env_group(exp.env, a.ring_size // a.inference_splits, seed)  # an actor's group, same backend
+    envs.reset(seed=seed)
+    resetting = np.zeros(envs.num_envs, bool)
     steps, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        steps += 1
-        if terminated or truncated:
-            env.reset()
+        _, _, terminated, truncated, _ = envs.step(envs.action_space.sample())
+        steps += int((~resetting).sum())  # an auto-reset step is not a transition (as in the actors' count)
+        resetting = terminated | truncated
+    envs.close()
     out.put(steps)
 
 
 def raw_env_fps(exp, processes: int, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_step_randomly, args=(exp.env, i, seconds, out)) for i in range(processes)]
+    procs = [ctx.Process(target=_step_randomly, args=(exp, i, seconds, out)) for i in range(processes)]
     for p in procs:
         p.start()
     steps = sum(out.get() for _ in procs)

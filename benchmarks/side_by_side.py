@@ -2,7 +2,8 @@
 and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians and ratios.
 
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --seconds 60 --repeats 3
-    .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,sample_factory
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --systems ours,ours-impala,ours-sync,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,ours-bf16,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
 
 The baselines run in their own virtualenvs, benchmarks/.venvs/{sample_factory,rllib}, which this
@@ -26,7 +27,12 @@ minibatch size, network, lr, gamma, GAE lambda, clip, entropy and value coeffici
 They translate into our overrides (workers.actor.count, .ring_size, .segment_length,
 workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches = batch /
 minibatch, policy.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
-2 actor processes + 1 policy worker + 1 trainer + 1 controller. What cannot be matched exactly:
+2 actor processes + 1 policy worker + 1 trainer + 1 controller ("ours"), or as one of the variants in
+OURS: choices of our system that leave the matched settings alone: "ours-impala" (inference inside the
+actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
+"ours-sync" (env.backend=sync: gymnasium envs stepped one by one in a loop, as the baselines do; "ours"
+uses env.backend=auto, i.e. gymnasium's numpy CartPoleVectorEnv or ALE's C++ AtariVectorEnv with the
+same preprocessing settings). Each variant is compared with each baseline. What cannot be matched exactly:
 Sample Factory is asynchronous APPO (ours is asynchronous too; RLlib's PPO is synchronous); RLlib's
 value and policy heads each get their own 512 layer on Pong (ours and Sample Factory's share one);
 RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
@@ -34,8 +40,8 @@ gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop sta
 4, not RLlib's own 64x64 Atari wrapper.
 
 The last line on stdout is JSON: {"env", "seconds", "repeats", "settings", "systems": {name:
-{"median_training_fps", "median_sampling_fps", "runs": [...]}}, "ratios": {name: ours/theirs},
-"ratios_per_repeat": {...}, "notes"}.
+{"median_training_fps", "median_sampling_fps", "runs": [...]}}, "ratios": {key: ours/theirs},
+"ratios_per_repeat": {...}, "notes"}; ratio keys are "VARIANT/BASELINE".
 """
 from __future__ import annotations
 
@@ -58,7 +64,13 @@ sys.path.insert(0, str(BASELINES))
 
 import common  # noqa: E402  (benchmarks/baselines/common.py: standard library only)
 
-SYSTEMS = ("ours", "sample_factory", "rllib")
+# Our system as configured by the experiment, and variants of it: choices of our system (placement,
+# precision), never of the matched settings. Every variant is compared with every baseline.
+OURS = {"ours": [],
+        "ours-impala": ["workers.placement=impala", "workers.policy.count=0"],  # inference inside the actors
+        "ours-bf16": ["workers.trainer.precision=bf16", "workers.policy.precision=bf16"],  # bf16 autocast forwards
+        "ours-sync": ["env.backend=sync"]}  # gymnasium envs stepped one by one, as the baselines step them
+SYSTEMS = (*OURS, "sample_factory", "rllib")
 RUNNERS = {"sample_factory": BASELINES / "sample_factory_run.py", "rllib": BASELINES / "rllib_run.py"}
 
 # One dict per env. num_workers x envs_per_worker x rollout == batch_size, so synchronous samplers
@@ -105,19 +117,19 @@ def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- running
 
-def run_ours(env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
+def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
     from launcher import config
     import throughput  # benchmarks/throughput.py
 
-    overrides = our_overrides(s) + extra
+    overrides = our_overrides(s) + OURS[system] + extra
     exp = config.with_overrides(config.load(ROOT / s["experiment"]), overrides)
     out.mkdir(parents=True, exist_ok=True)
     try:
         r = throughput.measure(exp, seconds, warmup, out)
     except SystemExit as e:  # measure() exits with the run's log when the run fails
-        return {"system": "ours", "env": env, "training_fps": None, "error": str(e)[-2000:]}
+        return {"system": system, "env": env, "training_fps": None, "error": str(e)[-2000:]}
     steady = r.get("steady_training_fps")
-    return {"system": "ours", "env": env,
+    return {"system": system, "env": env,
             "training_fps": steady if steady is not None else r["training_fps"],
             "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"],
             "whole_run_training_fps": r["training_fps"], "seconds": r["seconds"], "run_dir": r["run_dir"],
@@ -199,12 +211,14 @@ def main(argv=None) -> int:
     network = NETWORK[args.env].format(hidden=s["hidden"])
     if args.show_settings:
         print(json.dumps({"env": args.env, "settings": s, "network": network}, indent=1))
-        print("ours: --set " + " --set ".join(our_overrides(s) + args.set) + f"  ({s['experiment']})")
+        for system in OURS:
+            print(f"{system}: --set " + " --set ".join(our_overrides(s) + OURS[system] + args.set)
+                  + f"  ({s['experiment']})")
         for system in RUNNERS:
             print(f"{system}: {VENVS / system / 'bin/python'} {RUNNERS[system]} "
                   + " ".join(runner_args(args.env, s, args.seconds, warmup)))
         return 0
-    if "ours" in systems and not (ROOT / s["experiment"]).exists():
+    if any(x in OURS for x in systems) and not (ROOT / s["experiment"]).exists():
         raise SystemExit(f"{s['experiment']} does not exist (yet): run without 'ours' or add it")
     ensure_venvs(systems)
 
@@ -218,8 +232,8 @@ def main(argv=None) -> int:
             where = out / f"{system}-{rep + 1}"
             common.log(f"repeat {rep + 1}/{args.repeats}: {system} ...")
             t = time.time()
-            if system == "ours":
-                r = run_ours(args.env, s, args.seconds, warmup, where, args.set)
+            if system in OURS:
+                r = run_ours(system, args.env, s, args.seconds, warmup, where, args.set)
             else:
                 r = run_baseline(system, args.env, s, args.seconds, warmup, where)
             r["repeat"] = rep + 1
@@ -242,34 +256,31 @@ def main(argv=None) -> int:
     for system, rs in runs.items():
         result["systems"][system] = {"median_training_fps": median(r.get("training_fps") for r in rs),
                                      "median_sampling_fps": median(r.get("sampling_fps") for r in rs), "runs": rs}
-    ours = result["systems"].get("ours", {}).get("median_training_fps")
-    for system in systems:
-        if system == "ours":
-            continue
-        theirs = result["systems"][system]["median_training_fps"]
-        result["ratios"][system] = round(ours / theirs, 2) if ours and theirs else None
-        per = []
-        for a, b in zip(runs.get("ours", []), runs[system]):
-            fa, fb = a.get("training_fps"), b.get("training_fps")
-            per.append(round(fa / fb, 2) if fa and fb else None)
-        result["ratios_per_repeat"][system] = per
+    for mine in (x for x in systems if x in OURS):
+        ours = result["systems"][mine]["median_training_fps"]
+        for system in (x for x in systems if x not in OURS):
+            key = f"{mine}/{system}"
+            theirs = result["systems"][system]["median_training_fps"]
+            result["ratios"][key] = round(ours / theirs, 2) if ours and theirs else None
+            result["ratios_per_repeat"][key] = [
+                round(a["training_fps"] / b["training_fps"], 2) if a.get("training_fps") and b.get("training_fps")
+                else None for a, b in zip(runs[mine], runs[system])]
 
     # the table (stderr keeps stdout to the one JSON line... plus this table, which people read)
     print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), "
           f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, batch {s['batch_size']}, "
           f"{s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, lr {s['lr']:g}")
-    print(f"{'system':<16}{'median train fps':>18}{'median sample fps':>19}  {'ours/this':>9}  per repeat (train fps)")
+    print(f"{'system':<16}{'median train fps':>18}{'median sample fps':>19}  per repeat (train fps)")
     for system in systems:
         d = result["systems"][system]
-        ratio = "" if system == "ours" else (f"{result['ratios'][system]:.2f}" if result["ratios"][system] else "n/a")
         each = ", ".join(f"{r['training_fps']:,.0f}" if r.get("training_fps") is not None else "failed"
                          for r in d["runs"])
-        med = d["median_training_fps"]
-        smp = d["median_sampling_fps"]
+        med, smp = d["median_training_fps"], d["median_sampling_fps"]
         print(f"{system:<16}{(f'{med:,.0f}' if med is not None else 'n/a'):>18}"
-              f"{(f'{smp:,.0f}' if smp is not None else 'n/a'):>19}  {ratio:>9}  {each}")
-    for system, per in result["ratios_per_repeat"].items():
-        print(f"ours/{system} per repeat: {', '.join('n/a' if x is None else f'{x:.2f}' for x in per)}")
+              f"{(f'{smp:,.0f}' if smp is not None else 'n/a'):>19}  {each}")
+    for key, ratio in result["ratios"].items():
+        per = ", ".join("n/a" if x is None else f"{x:.2f}" for x in result["ratios_per_repeat"][key])
+        print(f"{key}: {'n/a' if ratio is None else f'{ratio:.2f}'} (ratio of medians; per repeat {per})")
     print(json.dumps(result))
     failed = [f"{r['system']}#{r['repeat']}" for rs in runs.values() for r in rs if r.get("training_fps") is None]
     if failed:

@@ -48,6 +48,12 @@ class EnvConfig:
     id: str = "CartPole-v1"  # any gymnasium id; srl_hpc registers its own test envs under "srl_hpc/"
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     atari: Optional[AtariConfig] = None  # set (even to {}) for ALE/* ids: standard preprocessing
+    backend: str = "auto"  # how an actor steps its envs: auto | sync | vector | envpool (srl_hpc/api/env.py)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.backend not in ENV_BACKENDS:
+            return [("backend", f"unknown backend {self.backend!r}; choose one of {list(ENV_BACKENDS)}")]
+        return []
 
     @property
     def frames_per_step(self) -> int:
@@ -69,6 +75,7 @@ class PolicyConfig:
 
 
 MODELS = ("mlp", "nature_cnn")
+ENV_BACKENDS = ("auto", "sync", "vector", "envpool")
 
 
 @dataclass(frozen=True)
@@ -137,9 +144,11 @@ class PolicyWorkerConfig:
     max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
     device: str = "cpu"
     torch_threads: int = 1
+    precision: str = "fp32"  # "bf16": forward passes under bf16 autocast (CPUs with avx512_bf16/AMX, GPUs)
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("max_batch", "torch_threads")) + _check_device(self.device)
+        problems += _check_precision(self.precision)
         if self.count < 0:
             problems.append(("count", f"must be >= 0, got {self.count}"))
         return problems
@@ -152,11 +161,13 @@ class TrainerConfig:
     device: str = "cpu"
     torch_threads: int = 1
     prefetch: bool = True  # a thread assembles the next batch while the current one trains
+    precision: str = "fp32"  # as policy.precision; the losses stay fp32
     train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
     checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("count", "batch_segments", "torch_threads")) + _check_device(self.device)
+        problems += _check_precision(self.precision)
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))
         return problems
@@ -342,6 +353,12 @@ class Experiment:
 
 def _check_counts(obj, keys) -> list[tuple[str, str]]:
     return [(k, f"must be >= 1, got {getattr(obj, k)}") for k in keys if getattr(obj, k) < 1]
+
+
+def _check_precision(precision: str) -> list[tuple[str, str]]:
+    if precision not in ("fp32", "bf16"):
+        return [("precision", f"unknown precision {precision!r}; choose 'fp32' or 'bf16'")]
+    return []
 
 
 def _check_device(device: str) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 and segments carry the right bootstrap values across termination and truncation."""
 import gymnasium
 import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import pytest
 import zmq
 
@@ -46,32 +47,31 @@ def run_group(group, steps):
     return segments
 
 
+def counter_group(*envs):
+    return SyncVectorEnv([lambda env=env: env for env in envs], autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
 def test_segments_bootstrap_across_termination_and_truncation():
-    envs = [Counter(terminate_at=3), gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=2)]
-    group = RingGroup(envs, segment_length=4, seed=0)
+    group = RingGroup(counter_group(Counter(terminate_at=3), gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=2)),
+                      segment_length=4, seed=0)
     segments = run_group(group, steps=9)  # 2 full segments need 8 steps + 1 reply for the last next values
     assert len(segments) == 2
     seg = segments[0]
-    # env 0: obs 0,1,2 | terminate | 0 ... values 1,11,21,1 ; next values 11,21,0(terminated),11
-    assert seg["obs"][0, :, 0].tolist() == [0, 1, 2, 0]
-    assert seg["values"][0].tolist() == [1, 11, 21, 1]
-    assert seg["next_values"][0].tolist() == [11, 21, 0, 11]
+    # env 0: obs 0,1,2 | terminates | its final obs 3 comes back once (the auto-reset step, invalid) | 0 ...
+    assert seg["obs"][0, :, 0].tolist() == [0, 1, 2, 3]
+    assert seg["values"][0].tolist() == [1, 11, 21, 31]
+    assert seg["next_values"][0].tolist() == [11, 21, 0, 1]  # terminated: no bootstrap
     assert seg["dones"][0].tolist() == [False, False, True, False]
-    # env 1: truncated every 2 steps: the final obs (2) is bootstrapped -> value 21
-    assert seg["obs"][1, :, 0].tolist() == [0, 1, 0, 1]
-    assert seg["next_values"][1].tolist() == [11, 21, 11, 21]
-    assert seg["dones"][1].tolist() == [False, True, False, True]
+    assert seg["valid"][0].tolist() == [True, True, True, False]
+    # env 1: truncated every 2 steps: the final obs (2) is bootstrapped -> value 21, then its reset step is invalid
+    assert seg["obs"][1, :, 0].tolist() == [0, 1, 2, 0]
+    assert seg["next_values"][1].tolist() == [11, 21, 1, 11]
+    assert seg["dones"][1].tolist() == [False, True, False, False]
+    assert seg["valid"][1].tolist() == [True, True, False, True]
+    assert segments[1]["valid"][1].tolist() == [True, False, True, True]
     assert seg["versions"][0].tolist() == [0, 1, 2, 3] and segments[1]["versions"][0].tolist() == [4, 5, 6, 7]
-    assert sorted(group.finished_episodes) == [(2.0, 2)] * 4 + [(3.0, 3)] * 3  # 9 steps of each env
-
-
-def test_truncated_final_observations_ride_along_in_the_request():
-    envs = [gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=1), Counter()]
-    group = RingGroup(envs, segment_length=8, seed=0)
-    obs = group.request_obs()
-    request, _ = group.advance(np.zeros(2, np.int64), np.zeros(2, np.float32), value_of(obs), 0)
-    # env 0 truncated after 1 step: request = [reset obs of env 0, obs of env 1, final obs of env 0]
-    assert request[:, 0].tolist() == [0.0, 1.0, 1.0]
+    assert sorted(group.finished_episodes) == [(2.0, 2)] * 3 + [(3.0, 3)] * 2  # 9 steps of each env
+    assert group.valid_steps == 2 * 9 - 2 - 3  # the 2 + 3 auto-reset steps are not transitions
 
 
 @pytest.fixture

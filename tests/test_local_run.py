@@ -77,6 +77,22 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
         assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
 
 
+def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
+    run_dir = tmp_path / "run"
+    exp = tmp_path / "pong.yaml"
+    exp.write_text("name: pong\nenv: {id: ALE/Pong-v5, atari: {}}\npolicy: {model: nature_cnn}\n"
+                   "workers:\n  actor: {count: 1, ring_size: 4, inference_splits: 2, segment_length: 16}\n"
+                   "  trainer: {batch_segments: 2}\nstop: {env_frames: 2000}\nmonitor: {status_interval: 1}\n")
+    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["frames_consumed"] > 0 and summary["frames_consumed"] % (2 * 16 * 4) == 0  # whole batches x skip 4
+    assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
+    with h5py.File(run_dir / "traces" / "actor-0.h5") as f:
+        assert set(f["env_step"]["envs"][:].tolist()) == {2}
+
+
 def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, wall_time=8)), "--run-dir", str(run_dir),

@@ -82,8 +82,48 @@ def test_update_moves_policy_towards_advantaged_action():
     seg = {"obs": np.zeros((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
            "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
            "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
-           "dones": np.ones((1, n), bool)}
+           "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
     stats = ppo.update(ppo.prepare(seg), frames_done=0)
     probs = torch.softmax(model.logits, 0)
     assert probs[0] > 0.55  # action 0 was rewarded
     assert set(stats) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "lr"}
+
+
+def test_prepare_leaves_out_auto_reset_steps_after_gae():
+    # row 0: step 1 ends the episode, step 2 is the env's auto-reset (invalid), step 3 starts the next one
+    seg = {"obs": np.arange(4, dtype=np.float32).reshape(1, 4, 1), "actions": np.zeros((1, 4), np.int64),
+           "logp": np.zeros((1, 4), np.float32), "values": np.zeros((1, 4), np.float32),
+           "next_values": np.zeros((1, 4), np.float32), "rewards": np.array([[1.0, 1.0, 100.0, 1.0]], np.float32),
+           "dones": np.array([[False, True, False, False]]), "valid": np.array([[True, True, False, True]])}
+    ppo = PPO(torch.nn.Linear(1, 2), AlgorithmConfig(gamma=1.0, gae_lambda=1.0), None, torch.device("cpu"))
+    batch = ppo.prepare(seg)
+    assert batch["obs"][:, 0].tolist() == [0.0, 1.0, 3.0]
+    assert batch["advantages"].tolist() == [2.0, 1.0, 1.0]  # the invalid step's reward reaches nothing
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 3))  # logits of 2 actions + a value, from a constant input
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, obs):
+            out = self.net(obs.float())
+            return out[:, :2], out[:, 2]
+
+    heads = Heads()
+    ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), None,
+              torch.device("cpu"), bf16=bf16)
+    n = 64
+    seg = {"obs": np.ones((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
+           "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
+           "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
+           "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
+    ppo.update(ppo.prepare(seg), frames_done=0)
+    with torch.no_grad():
+        probs = torch.softmax(heads(torch.ones(1, 1))[0], -1)[0]
+    assert probs[0] > 0.55  # action 0 was rewarded

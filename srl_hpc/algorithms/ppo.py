@@ -44,23 +44,26 @@ def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, cli
 
 
 class PPO:
-    def __init__(self, model: nn.Module, cfg, total_frames: int | None, device: torch.device):
+    def __init__(self, model: nn.Module, cfg, total_frames: int | None, device: torch.device, bf16: bool = False):
         self.model = model
         self.cfg = cfg
         self.total_frames = total_frames  # the horizon for learning-rate annealing
         self.device = device
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5)
+        self.bf16 = bf16  # forward under bf16 autocast: ~1.3x faster NatureCNN updates on an avx512_bf16 CPU
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)  # ~10% faster updates on CPU
 
     def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Segments (N, T, ...) -> flat CPU training tensors with advantages and returns (the trainer moves
-        them to its device). Runs in the pre-fetch thread."""
+        them to its device). Steps marked invalid (an env's auto-reset) are left out after GAE: an episode
+        end stops the accumulation before them. Runs in the pre-fetch thread."""
         adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
+        valid = seg["valid"].reshape(-1)
         flat = {
-            "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:]),
-            "actions": seg["actions"].reshape(-1).astype(np.int64),
-            "logp": seg["logp"].reshape(-1).astype(np.float32),
-            "advantages": adv.reshape(-1),
-            "returns": ret.reshape(-1),
+            "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:])[valid],
+            "actions": seg["actions"].reshape(-1)[valid].astype(np.int64),
+            "logp": seg["logp"].reshape(-1)[valid].astype(np.float32),
+            "advantages": adv.reshape(-1)[valid],
+            "returns": ret.reshape(-1)[valid],
         }
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
 
@@ -80,10 +83,14 @@ class PPO:
                 adv = batch["advantages"][idx]
                 if cfg.normalize_advantages and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                logits, values = self.model(batch["obs"][idx])
-                dist = torch.distributions.Categorical(logits=logits)
-                losses = ppo_losses(dist.log_prob(batch["actions"][idx]), batch["logp"][idx], adv, values,
-                                    batch["returns"][idx], dist.entropy(), cfg.clip_coef)
+                with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
+                    logits, values = self.model(batch["obs"][idx])
+                logits, values = logits.float(), values.float()
+                logp_all = logits.log_softmax(-1)
+                new_logp = logp_all.gather(1, batch["actions"][idx].unsqueeze(1)).squeeze(1)
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
+                losses = ppo_losses(new_logp, batch["logp"][idx], adv, values, batch["returns"][idx], entropy,
+                                    cfg.clip_coef)
                 loss = losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

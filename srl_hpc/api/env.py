@@ -1,27 +1,86 @@
 """How workers create environments: any gymnasium id, srl-hpc's own registered ids, and Atari games
-(env.atari set) with the standard preprocessing."""
+(env.atari set) with the standard preprocessing.
+
+An actor steps its envs in groups, and a group is one gymnasium VectorEnv, built by one of three backends
+(`env.backend`):
+
+- sync:    one `gymnasium.make` env per slot, stepped in a Python loop (any id, any wrapper);
+- vector:  the id's own vectorised implementation (gymnasium's `vector_entry_point`): CartPole in numpy,
+           ALE's C++ AtariVectorEnv for ALE/* ids; one call steps the whole group;
+- envpool: envpool's C++ envs, when envpool is installed (`pip install -e '.[envpool]'`);
+- auto:    vector if the id has a vector entry point, else envpool if installed and it has the id, else sync.
+           (Measured here, one thread: CartPole 525k steps/s vector, 328k envpool, 183k sync for 16 envs;
+           Pong 4.0k agent steps/s vector, 3.8k envpool, 3.2k sync for 8.)
+
+Every backend auto-resets on the NEXT step (gymnasium's default): the step after an episode ends ignores its
+action and returns the first observation of the next episode. Actors mark that step invalid, and the
+observation an episode ended on comes back once as a regular observation (the bootstrap of a truncation).
+Vectorised backends start one thread per group: scale with actor processes, not threads.
+"""
 from __future__ import annotations
 
 import gymnasium
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
 
 
-def make_env(env_cfg, seed: int) -> gymnasium.Env:
+def make_env(env_cfg) -> gymnasium.Env:
+    """One env, with the gymnasium wrappers (the sync backend's slot)."""
     if env_cfg.atari is not None:
         from srl_hpc.envs.atari import make_atari  # ale-py only where an experiment plays Atari
 
-        env = make_atari(env_cfg.id, env_cfg.kwargs, env_cfg.atari)
-    else:
-        env = gymnasium.make(env_cfg.id, **env_cfg.kwargs)
-    env.action_space.seed(seed)
-    return env
+        return make_atari(env_cfg.id, env_cfg.kwargs, env_cfg.atari)
+    return gymnasium.make(env_cfg.id, **env_cfg.kwargs)
+
+
+def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
+    """`num_envs` envs stepped as one, by the backend env.backend resolves to. Reset it with the same seed."""
+    backend = resolve_backend(env_cfg)
+    if backend == "sync":
+        return SyncVectorEnv([lambda: make_env(env_cfg)] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+    if backend == "vector":
+        kwargs = dict(env_cfg.kwargs)
+        if env_cfg.atari is not None:
+            from srl_hpc.envs.atari import vector_kwargs
+
+            kwargs.update(vector_kwargs(env_cfg.atari))
+        return gymnasium.make_vec(env_cfg.id, num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    from srl_hpc.envs.pool import make_pool
+
+    return make_pool(env_cfg, num_envs, seed)
+
+
+def resolve_backend(env_cfg) -> str:
+    """The backend `env.backend` means for this id; a clear error when the asked one cannot serve it."""
+    backend = env_cfg.backend
+    has_vector = _vector_entry_point(env_cfg.id) is not None
+    if backend == "vector" and not has_vector:
+        raise ValueError(f"env.backend is 'vector' but {env_cfg.id!r} has no vectorised implementation "
+                         "(no vector_entry_point in its gymnasium registration); use 'sync'")
+    if backend == "auto" and has_vector:
+        return "vector"
+    if backend in ("auto", "envpool"):
+        from srl_hpc.envs import pool
+
+        problem = pool.unavailable(env_cfg)
+        if problem is None:
+            return "envpool"
+        if backend == "envpool":
+            raise ValueError(f"env.backend is 'envpool' but {problem}")
+    return backend if backend == "vector" else "sync"
+
+
+def _vector_entry_point(env_id: str):
+    if env_id.startswith("ALE/"):
+        import srl_hpc.envs.atari  # noqa: F401  registers the ALE ids
+    return gymnasium.spec(env_id).vector_entry_point
 
 
 def spaces(env_cfg) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """Observation and action spaces, from a throw-away instance."""
-    env = make_env(env_cfg, seed=0)
+    """Single-env observation and action spaces, from a throw-away group of one (the backend actors use)."""
+    envs = make_env_group(env_cfg, 1)
     try:
-        return env.observation_space, env.action_space
+        return envs.single_observation_space, envs.single_action_space
     finally:
-        env.close()
+        envs.close()

@@ -19,3 +19,11 @@ def make_atari(env_id: str, kwargs: dict, atari) -> gymnasium.Env:
         env, noop_max=atari.noop_max, frame_skip=atari.frame_skip, screen_size=atari.screen_size,
         terminal_on_life_loss=atari.terminal_on_life_loss, grayscale_obs=True, scale_obs=False)
     return gymnasium.wrappers.FrameStackObservation(env, atari.frame_stack)
+
+
+def vector_kwargs(atari) -> dict:
+    """The same preprocessing for ALE's own vectorised envs (AtariVectorEnv, the `vector` backend)."""
+    return {"frameskip": atari.frame_skip, "noop_max": atari.noop_max, "img_height": atari.screen_size,
+            "img_width": atari.screen_size, "stack_num": atari.frame_stack, "grayscale": True, "maxpool": True,
+            "episodic_life": atari.terminal_on_life_loss, "reward_clipping": False, "use_fire_reset": False,
+            "num_threads": 1}

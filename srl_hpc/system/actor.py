@@ -13,85 +13,79 @@ import time
 import numpy as np
 import zmq
 
-from srl_hpc.api.env import make_env
+from srl_hpc.api.env import make_env_group
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.inference import InferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.system.worker import POLL_MS, Worker
 
-SEGMENT_KEYS = ("obs", "actions", "logp", "values", "next_values", "rewards", "dones", "versions")
+SEGMENT_KEYS = ("obs", "actions", "logp", "values", "next_values", "rewards", "dones", "valid", "versions")
 
 
 class RingGroup:
-    """Envs that share one inference request, and the segment they are filling.
+    """Envs that share one inference request (one vectorised env), and the segment they are filling.
 
     `advance(reply)` applies one reply: it completes the previous step with the values it brings (the
-    bootstrap value of every step is the value of the state after it), steps every env with its action,
-    and returns the observations of the next request. Truncated episodes put their final observation in
-    that request too, so the trainer can bootstrap from it.
+    bootstrap value of every step is the value of the state after it), steps the group with its actions,
+    and returns the observations of the next request. The envs auto-reset on the step after an episode
+    ends, so a truncated episode's final observation is in the next request like any other, and the
+    reset step itself is recorded with valid=False (the trainer skips it).
     """
 
     def __init__(self, envs, segment_length: int, seed: int):
         self.envs = envs
+        self.n = envs.num_envs
         self.T = segment_length
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+        self.obs = np.array(envs.reset(seed=seed)[0])
         self.segment = self._new_segment()
         self.t = 0
         self._pending = False  # the step at t-1 still waits for its next values
-        self._terminated = np.zeros(len(envs), bool)
-        self._truncated_envs: list[int] = []
-        self.episode_return = np.zeros(len(envs))
-        self.episode_length = np.zeros(len(envs), np.int64)
+        self._terminated = np.zeros(self.n, bool)
+        self._resetting = np.zeros(self.n, bool)  # the next step of these envs is their auto-reset
+        self.valid_steps = 0
+        self.episode_return = np.zeros(self.n)
+        self.episode_length = np.zeros(self.n, np.int64)
         self.finished_episodes: list[tuple[float, int]] = []
 
     def _new_segment(self) -> dict[str, np.ndarray]:
-        n, T = len(self.envs), self.T
+        n, T = self.n, self.T
         return {"obs": np.empty((n, T, *self.obs.shape[1:]), self.obs.dtype), "actions": np.empty((n, T), np.int64),
                 "logp": np.empty((n, T), np.float32), "values": np.empty((n, T), np.float32),
                 "next_values": np.empty((n, T), np.float32), "rewards": np.empty((n, T), np.float32),
-                "dones": np.empty((n, T), bool), "versions": np.empty((n, T), np.int64)}
+                "dones": np.empty((n, T), bool), "valid": np.empty((n, T), bool), "versions": np.empty((n, T), np.int64)}
 
     def request_obs(self) -> np.ndarray:
         return self.obs
 
     def advance(self, actions, logp, values, version: int) -> tuple[np.ndarray, dict | None]:
         """Apply one reply. Returns (next request's observations, a finished segment or None)."""
-        n = len(self.envs)
         finished = None
         if self._pending:
-            next_values = values[:n].astype(np.float32)
-            next_values[self._truncated_envs] = values[n:]
-            next_values[self._terminated] = 0.0
-            self.segment["next_values"][:, self.t - 1] = next_values
+            self.segment["next_values"][:, self.t - 1] = np.where(self._terminated, 0.0, values)
             if self.t == self.T:
                 finished, self.segment, self.t = self.segment, self._new_segment(), 0
         t, seg = self.t, self.segment
+        valid = ~self._resetting
         seg["obs"][:, t] = self.obs
-        seg["actions"][:, t] = actions[:n]
-        seg["logp"][:, t] = logp[:n]
-        seg["values"][:, t] = values[:n]
+        seg["actions"][:, t] = actions
+        seg["logp"][:, t] = logp
+        seg["values"][:, t] = values
         seg["versions"][:, t] = version
-        next_obs, truncated_obs = [], []
-        self._truncated_envs = []
-        for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
-            seg["rewards"][i, t] = reward
-            seg["dones"][i, t] = terminated or truncated
-            self._terminated[i] = terminated
-            self.episode_return[i] += reward
-            self.episode_length[i] += 1
-            if terminated or truncated:
-                self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
-                self.episode_return[i], self.episode_length[i] = 0.0, 0
-                if truncated and not terminated:
-                    self._truncated_envs.append(i)
-                    truncated_obs.append(obs)
-                obs, _ = env.reset()
-            next_obs.append(obs)
-        self.obs = np.stack(next_obs)
+        seg["valid"][:, t] = valid
+        obs, rewards, terminated, truncated, _ = self.envs.step(np.asarray(actions))
+        done = np.logical_or(terminated, truncated)
+        seg["rewards"][:, t] = rewards
+        seg["dones"][:, t] = done
+        self.valid_steps += int(valid.sum())
+        self.episode_return += rewards
+        self.episode_length += valid
+        for i in np.flatnonzero(done):
+            self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
+        self.episode_return[done], self.episode_length[done] = 0.0, 0
+        self._terminated, self._resetting = np.asarray(terminated, bool), done
+        self.obs = np.array(obs)  # (a backend may step into the same buffer again; requests and segments keep this)
         self.t += 1
         self._pending = True
-        request = np.concatenate([self.obs, np.stack(truncated_obs)]) if truncated_obs else self.obs
-        return request, finished
+        return self.obs, finished
 
 
 class ActorWorker(Worker):
@@ -104,7 +98,7 @@ class ActorWorker(Worker):
         per_group = a.ring_size // a.inference_splits
         self.groups = []
         for g in range(a.inference_splits):
-            envs = [make_env(exp.env, seed + g * per_group + i) for i in range(per_group)]
+            envs = make_env_group(exp.env, per_group, seed + g * per_group)
             self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group))
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
@@ -137,13 +131,14 @@ class ActorWorker(Worker):
         if transport == "zmq" or not same_node:
             return InferenceClient(sock)
         obs = self.groups[0].obs
-        # a request holds each env's observation plus, at most, each env's truncated final observation
-        return ShmInferenceClient(sock, len(self.groups), 2 * len(self.groups[0].envs), obs.shape[1:], obs.dtype,
+        return ShmInferenceClient(sock, len(self.groups), len(obs), obs.shape[1:], obs.dtype,
                                   name=shm_name(self.run_dir, self.name))
 
     def close(self):
         if isinstance(getattr(self, "inference", None), ShmInferenceClient):
             self.inference.close()
+        for group in self.groups:
+            group.envs.close()
         super().close()
 
     def _local_inference(self, table):
@@ -158,7 +153,8 @@ class ActorWorker(Worker):
         cfg = self.exp.workers.policy
         torch.set_num_threads(cfg.torch_threads)
         model = build_policy(self.exp.policy, *spaces(self.exp.env), self.exp.seed)
-        engine = InferenceEngine(model, resolve_device(cfg.device, self.local_rank), self.exp.seed + 7919 * self.index)
+        engine = InferenceEngine(model, resolve_device(cfg.device, self.local_rank), self.exp.seed + 7919 * self.index,
+                                 bf16=cfg.precision == "bf16")
         return LocalInference(engine, subscribe_parameters(self.ctx, table), self.trace)
 
     def start(self):
@@ -178,13 +174,14 @@ class ActorWorker(Worker):
         t1 = time.perf_counter()
         group = self.groups[g]
         r = reply.arrays
+        valid_before = group.valid_steps
         request, segment = group.advance(r["actions"], r["logp"], r["values"], reply.meta["version"])
         self.inference.send(g, request)
         t2 = time.perf_counter()
-        self.trace.record("env_step", group=g, envs=len(group.envs), step_seconds=t2 - t1,
+        self.trace.record("env_step", group=g, envs=group.n, step_seconds=t2 - t1,
                           wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
         self._sent_at[g] = t2
-        self.env_frames += len(group.envs) * self.frames_per_step
+        self.env_frames += (group.valid_steps - valid_before) * self.frames_per_step
         for ret, length in group.finished_episodes:
             self.trace.record("episode", episode_return=ret, length=length)
         self._returns += group.finished_episodes
@@ -195,7 +192,7 @@ class ActorWorker(Worker):
         self.next_group = (g + 1) % len(self.groups)
 
     def _push(self, segment: dict) -> None:
-        frames = segment["rewards"].size * self.frames_per_step
+        frames = int(segment["valid"].sum()) * self.frames_per_step
         msg = wire.pack("segment", {"actor": self.name, "frames": frames}, segment)
         t0 = time.perf_counter()
         while not self.stop_requested:  # back-pressure from a busy trainer: wait, but keep obeying commands

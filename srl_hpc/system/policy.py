@@ -42,7 +42,8 @@ class PolicyWorker(Worker):
         torch.set_num_threads(cfg.torch_threads)
         obs_space, action_space = spaces(exp.env)
         model = build_policy(exp.policy, obs_space, action_space, exp.seed)
-        self.engine = InferenceEngine(model, resolve_device(cfg.device, local_rank), exp.seed + 7919 * index)
+        self.engine = InferenceEngine(model, resolve_device(cfg.device, local_rank), exp.seed + 7919 * index,
+                                      bf16=cfg.precision == "bf16")
         self.max_batch = cfg.max_batch
         self.rows = 0
 

@@ -72,7 +72,7 @@ class BatchAssembler:
 
     def _accept(self, msg: wire.Message) -> None:
         seg = msg.arrays
-        frames = seg["rewards"].size * self.frames_per_step
+        frames = self._frames(seg)
         self.frames_received += frames
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
@@ -91,12 +91,15 @@ class BatchAssembler:
         rest = {k: v[n:] for k, v in joined.items()}
         self.held_segments -= n
         self._parts = [rest] if self.held_segments else []
-        frames = batch["rewards"].size * self.frames_per_step
-        return {"tensors": self.prepare(batch), "frames": frames}
+        return {"tensors": self.prepare(batch), "frames": self._frames(batch)}
+
+    def _frames(self, segments: dict) -> int:
+        """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
+        return int(segments["valid"].sum()) * self.frames_per_step
 
     def drop_pending(self) -> None:
         """At stop: whatever is held (a partial batch) is dropped, counted."""
-        frames = sum(p["rewards"].size for p in self._parts) * self.frames_per_step
+        frames = sum(self._frames(p) for p in self._parts)
         if frames:
             self.trace.record("dropped_at_stop", frames=frames)
         self.frames_dropped += frames
@@ -114,7 +117,7 @@ class TrainerWorker(Worker):
         self.device = resolve_device(cfg.device, local_rank)
         obs_space, action_space = spaces(exp.env)
         self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device)
-        self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device)
+        self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device, bf16=cfg.precision == "bf16")
         self.leader = index == 0  # publishes weights and writes checkpoints
         self.distributed = cfg.count > 1
         self._held_batch = None  # distributed: a batch waiting for the others to have one too
@@ -135,7 +138,8 @@ class TrainerWorker(Worker):
         self._copy_stream = None  # CUDA only: host-to-device copies of pre-fetched batches
         if exp.workers.placement == "seed":  # this worker also hosts the policy handler
             model = build_policy(exp.policy, obs_space, action_space, exp.seed)
-            self.inference_engine = InferenceEngine(model, self.device, exp.seed + 7919)
+            self.inference_engine = InferenceEngine(model, self.device, exp.seed + 7919,
+                                                    bf16=exp.workers.policy.precision == "bf16")
             self._inference_lock = threading.Lock()
 
     def bind(self):
