@@ -133,7 +133,8 @@ def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out:
             "training_fps": steady if steady is not None else r["training_fps"],
             "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"],
             "whole_run_training_fps": r["training_fps"], "seconds": r["seconds"], "run_dir": r["run_dir"],
-            "frames_dropped": r.get("frames_dropped"),
+            "frames_dropped": r.get("frames_dropped"), "trainer_busy_fraction": r.get("trainer_busy_fraction"),
+            "actor_rss_mb_max": r.get("actor_rss_mb_max"), "actor_startup_s_max": r.get("actor_startup_s_max"),
             "notes": ("steady part of metrics.csv (rows after warmup)" if steady is not None
                       else "whole run (too few metrics rows after warmup)") + "; overrides: " + " ".join(overrides)}
 
