@@ -144,7 +144,7 @@ class PolicyWorkerConfig:
     max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
     device: str = "cpu"
     torch_threads: int = 1
-    precision: str = "fp32"  # "bf16": forward passes under bf16 autocast (CPUs with avx512_bf16/AMX, GPUs)
+    precision: str = "fp32"  # "bf16": inference with the weights in bf16 (CPUs with avx512_bf16/AMX, GPUs)
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("max_batch", "torch_threads")) + _check_device(self.device)
@@ -161,7 +161,7 @@ class TrainerConfig:
     device: str = "cpu"
     torch_threads: int = 1
     prefetch: bool = True  # a thread assembles the next batch while the current one trains
-    precision: str = "fp32"  # as policy.precision; the losses stay fp32
+    precision: str = "fp32"  # "bf16": forward passes under bf16 autocast; weights, optimizer and losses stay fp32
     train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
     checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
 

@@ -143,3 +143,24 @@ def test_a_leftover_segment_is_removed_by_name(tmp_path):
         assert remove_segment(name) is False
     finally:
         ctx.destroy(linger=0)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_weights(bf16):
+    import torch
+
+    from srl_hpc.api.policy import MLPPolicy, load_arrays, state_arrays
+    from srl_hpc.system.inference import InferenceEngine
+
+    trained = MLPPolicy(3, 4, (16,))
+    engine = InferenceEngine(MLPPolicy(3, 4, (16,)), torch.device("cpu"), seed=0, bf16=bf16)
+    load_arrays(engine.model, state_arrays(trained))  # fp32 weights, as the trainer publishes them
+    obs = np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32)
+    out = engine.infer(obs)
+    assert out["actions"].shape == (256,) and set(out["actions"].tolist()) <= {0, 1, 2, 3}
+    assert out["logp"].dtype == out["values"].dtype == np.float32
+    with torch.no_grad():
+        logits, values = trained(torch.from_numpy(obs))
+    expected = logits.log_softmax(-1).gather(1, torch.from_numpy(out["actions"])[:, None]).squeeze(1)
+    tol = 3e-2 if bf16 else 1e-5  # bf16 keeps 8 bits of mantissa
+    assert np.allclose(out["logp"], expected.numpy(), atol=tol) and np.allclose(out["values"], values.numpy(), atol=tol)

@@ -28,7 +28,7 @@ class MLPPolicy(nn.Module):
         self.value = _init(nn.Linear(width, 1), 1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.body(obs.float().flatten(1))
+        x = self.body(obs.to(self.logits.weight.dtype).flatten(1))  # (bf16 when an engine runs the model in bf16)
         return self.logits(x), self.value(x).squeeze(-1)
 
 
@@ -54,7 +54,8 @@ class NatureCNN(nn.Module):
         self.body.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.contiguous(memory_format=torch.channels_last).float() / 255.0  # converted while still uint8
+        # channels-last while still uint8; then the weights' dtype (bf16 when an engine runs the model in bf16)
+        x = obs.contiguous(memory_format=torch.channels_last).to(self.logits.weight.dtype) / 255.0
         x = self.fc(self.body(x))
         return self.logits(x), self.value(x).squeeze(-1)
 
