@@ -21,6 +21,11 @@ from srl_hpc.system.worker import POLL_MS, Worker
 SEGMENT_KEYS = ("obs", "actions", "logp", "values", "next_values", "rewards", "dones", "valid", "versions")
 
 
+def segment_frames(segment: dict, frames_per_step: int) -> int:
+    """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
+    return int(segment["valid"].sum()) * frames_per_step
+
+
 class RingGroup:
     """Envs that share one inference request (one vectorised env), and the segment they are filling.
 
@@ -102,7 +107,6 @@ class ActorWorker(Worker):
             self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group))
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
-        self.env_frames = 0
         self.frames_sent = 0
         self.frames_discarded = 0  # filled segments that could not be sent before stop
         self.episodes = 0
@@ -174,14 +178,12 @@ class ActorWorker(Worker):
         t1 = time.perf_counter()
         group = self.groups[g]
         r = reply.arrays
-        valid_before = group.valid_steps
         request, segment = group.advance(r["actions"], r["logp"], r["values"], reply.meta["version"])
         self.inference.send(g, request)
         t2 = time.perf_counter()
         self.trace.record("env_step", group=g, envs=group.n, step_seconds=t2 - t1,
                           wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
         self._sent_at[g] = t2
-        self.env_frames += (group.valid_steps - valid_before) * self.frames_per_step
         for ret, length in group.finished_episodes:
             self.trace.record("episode", episode_return=ret, length=length)
         self._returns += group.finished_episodes
@@ -192,7 +194,7 @@ class ActorWorker(Worker):
         self.next_group = (g + 1) % len(self.groups)
 
     def _push(self, segment: dict) -> None:
-        frames = int(segment["valid"].sum()) * self.frames_per_step
+        frames = segment_frames(segment, self.frames_per_step)
         msg = wire.pack("segment", {"actor": self.name, "frames": frames}, segment)
         t0 = time.perf_counter()
         while not self.stop_requested:  # back-pressure from a busy trainer: wait, but keep obeying commands
@@ -204,6 +206,10 @@ class ActorWorker(Worker):
             self.poll_commands()
             self.maybe_heartbeat()
         self.frames_discarded += frames
+
+    @property
+    def env_frames(self) -> int:
+        return sum(group.valid_steps for group in self.groups) * self.frames_per_step
 
     def stats(self) -> dict:
         returns, self._returns = self._returns, []

@@ -31,7 +31,7 @@ from srl_hpc.services.parameters import ParameterPublisher
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.inference import InferenceServer
 from srl_hpc.system.inference import InferenceEngine, serve_batch
-from srl_hpc.system.actor import SEGMENT_KEYS
+from srl_hpc.system.actor import SEGMENT_KEYS, segment_frames
 from srl_hpc.system.policy import resolve_device
 from srl_hpc.system.worker import POLL_MS, Worker
 
@@ -72,7 +72,7 @@ class BatchAssembler:
 
     def _accept(self, msg: wire.Message) -> None:
         seg = msg.arrays
-        frames = self._frames(seg)
+        frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
@@ -91,15 +91,11 @@ class BatchAssembler:
         rest = {k: v[n:] for k, v in joined.items()}
         self.held_segments -= n
         self._parts = [rest] if self.held_segments else []
-        return {"tensors": self.prepare(batch), "frames": self._frames(batch)}
-
-    def _frames(self, segments: dict) -> int:
-        """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
-        return int(segments["valid"].sum()) * self.frames_per_step
+        return {"tensors": self.prepare(batch), "frames": segment_frames(batch, self.frames_per_step)}
 
     def drop_pending(self) -> None:
         """At stop: whatever is held (a partial batch) is dropped, counted."""
-        frames = sum(self._frames(p) for p in self._parts)
+        frames = sum(segment_frames(p, self.frames_per_step) for p in self._parts)
         if frames:
             self.trace.record("dropped_at_stop", frames=frames)
         self.frames_dropped += frames
