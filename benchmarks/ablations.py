@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import measure, table  # noqa: E402
 
-from launcher import config  # noqa: E402
+from srl_hpc import config  # noqa: E402
 
 A = "workers.actor."
 VARIANTS = {

@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import measure  # noqa: E402
 
-from launcher import config  # noqa: E402
+from srl_hpc import config  # noqa: E402
 
 
 def _step_randomly(exp, seed: int, seconds: float, out) -> None:
     import numpy as np
 
-    from srl_hpc.api.env import make_env_group
+    from srl_hpc.envs.backends import make_env_group
 
     a = exp.workers.actor
     envs = make_env_group(exp.env, a.ring_size // a.inference_splits, seed)  # an actor's group, same backend

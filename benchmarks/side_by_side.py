@@ -26,7 +26,7 @@ envs per process, rollout (our segment length), batch (agent steps per training 
 minibatch size, network, lr, gamma, GAE lambda, clip, entropy and value coefficients, grad-norm clip.
 They translate into our overrides (workers.actor.count, .ring_size, .segment_length,
 workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches = batch /
-minibatch, policy.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
+minibatch, model.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
 2 actor processes + 1 policy worker + 1 trainer + 1 controller ("ours"), or as one of the variants in
 OURS: choices of our system that leave the matched settings alone: "ours-impala" (inference inside the
 actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
@@ -99,7 +99,7 @@ def our_overrides(s: dict) -> list[str]:
            f"algorithm.entropy_coef={s['entropy_coef']}", f"algorithm.value_coef={s['value_coef']}",
            f"algorithm.max_grad_norm={s['max_grad_norm']}", "workers.policy.count=1", "workers.trainer.count=1"]
     if s["hidden"]:
-        out.append(f"policy.hidden_sizes=[{','.join(map(str, s['hidden']))}]")
+        out.append(f"model.hidden_sizes=[{','.join(map(str, s['hidden']))}]")
     return out
 
 
@@ -118,7 +118,7 @@ def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
 # ------------------------------------------------------------------------------------------- running
 
 def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
-    from launcher import config
+    from srl_hpc import config
     import throughput  # benchmarks/throughput.py
 
     overrides = our_overrides(s) + OURS[system] + extra

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher import config, local, rundir
+from launcher import local, runs
+from srl_hpc import config
 from srl_hpc.trace import analysis, reader
 
 
@@ -29,17 +30,18 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
     stop = dataclasses.replace(exp.stop, wall_time=seconds, target_return=None)  # env_frames: the lr horizon
     exp = config.replace(exp, stop=stop, monitor=dataclasses.replace(exp.monitor, status_interval=min(5.0, seconds / 4)))
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"bench-{exp.name}-"))
-    exp, run_dir = rundir.create(exp, run_dir / "run")
+    exp, run = runs.create(exp, run_dir / "run")
+    run_dir = run.root
     log = io.StringIO()
-    code = local.run(exp, run_dir, out=log)
+    code = local.run(exp, run, out=log)
     if code != 0:
         raise SystemExit(f"benchmark run failed (exit {code}):\n{log.getvalue()}")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads(run.summary.read_text())
     wall = summary["wall_time"]
     result = {"experiment": exp.name, "seconds": wall, "run_dir": str(run_dir),
               "training_fps": round(summary["frames_consumed"] / wall, 1),
               "sampling_fps": round(summary["env_frames"] / wall, 1),
-              **_steady(run_dir / "metrics.csv", warmup),
+              **_steady(run.metrics, warmup),
               "policy_version": summary["policy_version"], "frames_dropped": summary["frames_dropped"],
               "trace": exp.monitor.trace}
     if exp.monitor.trace:
@@ -59,7 +61,7 @@ def _steady(metrics: Path, warmup: float) -> dict:
 def _from_traces(run_dir: Path) -> dict:
     run = reader.read_run(run_dir)
     s = analysis.summarize(run)
-    actors = run.of_kind("actor")
+    actors = run.hosting("actor")
     rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if "rss_mb" in w.table("heartbeat")]
     startup = [float(w.table("startup")["seconds"][0]) for w in actors if len(w.table("startup").get("seconds", []))]
     busy = s["trainer_busy_fraction"]

@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import config, rundir, status
+from launcher import runs, status
 from launcher import slurm as scheduler
+from srl_hpc import config, graph as wiring
+from srl_hpc.rundir import RunDir
 
 
 class Run:
@@ -20,6 +22,7 @@ class Run:
 
     def __init__(self, run_dir: Path, job_id: str | None = None, process: subprocess.Popen | None = None):
         self.run_dir = Path(run_dir)
+        self.run = RunDir(run_dir)
         self.job_id = job_id
         self._process = process
 
@@ -32,7 +35,7 @@ class Run:
             return scheduler.job_state(self.job_id)[0]
         if self._process is not None and self._process.poll() is None:
             return "running"
-        return status.describe(self.run_dir)[0]
+        return status.describe(self.run)[0]
 
     def wait(self, timeout: float | None = None) -> str:
         if self.job_id is not None:
@@ -48,12 +51,12 @@ class Run:
         elif self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
 
-    def logs(self, worker: str = "controller/0") -> str:
-        path = rundir.log_path(self.run_dir, worker)
+    def logs(self, worker: str = wiring.CONTROLLER) -> str:
+        path = self.run.log(worker)
         return path.read_text(errors="replace") if path.exists() else ""
 
     def summary(self) -> dict | None:
-        path = self.run_dir / "summary.json"
+        path = self.run.summary
         return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -63,10 +66,14 @@ def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None
     exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment)
     if overrides:
         exp = config.with_overrides(exp, list(overrides))
-    exp, path = rundir.create(exp, run_dir)
     if slurm:
-        return Run(path, job_id=scheduler.submit(exp, path, sys.executable, command=f"launcher.submit({experiment!r})"))
-    log = open(path / "logs" / "launcher.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "launcher.local", str(path)], stdout=log,
+        command = f"launcher.submit({experiment!r})"
+        path = runs.resolve(exp, run_dir)
+        request = scheduler.prepare(exp, path, sys.executable, command)
+        exp, run = runs.create(exp, path)
+        return Run(run.root, job_id=scheduler.submit(request, run, command))
+    exp, run = runs.create(exp, run_dir)
+    log = open(run.logs / "launcher.log", "wb")
+    process = subprocess.Popen([sys.executable, "-m", "launcher.local", str(run.root)], stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
-    return Run(path, process=process)
+    return Run(run.root, process=process)

@@ -8,7 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
-from launcher import config, local, plan, render, rundir, slurm, status, sweep
+from launcher import local, plan, runs, slurm, status, sweep
+from srl_hpc import config, graph as wiring
+from srl_hpc.rundir import RunDir
 
 USAGE = """\
 srl-launch EXPERIMENT.yaml [options]        run every worker on this machine (local mode)
@@ -16,6 +18,7 @@ srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm j
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
 srl-launch validate EXPERIMENT.yaml         check a file; run nothing
+srl-launch graph EXPERIMENT.yaml            print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)"""
@@ -35,13 +38,18 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_run(argv) -> int:
-    args = _run_parser().parse_args(argv)
+def _experiment(args):
     exp = config.load(args.experiment)
-    if args.seed is not None:
+    if getattr(args, "seed", None) is not None:
         exp = config.replace(exp, seed=args.seed)
     if args.set:
         exp = config.with_overrides(exp, args.set)
+    return exp
+
+
+def cmd_run(argv) -> int:
+    args = _run_parser().parse_args(argv)
+    exp = _experiment(args)
     command = "srl-launch " + " ".join(shlex.quote(a) for a in argv)
     seeds = _parse_seeds(args.seeds) if args.seeds else None
     if args.dry_run:
@@ -50,35 +58,38 @@ def cmd_run(argv) -> int:
         return _dry_run(exp, args, command)
     if seeds:
         return _sweep(exp, seeds, args)
-    exp, run_dir = rundir.create(exp, args.run_dir)
     if not args.slurm:
-        code = local.run(exp, run_dir)
-        print(f"run directory: {run_dir}")
+        exp, run = runs.create(exp, args.run_dir)
+        code = local.run(exp, run)
+        print(f"run directory: {run.root}")
         return code
-    job_id = slurm.submit(exp, run_dir, sys.executable, command)
-    print(f"submitted job {job_id}; run directory {run_dir}")
-    print(f"  follow: srl-launch logs {run_dir} -f    state: srl-launch status {run_dir}    stop: srl-launch cancel {run_dir}")
+    run_dir = runs.resolve(exp, args.run_dir)
+    request = slurm.prepare(exp, run_dir, sys.executable, command)
+    exp, run = runs.create(exp, run_dir)
+    job_id = slurm.submit(request, run, command)
+    print(f"submitted job {job_id}; run directory {run.root}")
+    print(f"  follow: srl-launch logs {run.root} -f    state: srl-launch status {run.root}    "
+          f"stop: srl-launch cancel {run.root}")
     if not args.follow:
         return 0
-    return _follow(run_dir, job_id)
+    return _follow(run, job_id)
 
 
 def _dry_run(exp, args, command) -> int:
-    run_dir = rundir.resolve(exp, args.run_dir)
-    exp = config.replace(exp, run_dir=str(run_dir))
+    """The very request `--slurm` would submit (slurm.prepare), printed instead of sent."""
     if args.seeds:
         raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds) go through submitit")
-    job_plan = plan.make_plan(exp, str(run_dir), sys.executable)
-    try:
-        plan.check_fits(job_plan, slurm.cluster_facts())
-    except slurm.SlurmError as e:
-        print(f"# note: not checked against a cluster ({e})", file=sys.stderr)
-    print(render.render(job_plan, command), end="")
+    run_dir = runs.resolve(exp, args.run_dir)
+    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
+                            require_cluster=False)
+    if request.checked:
+        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+    print(request.script, end="")
     return 0
 
 
-def _follow(run_dir: Path, job_id: str) -> int:
-    log = rundir.log_path(run_dir, "controller/0")
+def _follow(run: RunDir, job_id: str) -> int:
+    log = run.log(wiring.CONTROLLER)
     position = 0
 
     def stream_progress():
@@ -87,18 +98,18 @@ def _follow(run_dir: Path, job_id: str) -> int:
 
     slurm.wait(job_id, on_poll=stream_progress)
     stream_progress()
-    final, report = status.describe(run_dir)
+    final, report = status.describe(run)
     print(report)
     print(f"job {job_id} ended: {final}")
     return 0 if final == "completed" else 1
 
 
 def _sweep(exp, seeds, args) -> int:
-    sweep_dir = rundir.resolve(exp, args.run_dir, suffix="-sweep")
+    sweep_dir = runs.resolve(exp, args.run_dir, suffix="-sweep")
     if not args.slurm:
         codes = []
-        for member in sweep.create_members(exp, seeds, sweep_dir):
-            codes.append(local.run(config.load(member / "experiment.yaml"), member))
+        for member_exp, member in sweep.create_members(exp, seeds, sweep_dir):
+            codes.append(local.run(member_exp, member))
         print(f"sweep directory: {sweep_dir}")
         return max(codes)
     jobs = sweep.submit(exp, seeds, sweep_dir)
@@ -125,13 +136,23 @@ def cmd_validate(argv) -> int:
     return 0
 
 
+def cmd_graph(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch graph",
+                                description="Print an experiment's workers, task handlers, het groups and streams.")
+    p.add_argument("experiment", type=Path)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    args = p.parse_args(argv)
+    print(wiring.describe(wiring.build(_experiment(args))))
+    return 0
+
+
 def cmd_status(argv) -> int:
     p = argparse.ArgumentParser(prog="srl-launch status", description="State and outcome of a run or sweep.")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=RunDir)
     args = p.parse_args(argv)
-    if (args.run_dir / "sweep.json").exists():
+    if args.run_dir.sweep.exists():
         for member in sweep.members_of(args.run_dir):
-            state, report = status.describe(Path(member["run_dir"]))
+            state, report = status.describe(RunDir(member["run_dir"]))
             print(f"== seed {member['seed']}: {state}\n{report}\n")
         return 0
     state, report = status.describe(args.run_dir)
@@ -141,44 +162,44 @@ def cmd_status(argv) -> int:
 
 def cmd_logs(argv) -> int:
     p = argparse.ArgumentParser(prog="srl-launch logs", description="Print (or follow) one worker's log.")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--worker", default="controller/0", help="e.g. actor/3, trainer/0 (default: controller/0)")
+    p.add_argument("run_dir", type=RunDir)
+    p.add_argument("--worker", default=wiring.CONTROLLER, help="e.g. actor/3, trainer/0 (default: controller/0)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     args = p.parse_args(argv)
-    log = rundir.log_path(args.run_dir, args.worker)
+    log = args.run_dir.log(args.worker)
     if not args.follow:
         if not log.exists():
-            raise UsageError(f"no log for {args.worker} in {args.run_dir}/logs (workers: "
-                             f"{', '.join(sorted(x.stem for x in (args.run_dir / 'logs').glob('*.log')))})")
+            raise UsageError(f"no log for {args.worker} in {args.run_dir.logs} (workers: "
+                             f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})")
         print(log.read_text(errors="replace"), end="")
         return 0
     status.tail_forever(log, stop=lambda: _run_finished(args.run_dir))
     return 0
 
 
-def _run_finished(run_dir: Path) -> bool:
-    if (run_dir / "slurm.json").exists():
-        return slurm.job_state(slurm.job_id_of(run_dir))[0] in slurm.FINISHED
-    return (run_dir / "summary.json").exists()
+def _run_finished(run: RunDir) -> bool:
+    if run.slurm.exists():
+        return slurm.job_state(slurm.job_id_of(run))[0] in slurm.FINISHED
+    return run.summary.exists()
 
 
 def cmd_cancel(argv) -> int:
     p = argparse.ArgumentParser(prog="srl-launch cancel", description="Stop a run; checkpoints are kept.")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=RunDir)
     args = p.parse_args(argv)
-    if (args.run_dir / "sweep.json").exists():
+    if args.run_dir.sweep.exists():
         for member in sweep.members_of(args.run_dir):
             slurm.cancel(member["job_id"])
         print(f"cancelled the sweep's {len(sweep.members_of(args.run_dir))} jobs")
         return 0
-    if (args.run_dir / "slurm.json").exists():
+    if args.run_dir.slurm.exists():
         job_id = slurm.job_id_of(args.run_dir)
         slurm.cancel(job_id)
         print(f"cancelled job {job_id}")
         return 0
     pid = local.launcher_pid(args.run_dir)
     if pid is None:
-        raise UsageError(f"{args.run_dir} has no running local launcher")
+        raise UsageError(f"{args.run_dir.root} has no running local launcher")
     os.kill(pid, signal.SIGTERM)
     print(f"sent SIGTERM to the local launcher (pid {pid})")
     return 0
@@ -198,7 +219,7 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-COMMANDS = {"validate": cmd_validate, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel}
+COMMANDS = {"validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel}
 
 
 def main(argv=None) -> int:

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import zmq
 
+from launcher.runs import tail
+from srl_hpc import config, graph as wiring
+from srl_hpc.rundir import RunDir
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.inference import remove_segment, shm_name
-from launcher import rundir
 
 REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
 GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL
@@ -31,17 +33,16 @@ def _die_with_parent():
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def run(exp, run_dir: Path, out=sys.stdout) -> int:
+def run(exp, run: RunDir, out=sys.stdout) -> int:
     """Run the experiment to its end; returns the exit code (0 success, 1 failure, 130/143 interrupted)."""
-    names = endpoints.all_workers(exp)
-    pid_file = Path(run_dir) / "launcher.pid"  # `srl-launch cancel RUN` signals this process
-    pid_file.write_text(str(os.getpid()))
+    names = wiring.build(exp).names
+    run.launcher_pid.write_text(str(os.getpid()))  # `srl-launch cancel RUN` signals this process
     procs: dict[str, subprocess.Popen] = {}
     for task_id, name in enumerate(names):
-        log = open(rundir.log_path(run_dir, name), "wb")
-        is_controller = name == endpoints.CONTROLLER
+        log = open(run.log(name), "wb")
+        is_controller = name == wiring.CONTROLLER
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run_dir), "--task-id", str(task_id)],
+            [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run.root), "--task-id", str(task_id)],
             stdout=subprocess.PIPE if is_controller else log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent)
         if is_controller:
@@ -58,78 +59,77 @@ def run(exp, run_dir: Path, out=sys.stdout) -> int:
         _signal_all(procs, signal.SIGTERM)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        crashed = _watch(procs, run_dir)
-        _wind_down(procs, run_dir)
+        crashed = _watch(procs, run)
+        _wind_down(procs, run)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        pid_file.unlink(missing_ok=True)
+        run.launcher_pid.unlink(missing_ok=True)
 
     if crashed:
         name, code = crashed
-        print(f"worker {name} {_describe_exit(code)}; last lines of {rundir.log_path(run_dir, name)}:\n"
-              f"{rundir.tail(rundir.log_path(run_dir, name))}", file=out, flush=True)
+        print(f"worker {name} {_describe_exit(code)}; last lines of {run.log(name)}:\n{tail(run.log(name))}",
+              file=out, flush=True)
         return 1
-    code = procs[endpoints.CONTROLLER].returncode
+    code = procs[wiring.CONTROLLER].returncode
     if code == 1:
-        for name in _summary(run_dir).get("failed_workers", {}):
-            print(f"last lines of {rundir.log_path(run_dir, name)}:\n{rundir.tail(rundir.log_path(run_dir, name))}",
-                  file=out, flush=True)
+        for name in _summary(run).get("failed_workers", {}):
+            print(f"last lines of {run.log(name)}:\n{tail(run.log(name))}", file=out, flush=True)
     if interrupted:
         return 128 + interrupted[0]
     return code if code in (0, 1) else 1
 
 
-def launcher_pid(run_dir: Path) -> int | None:
+def launcher_pid(run: RunDir) -> int | None:
     """The pid of the local launcher still running this run, if any."""
     try:
-        pid = int((Path(run_dir) / "launcher.pid").read_text())
+        pid = int(run.launcher_pid.read_text())
         os.kill(pid, 0)
         return pid
     except (OSError, ValueError):
         return None
 
 
-def _report_to_controller(run_dir: Path, worker: str, error: str) -> bool:
+def _report_to_controller(run: RunDir, worker: str, error: str) -> bool:
     """Send a 'failed' event on the worker's behalf, as the worker itself would. False: no controller yet."""
     try:
-        entry = json.loads((Path(run_dir) / "rendezvous" / "controller-0.json").read_text())
+        entry = json.loads(run.rendezvous_entry(wiring.CONTROLLER).read_text())
     except (OSError, ValueError):
         return False
     ctx = zmq.Context()
     try:
         sock = ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 2000)
-        sock.connect(endpoints.address({endpoints.CONTROLLER: entry}, endpoints.CONTROLLER, endpoints.EVENTS))
+        sock.connect(endpoints.address({wiring.CONTROLLER: entry}, wiring.CONTROLLER, endpoints.EVENTS))
         sock.send_multipart(wire.pack("failed", {"worker": worker, "error": error}))
     finally:
         ctx.destroy(linger=2000)
     return True
 
 
-def _watch(procs, run_dir: Path) -> tuple[str, int] | None:
+def _watch(procs, run: RunDir) -> tuple[str, int] | None:
     """Until the controller exits. A worker that dies with an error is returned (and the run stopped)."""
-    controller = procs[endpoints.CONTROLLER]
+    controller = procs[wiring.CONTROLLER]
     crashed, signalled_at = None, None
     while controller.poll() is None:
         for name, p in procs.items():
             code = p.poll()
-            if crashed is None and code not in (None, 0) and name != endpoints.CONTROLLER:
+            if crashed is None and code not in (None, 0) and name != wiring.CONTROLLER:
                 crashed = (name, code)
                 # A worker that raised has told the controller itself; one that was killed cannot, so the
                 # launcher tells it. The controller then stops the run (failed) without waiting for it.
-                told = _report_to_controller(run_dir, name, f"process {_describe_exit(code)}")
+                told = _report_to_controller(run, name, f"process {_describe_exit(code)}")
                 signalled_at = time.monotonic() + (REPORT_WAIT if told else 0.0)
         if signalled_at is not None and time.monotonic() >= signalled_at:
             _signal_all(procs, signal.SIGTERM)
             signalled_at = float("inf")
         time.sleep(0.1)
     if controller.returncode not in (0, 1, 143) and crashed is None:
-        crashed = (endpoints.CONTROLLER, controller.returncode)
+        crashed = (wiring.CONTROLLER, controller.returncode)
     return crashed
 
 
-def _wind_down(procs, run_dir: Path) -> None:
+def _wind_down(procs, run: RunDir) -> None:
     deadline = time.monotonic() + GRACE
     for p in procs.values():
         try:
@@ -139,9 +139,8 @@ def _wind_down(procs, run_dir: Path) -> None:
     _signal_all(procs, signal.SIGKILL)
     for p in procs.values():
         p.wait()
-    for name in procs:  # shared memory an actor killed mid-run could not remove itself
-        if name.startswith("actor/"):
-            remove_segment(shm_name(run_dir, name))
+    for name in procs:  # shared memory a worker killed mid-run could not remove itself
+        remove_segment(shm_name(run.root, name))
 
 
 def _signal_all(procs, sig) -> None:
@@ -165,23 +164,21 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _summary(run_dir: Path) -> dict:
+def _summary(run: RunDir) -> dict:
     try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
+        return json.loads(run.summary.read_text())
     except (OSError, ValueError):
         return {}
 
 
 def main(argv=None) -> int:
     """`python -m launcher.local RUN_DIR`: run an already created run directory (used by launcher.submit)."""
-    from launcher import config
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m launcher.local RUN_DIR", file=sys.stderr)
         return 2
-    run_dir = Path(args[0]).resolve()
-    return run(config.load(run_dir / "experiment.yaml"), run_dir)
+    run_dir = RunDir(Path(args[0]).resolve())
+    return run(config.load(run_dir.experiment), run_dir)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
 """Plan (pure): an Experiment becomes one heterogeneous Slurm job, as data.
 
-Three het groups, in task-id order (the order of `endpoints.all_workers`):
-  trainer: the controller and the trainers (GPU nodes when the trainer device is cuda)
-  policy:  the policy workers (GPU nodes when their device is cuda); absent in the impala and seed placements
-  actor:   the actors (CPU nodes)
-Task N of the job's one `srun` hosts worker N, so each group is a contiguous range of workers.
+The het groups are the graph's (srl_hpc.graph), in task-id order; each takes its resources from the
+`slurm` section's field of the same name. Task N of the job's one `srun` hosts worker N of the graph, so
+each group is a contiguous range of workers. A worker whose device is cuda gets a GPU; the nodes of a
+group are set by its GPU-or-CPU workers per node (`tasks_per_node`; the controller rides along).
 `check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
 """
 from __future__ import annotations
@@ -13,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from launcher.config import Experiment, parse_size_mb
-from srl_hpc.streams import endpoints
+from srl_hpc import graph as wiring
+from srl_hpc.config import Experiment, parse_size_mb
 
 
 class PlanError(ValueError):
@@ -64,20 +63,15 @@ class Plan:
 
 def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     s = exp.slurm
-    names = endpoints.all_workers(exp)
-    kinds = {kind: [w for w in names if endpoints.parse_worker(w)[0] == kind] for kind in ("trainer", "policy", "actor")}
-    devices = {"trainer": exp.workers.trainer.device, "policy": exp.workers.policy.device, "actor": "cpu"}
     groups = []
-    for kind in ("trainer", "policy", "actor"):
-        res = getattr(s, kind)
-        workers = ([endpoints.CONTROLLER] if kind == "trainer" else []) + kinds[kind]
-        if not workers:
-            continue  # no policy workers in the impala and seed placements
-        gpu_tasks = len(kinds[kind])  # the controller never needs a GPU
-        nodes = max(1, math.ceil(gpu_tasks / res.tasks_per_node))
-        per_node = math.ceil(len(workers) / nodes)
-        gpus = min(res.tasks_per_node, gpu_tasks) if devices[kind].startswith("cuda") else 0
-        groups.append(HetGroup(kind, tuple(workers), res.partition, nodes, res.cpus_per_task,
+    for name, members in wiring.build(exp).groups():
+        res = getattr(s, name)
+        placed = [w for w in members if w.name != wiring.CONTROLLER]  # the controller rides along on a node
+        nodes = max(1, math.ceil(len(placed) / res.tasks_per_node))
+        per_node = math.ceil(len(members) / nodes)
+        gpu_tasks = sum(w.device.startswith("cuda") for w in placed)
+        gpus = min(res.tasks_per_node, gpu_tasks) if gpu_tasks else 0
+        groups.append(HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task,
                                per_node * parse_size_mb(res.mem_per_task), gpus, res.constraint))
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
                 account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,

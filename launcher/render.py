@@ -1,4 +1,5 @@
-"""Render (pure): a Plan becomes the text of an sbatch script, from a template under job_templates/.
+"""Render (pure): a Plan becomes the text of an sbatch script, from a template in launcher/job_templates/
+(package data, so a non-editable install renders the same).
 
 The result is a complete script a user can read, keep and `sbatch` by hand; `--dry-run` prints it.
 """
@@ -10,8 +11,9 @@ from string import Template
 
 import srl_hpc
 from launcher.plan import HetGroup, Plan
+from srl_hpc.graph import compact
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "job_templates"
+TEMPLATES = Path(__file__).resolve().parent / "job_templates"
 
 
 def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: str = srl_hpc.__version__) -> str:
@@ -29,7 +31,7 @@ def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: s
 
 
 def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
-    lines = [f"# group {g.name}: {', '.join(_compact(g.workers))}"]
+    lines = [f"# group {g.name}: {', '.join(compact(g.workers))}"]
     if first:  # job-wide options live in the first group
         lines += [f"#SBATCH --job-name={plan.job_name}",
                   "# the batch script's own output; each worker logs to logs/<worker>.log",
@@ -54,14 +56,3 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
         lines.append(f"#SBATCH --constraint={g.constraint}")
     lines += [f"#SBATCH {option}" for option in plan.sbatch_options]
     return lines
-
-
-def _compact(workers: tuple[str, ...]) -> list[str]:
-    """('actor/0', ..., 'actor/63') -> ['actor/0-63'] for readable comments."""
-    out, by_kind = [], {}
-    for w in workers:
-        kind, index = w.split("/")
-        by_kind.setdefault(kind, []).append(int(index))
-    for kind, idx in by_kind.items():
-        out.append(f"{kind}/{idx[0]}" if len(idx) == 1 else f"{kind}/{idx[0]}-{idx[-1]}")
-    return out

@@ -1,7 +1,8 @@
 """Submit to Slurm and follow a job: the thin side-effecting layer under plan and render.
 
-A submitted run directory holds job.sbatch (exactly what was submitted), experiment.yaml and
-slurm.json (job id, command). Job state comes from squeue/scontrol, which work on every cluster, and
+`prepare` makes the request (plan, checked against the cluster when one answers, rendered script);
+`--dry-run` prints it and `submit` sends that very request. A submitted run directory holds job.sbatch
+(exactly what was submitted), experiment.yaml and slurm.json (job id, command). Job state comes from squeue/scontrol, which work on every cluster, and
 from sacct where accounting exists, all read through one table of Slurm states.
 """
 from __future__ import annotations
@@ -10,10 +11,11 @@ import json
 import shutil
 import subprocess
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 from launcher import plan as planning
 from launcher import render
+from srl_hpc.rundir import RunDir
 
 # Slurm job state -> what it means for a run. Finished states are the ones that never change again.
 STATES = {
@@ -47,22 +49,40 @@ def cluster_facts() -> planning.ClusterFacts:
     return planning.parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%m|%G"]).stdout)
 
 
-def submit(exp, run_dir: Path, python: str, command: str) -> str:
-    """Plan, check against the cluster, render, sbatch. Returns the job id."""
+@dataclass(frozen=True)
+class Request:
+    plan: planning.Plan
+    script: str
+    checked: str | None  # why the plan was not checked against a cluster (None: it was, and it fits)
+
+
+def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = True) -> Request:
+    """Plan, check against the cluster (raises PlanError naming what does not fit), render.
+    Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`."""
     job_plan = planning.make_plan(exp, str(run_dir), python)
-    planning.check_fits(job_plan, cluster_facts())
-    script = run_dir / "job.sbatch"
-    script.write_text(render.render(job_plan, command))
-    job_id = _run(["sbatch", "--parsable", str(script)]).stdout.strip().split(";")[0]
-    (run_dir / "slurm.json").write_text(json.dumps({"job_id": job_id, "command": command, "submitted": time.time()}))
+    try:
+        planning.check_fits(job_plan, cluster_facts())
+        checked = None
+    except SlurmError as e:
+        if require_cluster:
+            raise
+        checked = str(e)
+    return Request(job_plan, render.render(job_plan, command), checked)
+
+
+def submit(request: Request, run: RunDir, command: str) -> str:
+    """sbatch the prepared request's script, kept as RUN/job.sbatch. Returns the job id."""
+    run.job_script.write_text(request.script)
+    job_id = _run(["sbatch", "--parsable", str(run.job_script)]).stdout.strip().split(";")[0]
+    run.slurm.write_text(json.dumps({"job_id": job_id, "command": command, "submitted": time.time()}))
     return job_id
 
 
-def job_id_of(run_dir: Path) -> str:
+def job_id_of(run: RunDir) -> str:
     try:
-        return json.loads((Path(run_dir) / "slurm.json").read_text())["job_id"]
+        return json.loads(run.slurm.read_text())["job_id"]
     except FileNotFoundError:
-        raise SlurmError(f"{run_dir} is not a submitted run (no slurm.json)") from None
+        raise SlurmError(f"{run.root} is not a submitted run (no slurm.json)") from None
 
 
 def job_state(job_id: str) -> tuple[str, str]:

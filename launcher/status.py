@@ -1,59 +1,61 @@
 """What a run directory says about its run: state, outcome, progress, and which worker failed and why.
 
 Works for local and Slurm runs, finished, running or killed: it reads only files the run leaves
-(summary.json, logs/, slurm.json) plus the scheduler's word on the job.
+(summary.json, metrics.csv, logs/, slurm.json) plus the scheduler's word on the job.
 """
 from __future__ import annotations
 
+import csv
 import json
 import time
 from pathlib import Path
 
-from launcher import local, rundir, slurm
+from launcher import local, slurm
+from launcher.runs import tail
+from srl_hpc.rundir import RunDir
 
 
-def describe(run_dir: Path) -> tuple[str, str]:
+def describe(run: RunDir) -> tuple[str, str]:
     """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "experiment.yaml").exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no experiment.yaml)")
-    lines = [f"run {run_dir}"]
-    summary = _read_json(run_dir / "summary.json")
-    if (run_dir / "slurm.json").exists():
-        job_id = slurm.job_id_of(run_dir)
+    if not run.experiment.exists():
+        raise FileNotFoundError(f"{run.root} is not a run directory (no experiment.yaml)")
+    lines = [f"run {run.root}"]
+    summary = _read_json(run.summary)
+    if run.slurm.exists():
+        job_id = slurm.job_id_of(run)
         state, raw = slurm.job_state(job_id)
         lines.append(f"slurm job {job_id}: {raw}")
-    elif summary is None and local.launcher_pid(run_dir) is not None:
+    elif summary is None and local.launcher_pid(run) is not None:
         state = "running"
-        lines.append(f"local run, launcher pid {local.launcher_pid(run_dir)}")
+        lines.append(f"local run, launcher pid {local.launcher_pid(run)}")
     else:
         state = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}.get(
             (summary or {}).get("status"), "unknown")
     if summary:
         lines.append(f"outcome: {summary['status']}: {summary['reason']}")
         lines.append(f"wall time {summary['wall_time']}s, {summary['env_frames']:,} env frames, "
-                     f"{summary['frames_consumed']:,} trained, policy version {summary['policy_version']}")
+                     f"{summary['frames_consumed']:,} consumed, policy version {summary['policy_version']}")
         if state == "completed" and summary["status"] == "failed":
             state = "failed"
-    progress = last_progress_line(run_dir)
+    progress = last_progress(run)
     if progress:
-        lines.append(f"last progress: {progress}")
+        lines.append("last progress: " + ", ".join(f"{k} {v}" for k, v in progress.items() if v != ""))
     for worker, error in (summary or {}).get("failed_workers", {}).items():
-        log = rundir.log_path(run_dir, worker)
-        lines.append(f"worker {worker} failed: {error}\n--- last lines of {log}:\n{rundir.tail(log)}")
+        lines.append(f"worker {worker} failed: {error}\n--- last lines of {run.log(worker)}:\n{tail(run.log(worker))}")
     if summary is None and state in ("failed", "cancelled", "timeout"):
-        for out in sorted(run_dir.glob("slurm-*.out")):  # the run never concluded: srun's own words
-            lines.append(f"--- last lines of {out}:\n{rundir.tail(out)}")
+        for out in run.slurm_outputs():  # the run never concluded: srun's own words
+            lines.append(f"--- last lines of {out}:\n{tail(out)}")
     return state, "\n".join(lines)
 
 
-def last_progress_line(run_dir: Path) -> str | None:
-    log = rundir.log_path(run_dir, "controller/0")
-    if not log.exists():
+def last_progress(run: RunDir) -> dict | None:
+    """The last row of metrics.csv (the controller writes one per progress line)."""
+    try:
+        with open(run.metrics, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
         return None
-    progress = [line for line in log.read_text(errors="replace").splitlines()
-                if line.startswith("[") and "| sample" in line]
-    return progress[-1].strip() if progress else None
+    return rows[-1] if rows else None
 
 
 def follow_file(path: Path, position: int = 0) -> int:

@@ -1,36 +1,172 @@
-"""Entry point of every worker process, local or Slurm: `python -m srl_hpc.worker --run-dir D --task-id N`.
+"""The one generic worker, and the entry point of every worker process, local or Slurm:
+`python -m srl_hpc.worker --run-dir D --task-id N`.
 
-Task N hosts worker N of `endpoints.all_workers(experiment)`. Under Slurm the task id defaults to
-SLURM_PROCID and rendezvous goes through MPI; locally through files in the run directory.
+Task N hosts worker N of the run's graph (srl_hpc.graph). The worker owns what every role shares:
+the ZMQ context, the control channel to the controller (heartbeats up, commands down), the trace, the
+signals and the main loop; its task handlers (srl_hpc.handlers) do the rest. Under Slurm the task id
+defaults to SLURM_PROCID and rendezvous goes through MPI; locally through files in the run directory.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
-from launcher import config
+import zmq
+
+from srl_hpc import config, graph as wiring
+from srl_hpc.handlers import handler_class
+from srl_hpc.rundir import RunDir
 from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
-from srl_hpc.streams import endpoints
+from srl_hpc.streams.control import ControlClient
+from srl_hpc.trace.writer import TraceWriter
 
-# module:class per worker kind, imported on demand so that actors never import torch
-WORKER_CLASSES = {
-    "controller": "srl_hpc.system.controller:Controller",
-    "trainer": "srl_hpc.system.trainer:TrainerWorker",
-    "policy": "srl_hpc.system.policy:PolicyWorker",
-    "actor": "srl_hpc.system.actor:ActorWorker",
-}
+HEARTBEAT_INTERVAL = 1.0
+POLL_MS = 100  # longest a handler's poll blocks, so commands and heartbeats are never late by more
 
 
-def worker_class(kind: str):
-    module, _, cls = WORKER_CLASSES[kind].partition(":")
-    return getattr(importlib.import_module(module), cls)
+def rss_mb() -> float:
+    """Resident memory of this process now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included)."""
+    with open("/proc/self/stat") as f:
+        started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Worker:
+    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, local_rank: int = 0):
+        self.exp = exp
+        self.graph = graph
+        self.name = name
+        self.node = graph.worker(name)
+        self.run_dir = RunDir(run_dir)
+        self.local_rank = local_rank
+        self.ctx = zmq.Context()
+        self.trace = TraceWriter(self.run_dir.trace(name), name, enabled=exp.monitor.trace)
+        self.stop_requested = False
+        self.finish_requested = False  # the controller's second phase: sample consumers may end
+        self.control: ControlClient | None = None
+        self._last_heartbeat = 0.0
+        self._controller_heard = time.monotonic()
+        self._threads: list[threading.Thread] = []
+        self._threads_stop = threading.Event()
+        self._thread_error: BaseException | None = None
+        self.handlers = {}
+        for kind in self.node.handlers:  # in order: a handler may use those built before it
+            self.handlers[kind] = handler_class(kind)(self)
+
+    # -- lifecycle, called by main() in this order
+    def bind(self) -> dict[str, int]:
+        ports = {}
+        for handler in self.handlers.values():
+            ports.update(handler.bind())
+        return ports
+
+    def record_startup(self) -> None:
+        """Start-up cost up to 'ready to rendezvous' (imports, envs, models, sockets) and memory then."""
+        self.trace.record("startup", seconds=process_age(), rss_mb=rss_mb())
+
+    def connect(self, table: dict) -> None:
+        if self.name != wiring.CONTROLLER:
+            self.control = ControlClient(self.ctx, table, wiring.CONTROLLER)
+            self._controller_heard = time.monotonic()
+        for handler in self.handlers.values():
+            handler.connect(table)
+
+    def run(self) -> int:
+        """Start the handlers, loop until stopped, wind down, report. Returns the process exit code."""
+        for handler in self.handlers.values():
+            handler.start()
+        main, *others = [h for h in self.handlers.values() if h.active]
+        for handler in others:
+            thread = threading.Thread(target=self._poll_forever, args=(handler,), name=handler.kind, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        while main.keep_running(self.stop_requested):
+            self.poll_commands()
+            main.poll(POLL_MS)
+            self.maybe_heartbeat()
+        self._threads_stop.set()
+        for thread in self._threads:
+            thread.join()
+        for handler in self.handlers.values():
+            handler.finish()
+        self.send_event("final", self.stats())
+        return getattr(main, "exit_code", 0)
+
+    def close(self) -> None:
+        for handler in self.handlers.values():
+            handler.close()
+        self.trace.close()
+        self.ctx.destroy(linger=5000)
+
+    # -- what handlers use
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def poll_commands(self) -> None:
+        """Obey the controller's broadcasts; if it has gone silent, the run is over (its process died).
+        Also surfaces an error of a handler thread."""
+        if self._thread_error is not None:
+            raise RuntimeError(f"a handler thread of {self.name} failed") from self._thread_error
+        if self.control is None:
+            return
+        commands = self.control.pending_commands()
+        if commands:
+            self._controller_heard = time.monotonic()
+        if "stop" in commands:
+            self.stop_requested = True
+        if "finish" in commands:
+            self.stop_requested = self.finish_requested = True
+        silence = time.monotonic() - self._controller_heard
+        if silence > self.exp.monitor.heartbeat_timeout:
+            raise RuntimeError(f"no word from the controller for {silence:.0f}s; stopping")
+
+    def maybe_heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= interval:
+            self._last_heartbeat = now
+            depths = {}
+            for handler in self.handlers.values():
+                depths.update(handler.queue_depths())
+            self.trace.record("heartbeat", rss_mb=rss_mb(), **depths)
+            self.send_event("heartbeat", self.stats())
+
+    def stats(self) -> dict:
+        merged = {}
+        for handler in self.handlers.values():
+            merged.update(handler.stats())
+        return merged
+
+    def send_event(self, kind: str, meta: dict) -> None:
+        if self.control is not None:
+            self.control.send(kind, {"worker": self.name, **meta})
+
+    def report_failure(self, exc: BaseException) -> None:
+        """Tell the controller which worker failed and why (best effort: it may be the controller that is gone)."""
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.send_event("failed", {"error": error, "traceback": traceback.format_exc()[-4000:]})
+
+    def _poll_forever(self, handler) -> None:
+        try:
+            while not self._threads_stop.is_set():
+                handler.poll(POLL_MS)
+        except BaseException as e:  # surfaced by poll_commands() on the main thread
+            self._thread_error = e
 
 
 def main(argv=None) -> int:
@@ -42,41 +178,39 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
 
-    exp = config.load(args.run_dir / "experiment.yaml")
-    names = endpoints.all_workers(exp)
-    name = names[task_id]
-    kind, index = endpoints.parse_worker(name)
+    run_dir = RunDir(args.run_dir)
+    exp = config.load(run_dir.experiment)
+    graph = wiring.build(exp)
+    name = graph.names[task_id]
     if args.log_dir:
-        _redirect_output(args.log_dir / (name.replace("/", "-") + ".log"))
+        _redirect_output(RunDir(args.run_dir).log(name))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 
-    rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(args.run_dir, len(names))
+    rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    worker = worker_class(kind)(exp, index, args.run_dir, local_rank=rendezvous.local_rank)
+    worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank)
     try:
         ports = worker.bind()
-        if hasattr(worker, "record_startup"):
-            worker.record_startup()
+        worker.record_startup()
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
-        table = rendezvous.exchange(entry, names)  # a signal until here ends the process at once
+        table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
         # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop())
         log.info("rendezvous done: %d workers", len(table))
-        if name == endpoints.CONTROLLER:  # where every worker runs, for status and post-mortems
-            (args.run_dir / "workers.json").write_text(json.dumps(table, indent=1))
+        if name == wiring.CONTROLLER:  # where every worker runs, for status and post-mortems
+            run_dir.workers.write_text(json.dumps(table, indent=1))
         worker.connect(table)
         code = worker.run()
         log.info("%s ended", name)
-        return code or 0
+        return code
     except Exception as exc:  # noqa: BLE001  any failure is reported with the worker's name
         traceback.print_exc()
-        if hasattr(worker, "report_failure"):
-            worker.report_failure(exc)
+        worker.report_failure(exc)
         return 1
     finally:
         worker.close()

@@ -6,10 +6,15 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import pytest
 import zmq
 
-from launcher import config
+from srl_hpc import config, graph
+from srl_hpc.handlers.actor import BASE_FIELDS, RingGroup
 from srl_hpc.streams import wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer
-from srl_hpc.system.actor import ActorWorker, RingGroup
+from srl_hpc.streams.samples import SampleProducer
+from srl_hpc.worker import Worker
+
+PPO_FIELDS = BASE_FIELDS + ("logp", "values", "next_values")
+PPO_REPLY = {"actions": "<i8", "logp": "<f4", "values": "<f4"}
 
 
 class Counter(gymnasium.Env):
@@ -40,7 +45,8 @@ def run_group(group, steps):
     segments, obs = [], group.request_obs()
     for version in range(steps):
         n = len(obs)
-        request, seg = group.advance(np.zeros(n, np.int64), np.zeros(n, np.float32), value_of(obs), version)
+        reply = {"actions": np.zeros(n, np.int64), "logp": np.zeros(n, np.float32), "values": value_of(obs)}
+        request, seg = group.advance(reply, version)
         if seg is not None:
             segments.append(seg)
         obs = request
@@ -53,7 +59,7 @@ def counter_group(*envs):
 
 def test_segments_bootstrap_across_termination_and_truncation():
     group = RingGroup(counter_group(Counter(terminate_at=3), gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=2)),
-                      segment_length=4, seed=0)
+                      segment_length=4, seed=0, fields=PPO_FIELDS, reply_dtypes=PPO_REPLY)
     segments = run_group(group, steps=9)  # 2 full segments need 8 steps + 1 reply for the last next values
     assert len(segments) == 2
     seg = segments[0]
@@ -78,17 +84,17 @@ def test_segments_bootstrap_across_termination_and_truncation():
 def actor(tmp_path):
     exp = config.loads("name: ring\nstop: {wall_time: 1}\nmonitor: {trace: false}\n"
                        "workers: {actor: {count: 1, ring_size: 6, inference_splits: 3, segment_length: 4}}\n")
-    worker = ActorWorker(exp, 0, tmp_path)
+    worker = Worker(exp, graph.build(exp), "actor/0", tmp_path)
+    actor = worker.handlers["actor"]
     router = worker.ctx.socket(zmq.ROUTER)
     router.bind("inproc://inference")
     dealer = worker.ctx.socket(zmq.DEALER)
     dealer.connect("inproc://inference")
-    worker.inference = InferenceClient(dealer)
-    worker.samples = worker.ctx.socket(zmq.PUSH)
-    worker.samples.bind("inproc://samples")
+    actor.inference = InferenceClient(dealer)
     pull = worker.ctx.socket(zmq.PULL)
-    pull.connect("inproc://samples")
-    yield worker, InferenceServer(router), pull
+    pull.bind("inproc://samples")
+    actor.samples = SampleProducer(worker.ctx, ["inproc://samples"])
+    yield actor, InferenceServer(router), pull
     worker.close()
 
 
@@ -99,34 +105,34 @@ def answer(server, req, version=0):
 
 
 def test_ring_is_served_round_robin_while_other_groups_wait(actor):
-    worker, server, _ = actor
-    worker.start()
+    actor, server, _ = actor
+    actor.start()
     pending = {r.meta["group"]: r for r in server.poll_batch(100, 1000)}
     assert sorted(pending) == [0, 1, 2]  # every group has a request in flight
     answer(server, pending.pop(2))  # group 2's actions arrive first ...
-    worker.step()
-    assert worker.env_frames == 0 and worker.next_group == 0  # ... but the ring waits for group 0
+    actor.poll(100)
+    assert actor.env_frames == 0 and actor.next_group == 0  # ... but the ring waits for group 0
     answer(server, pending.pop(0))
-    worker.step()
-    assert worker.env_frames == 2 and worker.next_group == 1  # group 0 stepped while 1 still waits
+    actor.poll(100)
+    assert actor.env_frames == 2 and actor.next_group == 1  # group 0 stepped while 1 still waits
     pending.update({r.meta["group"]: r for r in server.poll_batch(100, 1000)})
     assert sorted(pending) == [0, 1]  # group 0 asked again right away
     answer(server, pending.pop(1))
-    worker.step()
-    worker.step()  # group 2's buffered reply
-    assert worker.env_frames == 6 and worker.next_group == 0
+    actor.poll(100)
+    actor.poll(100)  # group 2's buffered reply
+    assert actor.env_frames == 6 and actor.next_group == 0
 
 
 def test_segments_reach_the_sample_stream(actor):
-    worker, server, pull = actor
-    worker.start()
+    actor, server, pull = actor
+    actor.start()
     for version in range(5 * 3):  # 5 steps of each of the 3 groups -> one 4-step segment per group
         for req in server.poll_batch(100, 1000):
             answer(server, req, version)
-        worker.step()
+        actor.poll(100)
     got = []
     while pull.poll(200, zmq.POLLIN):
         got.append(wire.unpack(pull.recv_multipart()))
     assert len(got) == 3
     assert all(m.arrays["obs"].shape == (2, 4, 4) for m in got)
-    assert worker.frames_sent == 3 * 2 * 4
+    assert actor.frames_sent == 3 * 2 * 4

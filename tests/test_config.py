@@ -1,7 +1,7 @@
 """Experiment files: every class of bad input is reported with its key path and YAML line."""
 import pytest
 
-from launcher import config
+from srl_hpc import config
 
 GOOD = """\
 name: t

@@ -5,8 +5,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from launcher import config
-from srl_hpc.api.env import make_env_group, resolve_backend, spaces
+from srl_hpc import config
+from srl_hpc.envs.backends import make_env_group, resolve_backend, spaces
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
 BACKENDS = ["sync", "vector"] + (["envpool"] if HAS_ENVPOOL else [])

@@ -5,6 +5,8 @@ import zmq
 
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
 
+PPO_REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
+
 
 @pytest.fixture
 def stream():
@@ -108,7 +110,8 @@ def test_shared_memory_transport_round_trip():
     server = InferenceServer(router)
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(f"tcp://127.0.0.1:{port}")
-    client = ShmInferenceClient(dealer, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8)
+    client = ShmInferenceClient(dealer, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
+                                reply_fields=PPO_REPLY)
     try:
         obs = [np.full((3, 4, 84, 84), g + 1, np.uint8) for g in range(2)]
         for g in range(2):
@@ -137,7 +140,8 @@ def test_shared_memory_transport_round_trip():
 def test_a_leftover_segment_is_removed_by_name(tmp_path):
     ctx = zmq.Context()
     name = shm_name(tmp_path, "actor/7")
-    ShmInferenceClient(ctx.socket(zmq.DEALER), n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32, name=name)
+    ShmInferenceClient(ctx.socket(zmq.DEALER), n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
+                       reply_fields=PPO_REPLY, name=name)
     try:
         assert remove_segment(name) is True  # as if its actor had been killed before closing it
         assert remove_segment(name) is False
@@ -149,14 +153,15 @@ def test_a_leftover_segment_is_removed_by_name(tmp_path):
 def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_weights(bf16):
     import torch
 
-    from srl_hpc.api.policy import MLPPolicy, load_arrays, state_arrays
-    from srl_hpc.system.inference import InferenceEngine
+    from srl_hpc.algorithms import ppo
+    from srl_hpc.handlers.policy import InferenceEngine
+    from srl_hpc.models import MLP, ActorCritic, load_arrays, state_arrays
 
-    trained = MLPPolicy(3, 4, (16,))
-    engine = InferenceEngine(MLPPolicy(3, 4, (16,)), torch.device("cpu"), seed=0, bf16=bf16)
+    trained = ActorCritic(MLP(3, (16,)), 4)
+    engine = InferenceEngine(ActorCritic(MLP(3, (16,)), 4), ppo.act, torch.device("cpu"), seed=0, bf16=bf16)
     load_arrays(engine.model, state_arrays(trained))  # fp32 weights, as the trainer publishes them
     obs = np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32)
-    out = engine.infer(obs)
+    out = engine.infer(obs, {})
     assert out["actions"].shape == (256,) and set(out["actions"].tolist()) <= {0, 1, 2, 3}
     assert out["logp"].dtype == out["values"].dtype == np.float32
     with torch.no_grad():

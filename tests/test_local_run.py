@@ -80,7 +80,7 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "pong.yaml"
-    exp.write_text("name: pong\nenv: {id: ALE/Pong-v5, atari: {}}\npolicy: {model: nature_cnn}\n"
+    exp.write_text("name: pong\nenv: {id: ALE/Pong-v5, atari: {}}\nmodel: {name: nature_cnn}\n"
                    "workers:\n  actor: {count: 1, ring_size: 4, inference_splits: 2, segment_length: 16}\n"
                    "  trainer: {batch_segments: 2}\nstop: {env_frames: 2000}\nmonitor: {status_interval: 1}\n")
     proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)],

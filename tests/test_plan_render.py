@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import config, plan, render
+from launcher import plan, render
+from srl_hpc import config
 
 GOLDEN = Path(__file__).parent / "golden" / "cartpole_hetjob.sbatch"
 EXPERIMENT = """\

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from launcher.config import AlgorithmConfig
+from srl_hpc.config import PPOConfig as AlgorithmConfig
 from srl_hpc.algorithms.ppo import PPO, gae, ppo_losses
 
 
@@ -77,13 +77,13 @@ def test_update_moves_policy_towards_advantaged_action():
 
     model = Tiny()
     cfg = AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0)
-    ppo = PPO(model, cfg, None, torch.device("cpu"))
+    ppo = PPO(model, cfg, torch.device("cpu"))
     n = 64
     seg = {"obs": np.zeros((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
            "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
            "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
            "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
-    stats = ppo.update(ppo.prepare(seg), frames_done=0)
+    stats, _ = ppo.update(ppo.prepare(seg), frames_done=0)
     probs = torch.softmax(model.logits, 0)
     assert probs[0] > 0.55  # action 0 was rewarded
     assert set(stats) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "lr"}
@@ -95,7 +95,7 @@ def test_prepare_leaves_out_auto_reset_steps_after_gae():
            "logp": np.zeros((1, 4), np.float32), "values": np.zeros((1, 4), np.float32),
            "next_values": np.zeros((1, 4), np.float32), "rewards": np.array([[1.0, 1.0, 100.0, 1.0]], np.float32),
            "dones": np.array([[False, True, False, False]]), "valid": np.array([[True, True, False, True]])}
-    ppo = PPO(torch.nn.Linear(1, 2), AlgorithmConfig(gamma=1.0, gae_lambda=1.0), None, torch.device("cpu"))
+    ppo = PPO(torch.nn.Linear(1, 2), AlgorithmConfig(gamma=1.0, gae_lambda=1.0), torch.device("cpu"))
     batch = ppo.prepare(seg)
     assert batch["obs"][:, 0].tolist() == [0.0, 1.0, 3.0]
     assert batch["advantages"].tolist() == [2.0, 1.0, 1.0]  # the invalid step's reward reaches nothing
@@ -116,8 +116,8 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
             return out[:, :2], out[:, 2]
 
     heads = Heads()
-    ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), None,
-              torch.device("cpu"), bf16=bf16)
+    ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), torch.device("cpu"),
+              bf16=bf16)
     n = 64
     seg = {"obs": np.ones((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
            "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),

@@ -74,7 +74,7 @@ def test_cartpole_reaches_its_target_as_one_heterogeneous_job(tmp_path):
     nodes = het_nodes(job_id)
     assert len(nodes) == 3 and len(set(nodes)) >= 2  # three het groups, on different virtual nodes
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["mean_return"] >= 475
+    assert summary["status"] == "succeeded" and summary["mean_return_at_stop"] >= 475  # what the stop decision saw
     table = json.loads((run_dir / "workers.json").read_text())  # found each other over MPI
     assert len({entry["node"] for entry in table.values()}) >= 2
     assert "target reached" in proc.stdout and "completed" in proc.stdout

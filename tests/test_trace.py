@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, script
-from launcher import config
-from srl_hpc.streams import endpoints
+from srl_hpc import config
+from srl_hpc import graph
 from srl_hpc.streams.inference import shm_name
 from srl_hpc.trace import analysis, cli, reader
 from srl_hpc.trace.reader import RunTrace, WorkerTrace
@@ -71,7 +71,7 @@ def trainer_worker(rows: int, wait: float, compute: float, publish: float = 0.0)
     t = 100.0 + cycle * np.arange(1, rows + 1)
     table = {"t": t, "wait_seconds": np.full(rows, wait), "compute_seconds": np.full(rows, compute),
              "publish_seconds": np.full(rows, publish), "frames": np.full(rows, 1000)}
-    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table})
+    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table}, handlers=("trainer",))
 
 
 def test_busy_fraction_and_throughput_of_a_constructed_trainer():
@@ -150,7 +150,7 @@ def test_cli_errors_on_a_missing_dir_and_a_run_without_traces(tmp_path, capsys):
 
 def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer_run, tmp_path):
     exp = config.load(slow_trainer_run / "experiment.yaml")
-    expected = sorted(name.replace("/", "-") + ".h5" for name in endpoints.all_workers(exp))
+    expected = sorted(name.replace("/", "-") + ".h5" for name in graph.build(exp).names)
     assert sorted(p.name for p in (slow_trainer_run / "traces").iterdir()) == expected
 
     plots = tmp_path / "plots"
@@ -170,7 +170,7 @@ def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer
     summary = json.loads(data.stdout)
     assert {"throughput", "latency", "time_shares", "trainer_busy_fraction", "batch_size", "policy_lag", "returns",
             "verdict", "problems", "workers"} <= summary.keys()
-    assert {w["name"] for w in summary["workers"]} == set(endpoints.all_workers(exp))
+    assert {w["name"] for w in summary["workers"]} == set(graph.build(exp).names)
     assert summary["problems"] == []
     assert set(summary["throughput"]) == {"actor", "policy", "trainer"}
     for stage in ("env_step", "inference_latency", "policy_queue_wait", "policy_compute", "trainer_wait",

@@ -1,0 +1,42 @@
+"""Algorithms: one file each (ppo.py, ...), read top to bottom, behind one small interface.
+
+What the rest of the system needs to know about an algorithm, without importing torch (actors never
+do), is its spec below:
+  - reply:   what the policy answers per observation (the inference stream's reply arrays);
+  - segment: the per-step fields a segment carries beyond obs, actions, rewards, dones, valid, versions:
+             reply fields, "next_values" (the value of the state after each step, filled from the next
+             reply) or "terminated" (the env terminated rather than truncated);
+  - explore: per-actor settings sent with every inference request (e.g. an epsilon);
+  - head:    the model head it trains ("actor_critic": logits and value; "q": action values).
+The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, and `prepare`,
+`update`, `state_dict`, `load_state_dict` for trainer handlers.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    implementation: str  # "module:Class"
+    reply: tuple[tuple[str, str], ...]  # (name, numpy dtype) per observation
+    segment: tuple[str, ...]
+    head: str
+    explore: Callable[[object, int, int], dict] = lambda cfg, actor, actors: {}
+
+    def load(self):
+        module, _, name = self.implementation.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+SPECS = {
+    "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
+                         segment=("logp", "values", "next_values"), head="actor_critic"),
+}
+
+
+def spec(cfg) -> AlgorithmSpec:
+    """The spec of an experiment's `algorithm` section."""
+    return SPECS[cfg.name]

@@ -1,7 +1,8 @@
 """PPO: clipped surrogate objective, GAE advantages, value loss, entropy bonus.
 
-Reads top to bottom: `gae` turns trajectory segments into advantages and returns, `ppo_losses` is the
-objective for one minibatch, and `PPO.update` runs several epochs of minibatch SGD over one batch.
+Reads top to bottom: `act` is what a policy handler runs (sample from the logits, keep the log-prob and
+the value), `gae` turns trajectory segments into advantages and returns, `ppo_losses` is the objective
+for one minibatch, and `PPO.update` runs several epochs of minibatch SGD over one batch.
 Segments come from actors that may run a slightly older policy (the version is recorded per step);
 the clipped ratio against the behaviour log-probs keeps those updates safe.
 """
@@ -10,6 +11,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+
+
+def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
+    policy's, recorded in segments). log_softmax directly: torch.distributions' checks doubled the cost."""
+    logits, values = model(obs)
+    logp_all = logits.float().log_softmax(-1)
+    actions = torch.multinomial(logp_all.exp(), 1, generator=generator)
+    return {"actions": actions.squeeze(1), "logp": logp_all.gather(1, actions).squeeze(1), "values": values.float()}
 
 
 def gae(rewards, values, next_values, dones, gamma: float, lam: float):
@@ -44,8 +54,10 @@ def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, cli
 
 
 class PPO:
-    def __init__(self, model: nn.Module, cfg, total_frames: int | None, device: torch.device, bf16: bool = False):
-        self.model = model
+    act = staticmethod(act)
+
+    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None):
+        self.model = model  # the trainer may swap in its DDP wrapper
         self.cfg = cfg
         self.total_frames = total_frames  # the horizon for learning-rate annealing
         self.device = device
@@ -69,7 +81,9 @@ class PPO:
             flat = {k: v[valid] for k, v in flat.items()}
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
 
-    def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> dict[str, float]:
+    def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> tuple[dict[str, float], dict]:
+        """One batch: `epochs` passes of `minibatches` SGD steps. Returns (mean losses and diagnostics,
+        feedback for the batch's source: none for PPO)."""
         cfg = self.cfg
         if cfg.anneal_lr and self.total_frames:
             for group in self.optimizer.param_groups:
@@ -103,4 +117,8 @@ class PPO:
                 steps += 1
         stats = {k: v / steps for k, v in sums.items()}
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
-        return stats
+        return stats, {}
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs besides the model's weights."""
+        return {"optimizer": self.optimizer.state_dict()}

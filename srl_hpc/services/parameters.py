@@ -1,8 +1,11 @@
-"""Parameter service: the trainer publishes versioned weights, policy workers take the newest.
+"""Parameter service: a trainer publishes versioned weights under tags; subscribers take the newest.
 
-PUB/SUB: the subscriber drains everything pending without blocking and keeps only the newest version,
-so inference never waits for weights. The publisher repeats the current version now and then so that a
-policy worker that connected late still gets it.
+Every publish carries the tag "latest"; a trainer may also publish under other names (e.g. "best"), and a
+subscriber follows one tag, so an evaluation or opponent handler can ask for a version other than the
+newest. Over ZMQ it is PUB/SUB with the tag as the first frame (SUB filters on it); the subscriber drains
+everything pending without blocking and keeps only the newest version, so inference never waits for
+weights. The publisher repeats each tag's current version now and then, for subscribers that connected
+late. A subscriber in the publisher's own worker reads the publisher's last message in-process (inline).
 """
 from __future__ import annotations
 
@@ -13,33 +16,40 @@ import zmq
 
 from srl_hpc.streams import wire
 
+LATEST = "latest"
 REPUBLISH_INTERVAL = 2.0
 
 
 class ParameterPublisher:
     def __init__(self, socket: zmq.Socket):
         self.socket = socket
-        self.version = -1
-        self._last = None
+        self._last: dict[str, wire.Message] = {}
+        self._frames: dict[str, list] = {}
         self._last_sent = 0.0
 
-    def publish(self, version: int, arrays: dict[str, np.ndarray]) -> None:
-        self.version = version
-        self._last = wire.pack("params", {"version": version}, arrays)
-        self._send()
+    def publish(self, version: int, arrays: dict[str, np.ndarray], tags: tuple[str, ...] = (LATEST,)) -> None:
+        for tag in tags:
+            self._last[tag] = wire.Message("params", {"version": version, "tag": tag}, arrays)
+            self._frames[tag] = [tag.encode(), *wire.pack("params", {"version": version, "tag": tag}, arrays)]
+            self.socket.send_multipart(self._frames[tag], copy=False)
+        self._last_sent = time.monotonic()
 
     def maybe_republish(self) -> None:
-        if self._last is not None and time.monotonic() - self._last_sent > REPUBLISH_INTERVAL:
-            self._send()
+        if self._frames and time.monotonic() - self._last_sent > REPUBLISH_INTERVAL:
+            for frames in self._frames.values():
+                self.socket.send_multipart(frames, copy=False)
+            self._last_sent = time.monotonic()
 
-    def _send(self):
-        self.socket.send_multipart(self._last, copy=False)
-        self._last_sent = time.monotonic()
+    def last(self, tag: str) -> wire.Message | None:
+        return self._last.get(tag)
 
 
 class ParameterSubscriber:
-    def __init__(self, socket: zmq.Socket):
+    """Over ZMQ: a SUB socket subscribed to one tag."""
+
+    def __init__(self, socket: zmq.Socket, tag: str = LATEST):
         self.socket = socket
+        self.socket.setsockopt(zmq.SUBSCRIBE, tag.encode())
         self.version = -1
 
     def poll_newest(self) -> wire.Message | None:
@@ -50,9 +60,25 @@ class ParameterSubscriber:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            msg = wire.unpack(frames)
+            msg = wire.unpack(frames[1:])
             if msg.meta["version"] > self.version and (newest is None or msg.meta["version"] > newest.meta["version"]):
                 newest = msg
         if newest is not None:
             self.version = newest.meta["version"]
         return newest
+
+
+class InlineSubscriber:
+    """In the publisher's own worker: its last message for the tag, without a socket."""
+
+    def __init__(self, publisher: ParameterPublisher, tag: str = LATEST):
+        self.publisher = publisher
+        self.tag = tag
+        self.version = -1
+
+    def poll_newest(self) -> wire.Message | None:
+        msg = self.publisher.last(self.tag)
+        if msg is None or msg.meta["version"] <= self.version:
+            return None
+        self.version = msg.meta["version"]
+        return msg

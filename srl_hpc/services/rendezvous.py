@@ -12,7 +12,8 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
+
+from srl_hpc.rundir import RunDir
 
 
 class RendezvousError(RuntimeError):
@@ -35,14 +36,14 @@ class FileRendezvous:
     local = True
     local_rank = 0
 
-    def __init__(self, run_dir: str | Path, n_workers: int, timeout: float = 120.0):
-        self.dir = Path(run_dir) / "rendezvous"
+    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0):
+        self.run = run
         self.n_workers = n_workers
         self.timeout = timeout
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / (entry["worker"].replace("/", "-") + ".json")
+        self.run.rendezvous.mkdir(parents=True, exist_ok=True)
+        path = self.run.rendezvous_entry(entry["worker"])
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(entry))
         os.replace(tmp, path)  # atomic: readers never see a half-written entry
@@ -50,7 +51,7 @@ class FileRendezvous:
         while True:
             table = {}
             for name in expected:
-                p = self.dir / (name.replace("/", "-") + ".json")
+                p = self.run.rendezvous_entry(name)
                 if p.exists():
                     table[name] = json.loads(p.read_text())
             if len(table) == len(expected):

@@ -1,12 +1,15 @@
-"""Inference stream: actors (DEALER) send observations, a policy worker (ROUTER) replies.
+"""Inference stream: actors (clients) send observations, a policy handler (the server) replies.
 
 The server side does dynamic batching: it takes every request already waiting, up to a cap on
 observations, and never waits on a timer to fill a batch. Replies go back to the client that asked,
 tagged with the client's own request metadata (the actor's ring group).
 
-Two transports behind one interface: arrays inside the ZMQ messages (any two hosts), or, when actor and
-server share a node, arrays in the actor's shared memory (ShmInferenceClient) with ZMQ carrying only
-a small header that says where they are.
+Three transports behind one client interface (`send(group, obs, meta)`, `wait(group, timeout_ms)`):
+  zmq     DEALER -> ROUTER, arrays inside the messages (any two hosts);
+  shm     the same sockets, arrays in the actor's shared memory, ZMQ carrying only a small header
+          (actor and server on one node);
+  inline  the policy handler hosted in the actor's own worker answers at once (no socket).
+What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`).
 """
 from __future__ import annotations
 
@@ -126,15 +129,14 @@ class ShmInferenceClient(InferenceClient):
     reply slot in one shared memory segment; ZMQ carries only headers. A slot is rewritten only after
     its reply arrived, so neither side ever reads a half-written array."""
 
-    REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
-
     def __init__(self, socket: zmq.Socket, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
-                 name: str | None = None):
+                 reply_fields: tuple[tuple[str, str], ...], name: str | None = None):
         super().__init__(socket)
+        self.reply_fields = reply_fields
         self.max_rows = max_rows
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         obs_bytes = _aligned(max_rows * int(np.prod(obs_shape)) * self.obs_dtype.itemsize)
-        reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.REPLY)
+        reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.reply_fields)
         self._group_bytes = obs_bytes + reply_bytes
         self.shm = shared_memory.SharedMemory(name=name, create=True, size=n_groups * self._group_bytes)
         self._rows: dict[int, int] = {}  # rows of each group's request in flight
@@ -142,7 +144,7 @@ class ShmInferenceClient(InferenceClient):
         for g in range(n_groups):
             base = g * self._group_bytes
             reply, offset = {}, base + obs_bytes
-            for name, dt in self.REPLY:
+            for name, dt in self.reply_fields:
                 reply[name] = [offset, dt]
                 offset += _aligned(max_rows * np.dtype(dt).itemsize)
             self._layouts.append((base, reply))
@@ -171,6 +173,21 @@ class ShmInferenceClient(InferenceClient):
     def close(self) -> None:
         self.shm.close()
         self.shm.unlink()
+
+
+class InlineInferenceClient:
+    """The policy handler of this very worker answers at once (IMPALA-style placement)."""
+
+    def __init__(self, serve_inline):
+        self.serve_inline = serve_inline  # (obs, meta) -> reply arrays, with the handler's newest weights
+        self._replies: dict[int, wire.Message] = {}
+
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
+        arrays, version = self.serve_inline(obs, meta or {})
+        self._replies[group] = wire.Message("reply", {"group": group, "version": version}, arrays)
+
+    def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
+        return self._replies.pop(group, None)
 
 
 def _aligned(n: int, to: int = 64) -> int:

@@ -7,7 +7,9 @@ their precision.
 
 Every duration a worker records ends at its row's time "t" (the writer stamps the row after measuring),
 so a row is an interval [t - duration, t]; a row with several consecutive phases (the trainer's wait,
-compute, publish) is laid out backwards from t. ACTIVITIES lists those phases per worker kind.
+compute, publish) is laid out backwards from t. ACTIVITIES lists those phases per task handler; a
+worker's activities are those of the handlers the run's graph put in it (an IMPALA-style actor hosts the
+policy handler too: its inline inference counts as inference, not as env stepping).
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ import numpy as np
 
 from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
 
-# kind -> (activity, table, duration field, fields recorded after it in the same row)
+# handler -> (activity, table, duration field, fields recorded after it in the same row)
 ACTIVITIES = {
-    "actor": [("stepping", "env_step", "step_seconds", ()),
-              ("waiting_inference", "env_step", "wait_seconds", ("step_seconds",)),
+    "actor": [("stepping", "env_step", "step_seconds", ("request_seconds",)),
+              ("waiting_inference", "env_step", "wait_seconds", ("step_seconds", "request_seconds")),
               ("sending", "segment", "send_wait", ())],
     "policy": [("computing", "inference", "compute_seconds", ("reply_seconds",)),
                ("replying", "inference", "reply_seconds", ()),
@@ -34,7 +36,7 @@ ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "ste
                    "computing": "computing", "replying": "replying", "waiting": "waiting for data",
                    "publishing": "publishing weights", "other": "other"}
 
-# stage -> (label, kind, table, field)
+# stage -> (label, handler, table, field)
 STAGES = {
     "env_step": ("env step (one ring group)", "actor", "env_step", "step_seconds"),
     "inference_latency": ("inference latency at actor", "actor", "env_step", "inference_latency"),
@@ -48,8 +50,8 @@ STAGES = {
     "param_pull": ("policy weight load", "policy", "param_pull", "seconds"),
 }
 
-# kind -> (unit, table, field counting units per row, the consecutive phases the row's units took)
-THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds")),
+# handler -> (unit, table, field counting units per row, the consecutive phases the row's units took)
+THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds", "request_seconds")),
               "policy": ("observations", "inference", "batch_size", ("compute_seconds", "reply_seconds")),
               "trainer": ("frames consumed", "train_step", "frames",
                           ("wait_seconds", "compute_seconds", "publish_seconds"))}
@@ -92,7 +94,7 @@ def intervals(table: Table, duration: str, after: tuple[str, ...] = (), t0: floa
     """(starts, ends) of the `duration` phase of every row, relative to t0."""
     if duration not in table or not len(table["t"]):
         return np.empty(0), np.empty(0)
-    ends = table["t"] - t0 - sum((table[f] for f in after), np.zeros(len(table["t"])))
+    ends = table["t"] - t0 - sum((table[f] for f in after if f in table), np.zeros(len(table["t"])))
     return ends - table[duration], ends
 
 
@@ -121,10 +123,14 @@ def busy_time(starts, ends, edges, weights=None) -> np.ndarray:
     return np.diff(before(starts) - before(ends))
 
 
-def span(worker: WorkerTrace, t0: float = 0.0) -> tuple[float, float] | None:
-    """From the start of the worker's first recorded activity to the end of its last one."""
-    bounds = [intervals(worker.table(table), dur, after, t0)
-              for _, table, dur, after in ACTIVITIES.get(worker.kind, [])]
+def activities(worker: WorkerTrace, handler: str | None = None) -> list[tuple]:
+    """The ACTIVITIES rows of one hosted handler, or of all the worker hosts."""
+    return [a for h in ((handler,) if handler else worker.handlers) for a in ACTIVITIES.get(h, [])]
+
+
+def span(worker: WorkerTrace, t0: float = 0.0, handler: str | None = None) -> tuple[float, float] | None:
+    """From the start of the worker's (or one of its handlers') first recorded activity to the end of its last."""
+    bounds = [intervals(worker.table(table), dur, after, t0) for _, table, dur, after in activities(worker, handler)]
     starts = np.concatenate([s for s, _ in bounds]) if bounds else np.empty(0)
     ends = np.concatenate([e for _, e in bounds]) if bounds else np.empty(0)
     if not len(starts):
@@ -132,13 +138,15 @@ def span(worker: WorkerTrace, t0: float = 0.0) -> tuple[float, float] | None:
     return float(starts.min()), float(ends.max())
 
 
-def time_shares(worker: WorkerTrace, t0: float = 0.0) -> dict[str, float] | None:
-    """Fraction of the worker's span spent in each activity; 'other' is the rest (idle, polling, heartbeats)."""
-    window = span(worker, t0)
+def time_shares(worker: WorkerTrace, t0: float = 0.0, handler: str | None = None) -> dict[str, float] | None:
+    """Fraction of the span spent in each activity of the worker (or of one hosted handler); 'other' is the
+    rest (idle, polling, heartbeats). A handler with a thread of its own (SEED-style inference on the
+    trainer) overlaps the others: ask per handler for shares that add up."""
+    window = span(worker, t0, handler)
     if window is None or window[1] <= window[0]:
         return None
     shares = {}
-    for activity, table, dur, after in ACTIVITIES[worker.kind]:
+    for activity, table, dur, after in activities(worker, handler):
         starts, ends = intervals(worker.table(table), dur, after, t0)
         shares[activity] = float(busy_time(starts, ends, window)[0]) / (window[1] - window[0])
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
@@ -149,20 +157,20 @@ def activity_timeline(worker: WorkerTrace, edges, t0: float = 0.0) -> dict[str, 
     """Per bin of `edges`, the fraction of the bin spent in each activity (for the timeline plot)."""
     width = np.diff(np.asarray(edges, dtype=float))
     out = {}
-    for activity, table, dur, after in ACTIVITIES.get(worker.kind, []):
+    for activity, table, dur, after in activities(worker):
         starts, ends = intervals(worker.table(table), dur, after, t0)
-        out[activity] = busy_time(starts, ends, edges) / width
+        out[activity] = out.get(activity, 0.0) + busy_time(starts, ends, edges) / width
     return out
 
 
-def rate_over_time(worker: WorkerTrace, edges, t0: float = 0.0) -> np.ndarray:
-    """The worker's THROUGHPUT units per second in each bin, each row's units spread over the time it took."""
-    _, table, field, durations = THROUGHPUT[worker.kind]
+def rate_over_time(worker: WorkerTrace, handler: str, edges, t0: float = 0.0) -> np.ndarray:
+    """A hosted handler's THROUGHPUT units per second in each bin, each row's units spread over the time it took."""
+    _, table, field, durations = THROUGHPUT[handler]
     tab = worker.table(table)
     if field not in tab:
         return np.zeros(len(edges) - 1)
     ends = tab["t"] - t0
-    starts = ends - sum(tab[f] for f in durations)
+    starts = ends - sum(tab[f] for f in durations if f in tab)
     return busy_time(starts, ends, edges, tab[field]) / np.diff(edges)
 
 
@@ -185,9 +193,10 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
     The actors are the source of every frame, so where their time goes says where the limit is:
       0. The trainer busy (computing + publishing) >= 90% of its time is saturated: trainer-bound,
          whatever the actors do (it could not consume more frames).
-      1. Otherwise take the actors' largest share among stepping envs, waiting on inference replies and
-         being blocked sending samples:
+      1. Otherwise take the actors' largest share among stepping envs, waiting on inference replies,
+         running inference inline (a policy handler in the actor's own worker) and being blocked sending:
          - stepping envs                  -> env-bound;
+         - inference inline               -> inference-bound;
          - blocked sending samples        -> trainer-bound if the trainer is busy >= 50% (it does not keep up),
                                              else transport-bound (the trainer waits too: the sample stream is
                                              the limit);
@@ -203,9 +212,11 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
         return Verdict("unknown", "no actor env_step rows: nothing to say where frames come from")
     trainer_busy = trainer["computing"] + trainer["publishing"] if trainer else None
     policy_busy = policy["computing"] + policy["replying"] if policy else None
+    inline = actor.get("inference_inline", 0.0)
     actors = (f"actors spend {_pct(actor['stepping'])} of their time stepping envs, "
               f"{_pct(actor['waiting_inference'])} waiting on inference, "
-              f"{_pct(actor['sending'])} blocked sending samples")
+              + (f"{_pct(inline)} running inference inline, " if inline else "")
+              + f"{_pct(actor['sending'])} blocked sending samples")
     trainer_words = ("" if trainer_busy is None else
                      f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}")
     policy_words = "" if policy_busy is None else f"the policy worker is busy {_pct(policy_busy)}"
@@ -217,7 +228,9 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
 
     if trainer_busy is not None and trainer_busy >= SATURATED:
         return Verdict("trainer", f"{trainer_words}: it cannot consume faster; {actors}{backlog_words}")
-    top = max(("stepping", "waiting_inference", "sending"), key=actor.get)
+    top = max(("stepping", "waiting_inference", "inference_inline", "sending"), key=lambda k: actor.get(k, 0.0))
+    if top == "inference_inline":
+        return Verdict("inference", f"{actors}: the actors' own forward passes bound them; {trainer_words}")
     if top == "stepping":
         return Verdict("env", f"{actors}; {trainer_words or 'no trainer trace'}; {policy_words or 'no policy trace'}")
     if top == "sending":
@@ -242,14 +255,14 @@ def _pct(x: float) -> str:
 # ----------------------------------------------------------------------------------------------- the report
 
 def throughput(run: RunTrace) -> dict:
-    """Per worker kind: units per second over the kind's span, in total and per worker."""
+    """Per task handler: units per second over the span of the workers hosting it, in total and per worker."""
     t0 = run.t0
     out = {}
     for kind, (unit, table, field, _) in THROUGHPUT.items():
-        workers = run.of_kind(kind)
+        workers = run.hosting(kind)
         per_worker, total, lo, hi = {}, 0.0, np.inf, -np.inf
         for w in workers:
-            window, tab = span(w, t0), w.table(table)
+            window, tab = span(w, t0, kind), w.table(table)
             if window is None or field not in tab:
                 continue
             units = float(tab[field].sum())
@@ -290,7 +303,7 @@ def policy_lag(run: RunTrace) -> dict:
 def returns_over_time(run: RunTrace, bins: int = 10) -> dict:
     """Episode returns of all actors: first and last window means, and the mean per time bin."""
     t0 = run.t0
-    tables = [w.table("episode") for w in run.of_kind("actor") if "episode_return" in w.table("episode")]
+    tables = [w.table("episode") for w in run.hosting("actor") if "episode_return" in w.table("episode")]
     if not tables:
         return {"episodes": 0}
     t = np.concatenate([tab["t"] for tab in tables]) - t0
@@ -313,8 +326,11 @@ def returns_over_time(run: RunTrace, bins: int = 10) -> dict:
 def summarize(run: RunTrace) -> dict:
     """Everything srl-trace reports about one run, as plain JSON-ready data."""
     t0 = run.t0
-    shares = {w.name: time_shares(w, t0) for w in run.workers if w.kind in ACTIVITIES}
-    by_kind = {kind: mean_shares([shares[w.name] for w in run.of_kind(kind)]) for kind in ACTIVITIES}
+    shares = {w.name: time_shares(w, t0) for w in run.workers if activities(w)}
+    by_kind = {kind: mean_shares([time_shares(w, t0, kind) for w in run.hosting(kind)]) for kind in ACTIVITIES}
+    inline = [time_shares(w, t0, "policy") for w in run.hosting("actor") if "policy" in w.handlers]
+    if by_kind["actor"] and inline:  # IMPALA-style: the actors' own inference
+        by_kind["actor"]["inference_inline"] = float(np.mean([s["computing"] if s else 0.0 for s in inline]))
     lat = latencies(run)
     lag = policy_lag(run)
     service = [lat[s]["p50"] for s in ("policy_queue_wait", "policy_compute", "policy_reply")]
@@ -351,6 +367,6 @@ def summarize(run: RunTrace) -> dict:
 
 
 def pooled(run: RunTrace, kind: str, table: str, field: str) -> np.ndarray:
-    """One field of one table, all workers of a kind concatenated."""
-    values = [w.table(table)[field] for w in run.of_kind(kind) if field in w.table(table)]
+    """One field of one table, all workers hosting a handler concatenated."""
+    values = [w.table(table)[field] for w in run.hosting(kind) if field in w.table(table)]
     return np.concatenate(values) if values else np.empty(0)

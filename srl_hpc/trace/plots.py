@@ -59,10 +59,10 @@ def _time_bins(run: RunTrace, summary: dict) -> np.ndarray:
 def _throughput(run: RunTrace, edges, title):
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for kind, (unit, *_) in analysis.THROUGHPUT.items():
-        workers = run.of_kind(kind)
+        workers = run.hosting(kind)
         if not workers:
             continue
-        rate = sum(analysis.rate_over_time(w, edges, run.t0) for w in workers)
+        rate = sum(analysis.rate_over_time(w, kind, edges, run.t0) for w in workers)
         ax.stairs(rate, edges, color=KIND_COLORS[kind], linewidth=3 if kind == "actor" else 1.5,
                   label=f"{analysis.KIND_LABELS[kind]}: {unit}/s")
     ax.set(xlabel=f"time since run start (s), {edges[1] - edges[0]:.2g}s bins", ylabel="per second",
@@ -105,7 +105,7 @@ def _latency(run: RunTrace, summary: dict, title):
 
 
 def _timeline(run: RunTrace, edges, title):
-    workers = [w for w in run.workers if w.kind in analysis.ACTIVITIES]
+    workers = [w for w in run.workers if analysis.activities(w)]
     if not workers:
         fig, ax = plt.subplots(figsize=(10, 2))
         ax.text(0.5, 0.5, "no actor, policy or trainer traces", ha="center", va="center")
@@ -131,7 +131,7 @@ def _timeline(run: RunTrace, edges, title):
 
 def _returns(run: RunTrace, title):
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    tabs = [w.table("episode") for w in run.of_kind("actor") if "episode_return" in w.table("episode")]
+    tabs = [w.table("episode") for w in run.hosting("actor") if "episode_return" in w.table("episode")]
     if tabs:
         t = np.concatenate([tab["t"] for tab in tabs]) - run.t0
         r = np.concatenate([tab["episode_return"] for tab in tabs])

@@ -17,6 +17,8 @@ import h5py
 import numpy as np
 import yaml
 
+from srl_hpc import config, graph
+
 FORMAT = "srl-hpc-trace/1"
 # what h5py raises on damaged files or metadata, depending on where the damage is
 HDF5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, AttributeError)
@@ -44,6 +46,7 @@ class WorkerTrace:
     attrs: dict
     tables: dict[str, Table]
     notes: list[str] = field(default_factory=list)  # data read but adjusted or incomplete
+    handlers: tuple[str, ...] = ()  # the task handlers the run's graph put in this worker
 
     @property
     def kind(self) -> str:
@@ -61,8 +64,9 @@ class RunTrace:
     problems: list[Problem]
     meta: dict  # experiment name and the controller's summary.json, where present
 
-    def of_kind(self, kind: str) -> list[WorkerTrace]:
-        return [w for w in self.workers if w.kind == kind]
+    def hosting(self, handler: str) -> list[WorkerTrace]:
+        """The workers that host a task handler (an IMPALA actor hosts "actor" and "policy")."""
+        return [w for w in self.workers if handler in w.handlers]
 
     @property
     def t0(self) -> float:
@@ -92,7 +96,11 @@ def read_run(run_dir: str | Path) -> RunTrace:
     if not workers:
         raise TraceError(f"{run_dir}: none of the {len(files)} trace files could be read:\n"
                          + "\n".join(f"  {p}" for p in problems))
-    workers.sort(key=lambda w: _worker_order(w.name))
+    order = _graph_handlers(run_dir)
+    for w in workers:
+        w.handlers = order.get(w.name, (w.kind,))
+    names = list(order)
+    workers.sort(key=lambda w: (names.index(w.name) if w.name in names else len(names), w.name))
     return RunTrace(run_dir, workers, problems, _run_meta(run_dir))
 
 
@@ -155,10 +163,13 @@ def _run_meta(run_dir: Path) -> dict:
     return meta
 
 
-def _worker_order(name: str):
-    kind, _, index = name.partition("/")
-    order = ("controller", "trainer", "policy", "actor")
-    return (order.index(kind) if kind in order else len(order), kind, int(index) if index.isdigit() else 0)
+def _graph_handlers(run_dir: Path) -> dict[str, tuple[str, ...]]:
+    """worker -> its handlers, in task order, from the run's own graph (empty if experiment.yaml is unusable:
+    then a worker is assumed to host the handler its name says)."""
+    try:
+        return {w.name: w.handlers for w in graph.build(config.load(run_dir / "experiment.yaml")).workers}
+    except (config.ConfigError, OSError):
+        return {}
 
 
 def _open_failure(exc: Exception) -> str:

@@ -1,5 +1,5 @@
-"""How workers create environments: any gymnasium id, srl-hpc's own registered ids, and Atari games
-(env.atari set) with the standard preprocessing.
+"""How actors create environments: any gymnasium id, srl-hpc's own registered ids, Atari games (env.atari
+set) with the standard preprocessing, and a user's factory by dotted path ("package.module:make_env").
 
 An actor steps its envs in groups, and a group is one gymnasium VectorEnv, built by one of three backends
 (`env.backend`):
@@ -23,10 +23,13 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
+from srl_hpc.dotted import load_object
 
 
 def make_env(env_cfg) -> gymnasium.Env:
     """One env, with the gymnasium wrappers (the sync backend's slot)."""
+    if is_factory(env_cfg.id):
+        return load_object(env_cfg.id)(**env_cfg.kwargs)
     if env_cfg.atari is not None:
         from srl_hpc.envs.atari import make_atari  # ale-py only where an experiment plays Atari
 
@@ -54,6 +57,10 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
 def resolve_backend(env_cfg) -> str:
     """The backend `env.backend` means for this id; a clear error when the asked one cannot serve it."""
     backend = env_cfg.backend
+    if is_factory(env_cfg.id):
+        if backend not in ("auto", "sync"):
+            raise ValueError(f"env.backend is {backend!r} but env.id {env_cfg.id!r} is a factory; use 'sync' or 'auto'")
+        return "sync"
     has_vector = _vector_entry_point(env_cfg.id) is not None
     if backend == "vector" and not has_vector:
         raise ValueError(f"env.backend is 'vector' but {env_cfg.id!r} has no vectorised implementation "
@@ -69,6 +76,11 @@ def resolve_backend(env_cfg) -> str:
         if backend == "envpool":
             raise ValueError(f"env.backend is 'envpool' but {problem}")
     return backend if backend == "vector" else "sync"
+
+
+def is_factory(env_id: str) -> bool:
+    """'package.module:make_env' (a user's callable), as opposed to a registered gymnasium id."""
+    return ":" in env_id and "/" not in env_id.partition(":")[0]
 
 
 def _vector_entry_point(env_id: str):

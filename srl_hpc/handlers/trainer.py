@@ -1,4 +1,4 @@
-"""Trainer worker: segments in, PPO updates, versioned weights out, checkpoints on disk.
+"""Trainer handler: segments in, algorithm updates, versioned weights out, checkpoints on disk.
 
 With several trainers, each takes its share of the sample stream and they train one model data-parallel
 (torch DDP): before every update they agree, in one tiny all-reduce, that each holds a batch and none is
@@ -24,16 +24,15 @@ import torch.distributed as dist
 import zmq
 from torch.nn.parallel import DistributedDataParallel
 
-from srl_hpc.algorithms.ppo import PPO
-from srl_hpc.api.env import spaces
-from srl_hpc.api.policy import build_policy, state_arrays
+from srl_hpc.algorithms import spec
+from srl_hpc.envs.backends import spaces
+from srl_hpc.handlers import Handler
+from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
+from srl_hpc.models import build_model, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
-from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.inference import InferenceServer
-from srl_hpc.system.inference import InferenceEngine, serve_batch
-from srl_hpc.system.actor import SEGMENT_KEYS, segment_frames
-from srl_hpc.system.policy import resolve_device
-from srl_hpc.system.worker import POLL_MS, Worker
+from srl_hpc.streams import endpoints
+from srl_hpc.streams.samples import SampleConsumer
+from srl_hpc.worker import POLL_MS
 
 DDP_TIMEOUT = datetime.timedelta(seconds=120)  # trainers joining, and any one collective
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
@@ -42,9 +41,10 @@ DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" whil
 class BatchAssembler:
     """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
 
-    def __init__(self, socket: zmq.Socket, batch_segments: int, max_lag: int | None, prepare, current_version, trace,
-                 frames_per_step: int = 1):
-        self.socket = socket
+    def __init__(self, samples: SampleConsumer, fields: tuple[str, ...], batch_segments: int, max_lag: int | None,
+                 prepare, current_version, trace, frames_per_step: int = 1):
+        self.samples = samples
+        self.fields = fields
         self.frames_per_step = frames_per_step
         self.trace = trace
         self.batch_segments = batch_segments
@@ -59,33 +59,32 @@ class BatchAssembler:
 
     def poll(self, timeout_ms: int) -> dict | None:
         """Receive what is pending (waiting at most timeout_ms for the first message); a batch when one is full."""
-        if self.held_segments < self.batch_segments and self.socket.poll(timeout_ms, zmq.POLLIN):
+        if self.held_segments < self.batch_segments and self.samples.wait(timeout_ms):
             while self.held_segments < self.batch_segments:
-                try:
-                    frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
+                msg = self.samples.receive()
+                if msg is None:
                     break
-                self._accept(wire.unpack(frames))
+                self._accept(msg)
         if self.held_segments < self.batch_segments:
             return None
         return self._cut()
 
-    def _accept(self, msg: wire.Message) -> None:
+    def _accept(self, msg) -> None:
         seg = msg.arrays
         frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
-        self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=endpoints.parse_worker(msg.meta["actor"])[1])
+        self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=int(msg.meta["actor"].partition("/")[2]))
         if dropped:
             self.frames_dropped += frames
             return
         self.lags.append(lag)
-        self._parts.append({k: seg[k] for k in SEGMENT_KEYS})
+        self._parts.append({k: seg[k] for k in self.fields})
         self.held_segments += seg["rewards"].shape[0]
 
     def _cut(self) -> dict:
-        joined = {k: np.concatenate([p[k] for p in self._parts]) for k in SEGMENT_KEYS}
+        joined = {k: np.concatenate([p[k] for p in self._parts]) for k in self.fields}
         n = self.batch_segments
         batch = {k: v[:n] for k, v in joined.items()}
         rest = {k: v[n:] for k, v in joined.items()}
@@ -102,19 +101,21 @@ class BatchAssembler:
         self._parts, self.held_segments = [], 0
 
 
-class TrainerWorker(Worker):
+class TrainerHandler(Handler):
     kind = "trainer"
 
-    def __init__(self, exp, index, run_dir, local_rank=0):
-        super().__init__(exp, index, run_dir, local_rank)
-        cfg = exp.workers.trainer
+    def __init__(self, worker):
+        super().__init__(worker)
+        exp, cfg = self.exp, self.exp.workers.trainer
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
-        self.device = resolve_device(cfg.device, local_rank)
-        obs_space, action_space = spaces(exp.env)
-        self.model = build_policy(exp.policy, obs_space, action_space, exp.seed).to(self.device)
-        self.algorithm = PPO(self.model, exp.algorithm, exp.stop.env_frames, self.device, bf16=cfg.precision == "bf16")
-        self.leader = index == 0  # publishes weights and writes checkpoints
+        self.index = self.graph.worker(self.name).index
+        self.device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
+        self.model = build_model(exp, *spaces(exp.env)).to(self.device)
+        self.spec = spec(exp.algorithm)
+        self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
+                                          total_frames=exp.stop.env_frames)
+        self.leader = self.index == 0  # publishes weights and writes checkpoints
         self.distributed = cfg.count > 1
         self._held_batch = None  # distributed: a batch waiting for the others to have one too
         self._all_ready = False
@@ -123,52 +124,37 @@ class TrainerWorker(Worker):
         self.train_seconds = 0.0
         self.wait_seconds = 0.0
         self.last_losses: dict = {}
-        self.checkpoint_dir = self.run_dir / "checkpoints"
         self._last_checkpoint = time.monotonic()
         self._ready_since = None
         self._batches: queue.Queue = queue.Queue(maxsize=1)
         self._thread_stop = threading.Event()
         self._thread = None
         self._thread_error: BaseException | None = None
-        self._inference_thread = None
         self._copy_stream = None  # CUDA only: host-to-device copies of pre-fetched batches
-        if exp.workers.placement == "seed":  # this worker also hosts the policy handler
-            model = build_policy(exp.policy, obs_space, action_space, exp.seed)
-            self.inference_engine = InferenceEngine(model, self.device, exp.seed + 7919,
-                                                    bf16=exp.workers.policy.precision == "bf16")
-            self._inference_lock = threading.Lock()
 
     def bind(self):
-        samples = self.ctx.socket(zmq.PULL)
-        samples.setsockopt(zmq.LINGER, 0)
-        samples.setsockopt(zmq.RCVHWM, 4)  # per actor; with the pre-fetched batch this bounds policy lag
-        ports = {endpoints.SAMPLES: samples.bind_to_random_port("tcp://*")}
+        samples = SampleConsumer(self.worker.ctx)
+        ports = {"samples": samples.bind()}
         if self.leader:
-            params = self.ctx.socket(zmq.PUB)
+            params = self.worker.ctx.socket(zmq.PUB)
             params.setsockopt(zmq.LINGER, 0)
-            ports[endpoints.PARAMETERS] = params.bind_to_random_port("tcp://*")
+            ports["parameters"] = params.bind_to_random_port("tcp://*")
             self.publisher = ParameterPublisher(params)
         if self.distributed and self.leader:
             self._store = dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
             ports[endpoints.DDP] = self._store.port
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
-        self.assembler = BatchAssembler(samples, self.cfg.batch_segments, self.exp.algorithm.max_policy_lag,
-                                        prepare, lambda: self.version, self.trace,
+        self.assembler = BatchAssembler(samples, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
+                                        self.exp.algorithm.max_policy_lag, prepare, lambda: self.version, self.trace,
                                         self.exp.env.frames_per_step)
-        if self.exp.workers.placement == "seed":
-            router = self.ctx.socket(zmq.ROUTER)
-            router.setsockopt(zmq.LINGER, 0)
-            ports[endpoints.INFERENCE] = router.bind_to_random_port("tcp://*")
-            self.inference_server = InferenceServer(router)
         return ports
 
     def connect(self, table):
-        super().connect(table)
         if not self.distributed:
             return
-        entry = table["trainer/0"]
-        store = self._store if self.leader else dist.TCPStore(entry["host"], entry["ports"][endpoints.DDP], None,
-                                                              False, timeout=DDP_TIMEOUT)
+        leader = self.graph.hosts("trainer")[0].name
+        store = self._store if self.leader else dist.TCPStore(table[leader]["host"], table[leader]["ports"][endpoints.DDP],
+                                                              None, False, timeout=DDP_TIMEOUT)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=store, rank=self.index, world_size=self.cfg.count, timeout=DDP_TIMEOUT)
         # the algorithm trains through the DDP wrapper: gradients are averaged across trainers in backward()
@@ -181,19 +167,6 @@ class TrainerWorker(Worker):
         if self.cfg.prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
             self._thread.start()
-        if self.exp.workers.placement == "seed":
-            self._inference_thread = threading.Thread(target=self._inference_loop, name="inference", daemon=True)
-            self._inference_thread.start()
-
-    def _inference_loop(self):
-        """SEED-style: serve actors from this process, with weights copied from the trainer's model."""
-        max_batch = self.exp.workers.policy.max_batch
-        try:
-            while not self._thread_stop.is_set():
-                with self._inference_lock:
-                    serve_batch(self.inference_server, self.inference_engine, max_batch, POLL_MS, self.trace)
-        except BaseException as e:  # surfaced by step() in the main thread
-            self._thread_error = e
 
     def _prepare(self, segments: dict) -> dict:
         """The algorithm's tensors, on the trainer's device. On a GPU the copy comes from pinned memory on a
@@ -221,39 +194,39 @@ class TrainerWorker(Worker):
                         pass
                 if batch is not None:
                     self.assembler.frames_dropped += batch["frames"]
-        except BaseException as e:  # surfaced by step() in the main thread
+        except BaseException as e:  # surfaced by poll() in the main thread
             self._thread_error = e
 
-    def _next_batch(self) -> dict | None:
+    def _next_batch(self, timeout_ms: int) -> dict | None:
         if self._thread_error is not None:
-            raise RuntimeError("a trainer thread (pre-fetch or inference) failed") from self._thread_error
+            raise RuntimeError("the trainer's pre-fetch thread failed") from self._thread_error
         if self._thread is None:
-            return self.assembler.poll(POLL_MS)
+            return self.assembler.poll(timeout_ms)
         try:
-            return self._batches.get(timeout=POLL_MS / 1000)
+            return self._batches.get(timeout=timeout_ms / 1000)
         except queue.Empty:
             return None
 
-    def keep_running(self) -> bool:
+    def keep_running(self, stop_requested: bool) -> bool:
         """Distributed: one all-reduce decides for every trainer whether to stop and whether to train now."""
         if not self.distributed:
-            return not self.stop_requested
+            return not stop_requested
         if self._held_batch is None:
             t0 = time.perf_counter()
-            self._held_batch = self._next_batch()
+            self._held_batch = self._next_batch(POLL_MS)
             self.wait_seconds += time.perf_counter() - t0
-        flags = torch.tensor([int(not self.stop_requested), int(self._held_batch is not None)],
+        flags = torch.tensor([int(not stop_requested), int(self._held_batch is not None)],
                              device=self.device if self.device.type == "cuda" else "cpu")
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         self._all_ready = bool(flags[1])
         return bool(flags[0])
 
-    def step(self):
+    def poll(self, timeout_ms):
         t0 = time.perf_counter()
         if self.distributed:
             batch, self._held_batch = (self._held_batch, None) if self._all_ready else (None, self._held_batch)
         else:
-            batch = self._next_batch()
+            batch = self._next_batch(timeout_ms)
         t1 = time.perf_counter()
         self.wait_seconds += t1 - t0
         if self.leader:
@@ -272,16 +245,12 @@ class TrainerWorker(Worker):
             main.wait_event(ready)
             for t in tensors.values():
                 t.record_stream(main)  # the allocator must not hand this memory to the next copy too early
-        self.last_losses = self.algorithm.update(tensors, self.frames_consumed)
+        self.last_losses, _ = self.algorithm.update(tensors, self.frames_consumed)
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.version += 1
         if self.leader:
             self.publisher.publish(self.version, state_arrays(self.model))
-        if self._inference_thread is not None:
-            with self._inference_lock:
-                self.inference_engine.model.load_state_dict(self.model.state_dict())
-                self.inference_engine.version = self.version
         t3 = time.perf_counter()
         self.train_seconds += t3 - t1
         self._ready_since = t3
@@ -291,10 +260,9 @@ class TrainerWorker(Worker):
             self.save_checkpoint()
 
     def finish(self):
-        """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames."""
+        """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames:
+        keep receiving (and dropping, counted) until the controller says every frame sent has arrived."""
         self._thread_stop.set()
-        if self._inference_thread is not None:
-            self._inference_thread.join()
         if self._thread is not None:
             self._thread.join()
             while not self._batches.empty():
@@ -309,26 +277,23 @@ class TrainerWorker(Worker):
             self.save_checkpoint()
         self.assembler.drop_pending()
         deadline = time.monotonic() + DRAIN_TIMEOUT
-        while not self.finish_requested and time.monotonic() < deadline:
+        while not self.worker.finish_requested and time.monotonic() < deadline:
             self.assembler.batch_segments = 1 << 62  # receive everything, never cut a batch
             self.assembler.poll(POLL_MS // 2)
             self.assembler.drop_pending()
-            self.poll_commands()
-            self.maybe_heartbeat(interval=0.2)
+            self.worker.poll_commands()
+            self.worker.maybe_heartbeat(interval=0.2)
 
     def close(self):
-        if self._inference_thread is not None:
-            self.inference_server.close()
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
-        super().close()
 
     def save_checkpoint(self):
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        path = self.checkpoint_dir / "latest.pt"
+        path = self.worker.run_dir.checkpoint
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         torch.save({"version": self.version, "frames_consumed": self.frames_consumed, "model": self.model.state_dict(),
-                    "optimizer": self.algorithm.optimizer.state_dict()}, tmp)
+                    **self.algorithm.state_dict()}, tmp)
         os.replace(tmp, path)  # a reader never sees a half-written checkpoint
         self._last_checkpoint = time.monotonic()
 

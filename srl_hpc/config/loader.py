@@ -1,0 +1,219 @@
+"""YAML -> a validated Experiment. Every problem of a file is collected and reported together, each naming
+its key path and YAML line, before any process starts. Unknown keys are errors."""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from srl_hpc.config.schema import Experiment
+
+
+class ConfigError(ValueError):
+    """All problems of one experiment file; str() lists one per line as 'FILE:LINE: key.path: message'."""
+
+    def __init__(self, source: str, problems: list[tuple[str, Optional[int], str]]):
+        self.source = source
+        self.problems = sorted(problems, key=lambda p: (p[1] is None, p[1] or 0))
+        lines = [f"{source}:{line if line else '?'}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
+        super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
+
+
+def load(path: str | Path) -> Experiment:
+    """Read and validate an experiment file; raises ConfigError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(str(path), [("", None, f"cannot read: {e.strerror}")]) from None
+    return loads(text, source=str(path))
+
+
+def loads(text: str, source: str = "<string>") -> Experiment:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(source, [("", mark.line + 1 if mark else None, f"invalid YAML: {getattr(e, 'problem', e)}")]) from None
+    problems: list[tuple[str, Optional[int], str]] = []
+    if node is None or not isinstance(node, yaml.MappingNode):
+        raise ConfigError(source, [("", node.start_mark.line + 1 if node else None, "the file must be a mapping of sections")])
+    lines: dict[str, int] = {}
+    value = _to_python(node, "", lines, problems)
+    if isinstance(value, dict) and "name" not in value and source.endswith((".yaml", ".yml")):
+        value["name"] = Path(source).stem
+    exp = _build(Experiment, value, "", lines, problems)
+    if exp is not None:  # value checks too, so one run reports type and value problems together
+        _collect_checks(exp, "", lines, problems)
+    if problems:
+        raise ConfigError(source, problems)
+    return exp
+
+
+def to_dict(exp: Experiment) -> dict:
+    """Plain data (lists, dicts, scalars) for writing the resolved config back as YAML."""
+    def plain(v):
+        if dataclasses.is_dataclass(v):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return plain(exp)
+
+
+def dump(exp: Experiment) -> str:
+    return yaml.safe_dump(to_dict(exp), sort_keys=False)
+
+
+def replace(exp: Experiment, **changes) -> Experiment:
+    """A copy with top-level fields changed, validated again (e.g. seed or run_dir of one sweep member)."""
+    new = dataclasses.replace(exp, **changes)
+    problems: list = []
+    _collect_checks(new, "", {}, problems)
+    if problems:
+        raise ConfigError("<replace>", problems)
+    return new
+
+
+def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
+    """Apply 'key.path=value' assignments (value in YAML syntax), e.g. 'workers.actor.ring_size=16'."""
+    data = to_dict(exp)
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or not key:
+            raise ConfigError("--set", [(assignment, None, "expected KEY.PATH=VALUE")])
+        node, parts = data, key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError("--set", [(key, None, f"{part!r} is not a section")])
+        node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
+    except ConfigError as e:  # lines of the regenerated YAML would mislead: the key path says it all
+        raise ConfigError("--set", [(path, None, msg) for path, _, msg in e.problems]) from None
+
+
+def _to_python(node, path, lines, problems):
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            sub = f"{path}.{key}" if path else str(key)
+            if key in out:
+                problems.append((sub, key_node.start_mark.line + 1, "duplicate key"))
+            out[key] = _to_python(value_node, sub, lines, problems)
+            lines[sub] = key_node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(v, f"{path}[{i}]", lines, problems) for i, v in enumerate(node.value)]
+    return _SCALARS.construct_object(node)
+
+
+_SCALARS = yaml.SafeLoader("")
+
+
+def _build(cls, value, path, lines, problems):
+    """Construct dataclass `cls` from plain data, recording type problems instead of raising."""
+    if not isinstance(value, dict):
+        problems.append((path, lines.get(path), f"must be a mapping, got {_kind(value)}"))
+        return None
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in value:
+        if key not in names:
+            sub = f"{path}.{key}" if path else str(key)
+            problems.append((sub, lines.get(sub), f"unknown key; known keys here: {', '.join(sorted(names))}"))
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        sub = f"{path}.{f.name}" if path else f.name
+        if f.name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                problems.append((sub, lines.get(path), "required key is missing"))
+            continue
+        converted = _convert(hints[f.name], value[f.name], sub, lines, problems)
+        if converted is not _BAD:
+            kwargs[f.name] = converted
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None  # a missing required key, already reported
+
+
+_BAD = object()
+
+
+def _convert(tp, value, path, lines, problems):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) > 1:
+            variant = _variant(args, value, path, lines, problems)
+            return _BAD if variant is None else _convert(variant, value, path, lines, problems)
+        return _convert(args[0], value, path, lines, problems)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            problems.append((path, lines.get(path), f"unknown value {value!r}; choose one of {list(choices)}"))
+            return _BAD
+        return value
+    if dataclasses.is_dataclass(tp):
+        built = _build(tp, value, path, lines, problems)
+        return _BAD if built is None else built
+    if origin is tuple:
+        if not isinstance(value, list):
+            problems.append((path, lines.get(path), f"must be a list, got {_kind(value)}"))
+            return _BAD
+        items = [_convert(typing.get_args(tp)[0], v, f"{path}[{i}]", lines, problems) for i, v in enumerate(value)]
+        return _BAD if _BAD in items else tuple(items)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            problems.append((path, lines.get(path), f"must be a mapping, got {_kind(value)}"))
+            return _BAD
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, float) and value.is_integer() and abs(value) >= 1e3:
+        return int(value)  # 1e6 frames is a natural way to write a count
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        problems.append((path, lines.get(path), f"must be {tp.__name__}, got {_kind(value)} {value!r}"))
+        return _BAD
+    return value
+
+
+def _variant(classes, value, path, lines, problems):
+    """Which dataclass of a union a mapping is, by its `name` key (its Literal type); the first by default."""
+    names = {typing.get_args(typing.get_type_hints(c)["name"])[0]: c for c in classes}
+    name = value.get("name", next(iter(names))) if isinstance(value, dict) else None
+    if name is not None and name not in names:
+        sub = f"{path}.name"
+        problems.append((sub, lines.get(sub), f"unknown value {name!r}; choose one of {list(names)}"))
+        return None
+    return names.get(name, classes[0])
+
+
+def _collect_checks(obj, path, lines, problems):
+    """Run every nested dataclass's check() and attach the key path and line of each problem."""
+    if hasattr(obj, "check"):
+        for key, message in obj.check():
+            sub = ".".join(p for p in (path, key) if p)
+            line = lines.get(sub) or lines.get(sub.rsplit(".", 1)[0] if "." in sub else "") or lines.get(path)
+            problems.append((sub, line, message))
+    for f in dataclasses.fields(obj):
+        child = getattr(obj, f.name)
+        if dataclasses.is_dataclass(child):
+            _collect_checks(child, f"{path}.{f.name}" if path else f.name, lines, problems)
+
+
+def _kind(value) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)

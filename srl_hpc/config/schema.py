@@ -1,0 +1,356 @@
+"""The experiment schema: frozen dataclasses, one per YAML section. Every field does something.
+
+Choices (precision, backend, transport, placement, algorithm) are `Literal` types: the loader checks a
+value against the type itself, so the list of allowed values exists once, here. `algorithm` is one of
+several dataclasses, chosen by its `name` key. `check()` methods hold the rules a type cannot say;
+the loader (srl_hpc.config.loader) attaches YAML key paths and lines to their problems.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
+
+Precision = Literal["fp32", "bf16"]
+EnvBackend = Literal["auto", "sync", "vector", "envpool"]
+InferenceTransport = Literal["auto", "zmq", "shm"]
+Placement = Literal["srl", "impala", "seed"]
+
+
+# ----------------------------------------------------------------------------------------------- schema
+
+@dataclass(frozen=True)
+class AtariConfig:
+    """The standard Atari pipeline (ale-py): frame skip with max-pooling, grayscale resize, frame stack."""
+    frame_skip: int = 4  # a training "frame" count is agent steps x frame_skip
+    screen_size: int = 84
+    frame_stack: int = 4
+    noop_max: int = 30
+    terminal_on_life_loss: bool = False
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("frame_skip", "screen_size", "frame_stack"))
+        if self.noop_max < 0:
+            problems.append(("noop_max", f"must be >= 0, got {self.noop_max}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    # any gymnasium id (srl_hpc registers its own under "srl_hpc/"), or "package.module:factory", a callable
+    # that takes `kwargs` and returns a gymnasium.Env
+    id: str = "CartPole-v1"
+    kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
+    atari: Optional[AtariConfig] = None  # set (even to {}) for ALE/* ids: standard preprocessing
+    backend: EnvBackend = "auto"  # how an actor steps its envs (srl_hpc/envs/backends.py)
+
+    @property
+    def frames_per_step(self) -> int:
+        return self.atari.frame_skip if self.atari else 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network: a built-in torso ("mlp" for vector observations, "nature_cnn" for stacked Atari frames)
+    under the head the algorithm needs, or "package.module:Class", a user's nn.Module (srl_hpc/models)."""
+    name: str = "mlp"
+    hidden_sizes: tuple[int, ...] = (64, 64)  # mlp only
+    kwargs: dict = field(default_factory=dict)  # a user's model only: passed to its constructor
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if self.name not in BUILTIN_MODELS and ":" not in self.name:
+            problems.append(("name", f"unknown model {self.name!r}; choose one of {list(BUILTIN_MODELS)} "
+                                     "or give 'package.module:Class'"))
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            problems.append(("hidden_sizes", "must be a non-empty list of positive integers"))
+        if self.kwargs and ":" not in self.name:
+            problems.append(("kwargs", "only a user's model (name 'package.module:Class') takes kwargs"))
+        return problems
+
+
+BUILTIN_MODELS = ("mlp", "nature_cnn")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO (clipped surrogate, GAE): srl_hpc/algorithms/ppo.py. Actors send segments to the trainers."""
+    name: Literal["ppo"] = "ppo"
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    lr: float = 2.5e-4
+    anneal_lr: bool = False  # linear decay to 0 over stop.env_frames
+    clip_coef: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    epochs: int = 4
+    minibatches: int = 4
+    normalize_advantages: bool = True
+    max_policy_lag: Optional[int] = None  # segments older than this many versions are dropped (counted)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_unit(self, ("gamma", "gae_lambda")) + _check_positive(self, ("lr", "clip_coef"))
+        problems += _check_non_negative(self, ("value_coef", "entropy_coef", "max_grad_norm"))
+        problems += _check_counts(self, ("epochs", "minibatches"))
+        if self.max_policy_lag is not None and self.max_policy_lag < 0:
+            problems.append(("max_policy_lag", f"must be >= 0, got {self.max_policy_lag}"))
+        return problems
+
+
+AlgorithmConfig = Union[PPOConfig]  # chosen by `name`; the first is the default
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    count: int = 2
+    ring_size: int = 8  # environments per actor worker, stepped round-robin
+    inference_splits: int = 2  # the ring is cut into this many parts, one inference request each
+    segment_length: int = 64  # steps per trajectory segment on the sample stream
+    # how observations reach the inference server: "shm" (shared memory, same node only), "zmq" (in the
+    # messages), "auto" (shm when the server is on the same node)
+    inference_transport: InferenceTransport = "auto"
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = [(k, f"must be >= 1, got {getattr(self, k)}")
+                    for k in ("count", "ring_size", "inference_splits", "segment_length") if getattr(self, k) < 1]
+        if not problems and self.ring_size % self.inference_splits:
+            problems.append(("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class PolicyWorkerConfig:
+    """Inference. Policy worker processes in the SRL placement; its settings (but count, which must then
+    be 0) also apply to inference inside actors (impala) or on the trainer (seed)."""
+    count: int = 1
+    max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
+    device: str = "cpu"
+    torch_threads: int = 1
+    precision: Precision = "fp32"  # "bf16": inference with the weights in bf16 (CPUs with avx512_bf16/AMX, GPUs)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("max_batch", "torch_threads")) + _check_device(self.device)
+        if self.count < 0:
+            problems.append(("count", f"must be >= 0, got {self.count}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    count: int = 1  # several: data-parallel training (torch DDP; gloo on CPU, nccl on GPU), in lockstep
+    batch_segments: int = 16  # PPO: segments per training batch (batch frames = this x actor.segment_length)
+    device: str = "cpu"
+    torch_threads: int = 1
+    prefetch: bool = True  # a thread assembles the next batch while the current one trains
+    precision: Precision = "fp32"  # "bf16": forward passes under bf16 autocast; weights, optimizer and losses stay fp32
+    train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
+    checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("count", "batch_segments", "torch_threads")) + _check_device(self.device)
+        if self.checkpoint_interval <= 0:
+            problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    # where inference runs: "srl" policy workers of their own; "impala" inside each actor process;
+    # "seed" on the trainer's worker and device
+    placement: Placement = "srl"
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.placement == "srl" and self.policy.count < 1:
+            return [("policy.count", "the srl placement needs at least one policy worker")]
+        if self.placement != "srl" and self.policy.count != 0:
+            return [("policy.count", f"must be 0 with placement {self.placement!r} (inference runs "
+                                     f"{'inside the actors' if self.placement == 'impala' else 'on the trainer'})")]
+        if self.placement == "seed" and self.policy.device != self.trainer.device:
+            return [("policy.device", f"with placement 'seed' inference runs on the trainer's device "
+                                      f"({self.trainer.device!r}); set the same or leave both")]
+        for kind in ("policy",):
+            if getattr(self, kind).count > self.actor.count:
+                return [(f"{kind}.count", f"{getattr(self, kind).count} {kind} workers for {self.actor.count} actor "
+                                          "workers: some would get nothing")]
+        return []
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    env_frames: Optional[int] = None  # frames stepped by all actors
+    wall_time: Optional[float] = None  # seconds
+    target_return: Optional[float] = None  # mean return of the last `return_window` episodes
+    return_window: int = 20
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if self.env_frames is None and self.wall_time is None and self.target_return is None:
+            problems.append(("", "set at least one of env_frames, wall_time, target_return"))
+        if self.env_frames is not None and self.env_frames <= 0:
+            problems.append(("env_frames", f"must be > 0, got {self.env_frames}"))
+        if self.wall_time is not None and self.wall_time <= 0:
+            problems.append(("wall_time", f"must be > 0, got {self.wall_time}"))
+        if self.return_window < 1:
+            problems.append(("return_window", f"must be >= 1, got {self.return_window}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
+    heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops
+    trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
+
+    def check(self) -> list[tuple[str, str]]:
+        return [(k, f"must be > 0, got {getattr(self, k)}")
+                for k in ("status_interval", "heartbeat_timeout") if getattr(self, k) <= 0]
+
+
+@dataclass(frozen=True)
+class SlurmGroupConfig:
+    """Resources of one heterogeneous group: every task of the group gets the same."""
+    partition: Optional[str] = None  # default: the cluster's default partition
+    cpus_per_task: int = 1
+    mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
+    tasks_per_node: int = 1  # how many of the group's workers share a node (sets the node count)
+    constraint: Optional[str] = None  # --constraint, e.g. a GPU model
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("cpus_per_task", "tasks_per_node"))
+        if parse_size_mb(self.mem_per_task) is None:
+            problems.append(("mem_per_task", f"must be a size like 512M or 2G, got {self.mem_per_task!r}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class SweepResources:
+    """One node for one whole run of a sweep (submitit job array, each task a local-mode run)."""
+    partition: Optional[str] = None
+    cpus: int = 4
+    mem: str = "8G"
+    gpus: int = 0
+    time: str = "01:00:00"
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("cpus",))
+        if self.gpus < 0:
+            problems.append(("gpus", f"must be >= 0, got {self.gpus}"))
+        if parse_size_mb(self.mem) is None:
+            problems.append(("mem", f"must be a size like 512M or 2G, got {self.mem!r}"))
+        if parse_minutes(self.time) is None:
+            problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
+    actor), and for sweeps."""
+    time: str = "01:00:00"
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    # one per het group of srl_hpc.graph (a group is a field here)
+    trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
+    sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
+    setup: tuple[str, ...] = ()  # shell lines run before the workers start: module load, source venv/bin/activate
+    env: dict = field(default_factory=dict)  # environment variables for every worker
+    python: Optional[str] = None  # python on the compute nodes; default: the one running srl-launch
+    sweep: SweepResources = field(default_factory=SweepResources)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if parse_minutes(self.time) is None:
+            problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
+        for option in self.sbatch_options:
+            if not option.startswith("--"):
+                problems.append(("sbatch_options", f"each option must start with '--', got {option!r}"))
+        return problems
+
+
+def parse_size_mb(text: str) -> Optional[int]:
+    """'512M' -> 512, '2G' -> 2048, '1T' -> 1048576; a bare number is MB (as in Slurm)."""
+    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}
+    text = str(text).strip().upper()
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "M")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        return None
+    return int(value) if value > 0 else None
+
+
+def parse_minutes(text: str) -> Optional[float]:
+    """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S -> minutes (None if not one of them)."""
+    text = str(text).strip()
+    days, has_days, rest = text.partition("-")
+    if not has_days:
+        days, rest = "0", text
+    try:
+        d, parts = int(days), [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if len(parts) > 3 or min([d, *parts]) < 0:
+        return None
+    if has_days:  # D-H, D-H:M, D-H:M:S
+        h, m, s = (parts + [0, 0])[:3]
+    else:  # M, M:S, H:M:S
+        h, m, s = ([0] + parts + [0])[:3] if len(parts) < 3 else parts
+    total = d * 1440 + h * 60 + m + s / 60
+    return total if total > 0 else None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str = "experiment"  # default: the file name without .yaml
+    seed: int = 1
+    run_dir: Optional[str] = None  # default: runs/<name>-<timestamp>
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = []
+        if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
+            problems.append(("name", f"must be non-empty and use only letters, digits, '-', '_', '.'; got {self.name!r}"))
+        alg, workers = self.algorithm, self.workers
+        if isinstance(alg, PPOConfig):
+            if alg.anneal_lr and self.stop.env_frames is None:
+                problems.append(("algorithm.anneal_lr", "needs stop.env_frames (the horizon to anneal over)"))
+            frames = workers.trainer.batch_segments * workers.actor.segment_length
+            if frames < alg.minibatches:
+                problems.append(("algorithm.minibatches", f"{alg.minibatches} minibatches of a {frames}-frame batch"))
+        return problems
+
+
+def _check_counts(obj, keys) -> list[tuple[str, str]]:
+    return [(k, f"must be >= 1, got {getattr(obj, k)}") for k in keys if getattr(obj, k) < 1]
+
+
+def _check_unit(obj, keys) -> list[tuple[str, str]]:
+    return [(k, f"must be in [0, 1], got {getattr(obj, k)}") for k in keys if not 0.0 <= getattr(obj, k) <= 1.0]
+
+
+def _check_positive(obj, keys) -> list[tuple[str, str]]:
+    return [(k, f"must be > 0, got {getattr(obj, k)}") for k in keys if getattr(obj, k) <= 0]
+
+
+def _check_non_negative(obj, keys) -> list[tuple[str, str]]:
+    return [(k, f"must be >= 0, got {getattr(obj, k)}") for k in keys if getattr(obj, k) < 0]
+
+
+def _check_device(device: str) -> list[tuple[str, str]]:
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
+        return [("device", f"must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")]
+    return []
+
+

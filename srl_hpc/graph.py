@@ -1,0 +1,146 @@
+"""Experiment -> Graph: the workers of a run, the task handlers each hosts, and the streams between them.
+
+This is the one wiring function. Everything else reads the graph: the generic worker builds its
+handlers and finds its peers from it, the local launcher starts one process per worker, the Slurm plan
+turns its het groups into a job, the controller knows who produces and who drains frames, and
+srl-trace knows which activities a worker's trace holds. A placement is a rewrite of which worker
+hosts the policy handler:
+
+  srl     policy handlers in policy workers of their own; actors reach them over the inference stream
+  impala  a policy handler inside every actor worker (inference stream transport "inline")
+  seed    the policy handler inside trainer/0's worker, serving the actors over the inference stream
+
+Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from srl_hpc.config import Experiment
+
+CONTROLLER = "controller/0"
+# het groups in task-id order; each group is a field of the experiment's `slurm` section
+GROUPS = ("trainer", "policy", "actor")
+
+
+@dataclass(frozen=True)
+class WorkerNode:
+    name: str  # "kind/index", e.g. "actor/3"
+    handlers: tuple[str, ...]  # task handler kinds this worker hosts (srl_hpc/handlers), the first runs its loop
+    group: str  # the Slurm het group it runs in
+    device: str  # "cpu", "cuda" or "cuda:N": what its torch work runs on (GPUs are planned per task)
+
+    @property
+    def kind(self) -> str:
+        return self.name.partition("/")[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.name.partition("/")[2])
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One server and its clients. The server binds the stream's port (named after `kind`); clients connect.
+
+    kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments),
+    parameters (trainer -> policy versioned weights), control (worker heartbeats up, controller commands down)."""
+    kind: str
+    server: str
+    clients: tuple[str, ...]
+    transport: str  # "inline" (same worker), "zmq", or "shm" / "auto" (inference: shared memory on one node)
+
+
+@dataclass(frozen=True)
+class Graph:
+    workers: tuple[WorkerNode, ...]  # task-id order: task N of a run hosts workers[N]; groups are contiguous
+    streams: tuple[Stream, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self.workers]
+
+    def worker(self, name: str) -> WorkerNode:
+        for w in self.workers:
+            if w.name == name:
+                return w
+        raise KeyError(f"no worker {name!r} in this run's graph")
+
+    def groups(self) -> list[tuple[str, list[WorkerNode]]]:
+        """(het group, its workers) in task-id order, groups without workers left out."""
+        return [(g, [w for w in self.workers if w.group == g]) for g in GROUPS
+                if any(w.group == g for w in self.workers)]
+
+    def served_by(self, kind: str, server: str) -> Stream | None:
+        """The stream of this kind that `server` binds, if any."""
+        return next((s for s in self.streams if s.kind == kind and s.server == server), None)
+
+    def servers_for(self, kind: str, client: str) -> list[Stream]:
+        """The streams of this kind that `client` connects to."""
+        return [s for s in self.streams if s.kind == kind and client in s.clients]
+
+    def hosts(self, handler: str) -> list[WorkerNode]:
+        return [w for w in self.workers if handler in w.handlers]
+
+    def drains(self, name: str) -> bool:
+        """A worker that consumes a sample stream: at stop it keeps receiving until every frame sent has arrived."""
+        return self.served_by("samples", name) is not None
+
+
+def build(exp: Experiment) -> Graph:
+    w = exp.workers
+    trainers = [f"trainer/{i}" for i in range(w.trainer.count)]
+    policies = [f"policy/{i}" for i in range(w.policy.count)]
+    actors = [f"actor/{i}" for i in range(w.actor.count)]
+
+    actor_handlers = ("actor", "policy") if w.placement == "impala" else ("actor",)
+    trainer0_handlers = ("trainer", "policy") if w.placement == "seed" else ("trainer",)
+    workers = [WorkerNode(CONTROLLER, ("controller",), "trainer", "cpu")]
+    workers += [WorkerNode(t, trainer0_handlers if i == 0 else ("trainer",), "trainer", w.trainer.device)
+                for i, t in enumerate(trainers)]
+    workers += [WorkerNode(p, ("policy",), "policy", w.policy.device) for p in policies]
+    workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
+                for a in actors]
+
+    streams = []
+    if w.placement == "srl":  # actors spread evenly over the policy workers
+        streams += [Stream("inference", p, tuple(a for i, a in enumerate(actors) if i % len(policies) == k),
+                           w.actor.inference_transport) for k, p in enumerate(policies)]
+    elif w.placement == "seed":
+        streams.append(Stream("inference", trainers[0], tuple(actors), w.actor.inference_transport))
+    else:
+        streams += [Stream("inference", a, (a,), "inline") for a in actors]
+    streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]  # PUSH/PULL: any actor to any trainer
+    subscribers = tuple(n.name for n in workers if "policy" in n.handlers)
+    streams.append(Stream("parameters", trainers[0], subscribers, "inline" if w.placement == "seed" else "zmq"))
+    streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))
+    return Graph(tuple(workers), tuple(streams))
+
+
+def describe(graph: Graph) -> str:
+    """The graph as text: workers by het group with their handlers, then each stream."""
+    lines = ["workers (task id, name, handlers, device), by het group:"]
+    task = 0
+    for group, members in graph.groups():
+        lines.append(f"  group {group}:")
+        for node in members:
+            lines.append(f"    {task:>4}  {node.name:<14} {'+'.join(node.handlers):<18} {node.device}")
+            task += 1
+    lines.append("streams (kind: server <- clients [transport]):")
+    for s in graph.streams:
+        lines.append(f"  {s.kind:<10} {s.server:<14} <- {', '.join(compact(s.clients)) or '-'} [{s.transport}]")
+    return "\n".join(lines)
+
+
+def compact(names) -> list[str]:
+    """('actor/0', 'actor/1', 'actor/2', 'policy/0') -> ['actor/0-2', 'policy/0'] for readable listings."""
+    out, runs = [], []
+    for name in names:
+        kind, _, index = name.partition("/")
+        if runs and runs[-1][0] == kind and runs[-1][2] == int(index) - 1:
+            runs[-1][2] = int(index)
+        else:
+            runs.append([kind, int(index), int(index)])
+    for kind, lo, hi in runs:
+        out.append(f"{kind}/{lo}" if lo == hi else f"{kind}/{lo}-{hi}")
+    return out

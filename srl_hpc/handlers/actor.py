@@ -1,0 +1,218 @@
+"""Actor handler: an environment ring that feeds the inference and sample streams. Never imports torch
+(unless its worker also hosts the policy handler: the IMPALA-style placement).
+
+The ring's environments are cut into `inference_splits` groups. Each group has one inference request in
+flight at a time; while group k waits for its actions, the actor steps the groups whose actions have
+arrived. Every step records the policy version that chose its action, and each group cuts its
+trajectories into fixed-length segments (all envs of a group step together, so their segments align and
+travel as one message of shape (envs, T, ...)).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import zmq
+
+from srl_hpc.algorithms import spec
+from srl_hpc.envs.backends import make_env_group
+from srl_hpc.handlers import Handler
+from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
+from srl_hpc.streams.samples import SampleProducer
+
+BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
+
+
+def segment_frames(segment: dict, frames_per_step: int) -> int:
+    """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
+    return int(segment["valid"].sum()) * frames_per_step
+
+
+class RingGroup:
+    """Envs that share one inference request (one vectorised env), and the segment they are filling.
+
+    `advance(reply, version)` applies one reply: it completes the previous step with what the reply
+    brings (with "next_values" in the segment, the bootstrap value of every step is the value of the
+    state after it), steps the group with the reply's actions, and returns the observations of the next
+    request. The envs auto-reset on the step after an episode ends, so a truncated episode's final
+    observation is in the next request like any other, and the reset step itself is recorded with
+    valid=False (consumers skip it). A segment holds BASE_FIELDS plus the algorithm's `segment` fields.
+    """
+
+    def __init__(self, envs, segment_length: int, seed: int, fields: tuple[str, ...], reply_dtypes: dict[str, str]):
+        self.envs = envs
+        self.n = envs.num_envs
+        self.T = segment_length
+        self.fields = fields
+        self.reply_dtypes = reply_dtypes
+        self.obs = np.array(envs.reset(seed=seed)[0])
+        self.segment = self._new_segment()
+        self.t = 0
+        self._pending = False  # the step at t-1 still waits for its next values
+        self._terminated = np.zeros(self.n, bool)
+        self._resetting = np.zeros(self.n, bool)  # the next step of these envs is their auto-reset
+        self.valid_steps = 0
+        self.episode_return = np.zeros(self.n)
+        self.episode_length = np.zeros(self.n, np.int64)
+        self.finished_episodes: list[tuple[float, int]] = []
+
+    def _new_segment(self) -> dict[str, np.ndarray]:
+        n, T = self.n, self.T
+        dtypes = {"actions": np.int64, "rewards": np.float32, "dones": bool, "valid": bool, "versions": np.int64,
+                  "next_values": np.float32, "terminated": bool, **self.reply_dtypes}
+        seg = {"obs": np.empty((n, T, *self.obs.shape[1:]), self.obs.dtype)}
+        seg.update({k: np.empty((n, T), dtypes[k]) for k in self.fields if k != "obs"})
+        return seg
+
+    def request_obs(self) -> np.ndarray:
+        return self.obs
+
+    def advance(self, reply: dict[str, np.ndarray], version: int) -> tuple[np.ndarray, dict | None]:
+        """Apply one reply. Returns (next request's observations, a finished segment or None)."""
+        finished = None
+        if self._pending:
+            if "next_values" in self.segment:
+                self.segment["next_values"][:, self.t - 1] = np.where(self._terminated, 0.0, reply["values"])
+            if self.t == self.T:
+                finished, self.segment, self.t = self.segment, self._new_segment(), 0
+        t, seg = self.t, self.segment
+        valid = ~self._resetting
+        seg["obs"][:, t] = self.obs
+        for name in self.reply_dtypes:
+            if name in seg:
+                seg[name][:, t] = reply[name]
+        seg["versions"][:, t] = version
+        seg["valid"][:, t] = valid
+        obs, rewards, terminated, truncated, _ = self.envs.step(np.asarray(reply["actions"]))
+        done = np.logical_or(terminated, truncated)
+        seg["rewards"][:, t] = rewards
+        seg["dones"][:, t] = done
+        if "terminated" in seg:
+            seg["terminated"][:, t] = terminated
+        self.valid_steps += int(valid.sum())
+        self.episode_return += rewards
+        self.episode_length += valid
+        for i in np.flatnonzero(done):
+            self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
+        self.episode_return[done], self.episode_length[done] = 0.0, 0
+        self._terminated, self._resetting = np.asarray(terminated, bool), done
+        self.obs = np.array(obs)  # (a backend may step into the same buffer again; requests and segments keep this)
+        self.t += 1
+        self._pending = True
+        return self.obs, finished
+
+
+class ActorHandler(Handler):
+    kind = "actor"
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        a, exp = self.exp.workers.actor, self.exp
+        self.spec = spec(exp.algorithm)
+        index = self.graph.worker(self.name).index
+        seed = exp.seed * 1_000_003 + index * a.ring_size
+        per_group = a.ring_size // a.inference_splits
+        fields = BASE_FIELDS + self.spec.segment
+        self.groups = []
+        for g in range(a.inference_splits):
+            envs = make_env_group(exp.env, per_group, seed + g * per_group)
+            self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group, fields, dict(self.spec.reply)))
+        self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
+        self.next_group = 0
+        self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
+        self.frames_sent = 0
+        self.frames_discarded = 0  # filled segments that could not be sent before stop
+        self.episodes = 0
+        self._returns: list[tuple[float, int]] = []
+        self._pending_segment = None  # packed, waiting for a consumer to take it (back-pressure)
+
+    def connect(self, table):
+        (stream,) = self.graph.servers_for("inference", self.name)
+        if stream.transport == "inline":
+            self.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
+        else:
+            sock = self.worker.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoints.address(table, stream.server, "inference"))
+            self.inference = self._client(sock, stream.transport, endpoints.same_node(table, stream.server, self.name))
+        self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "samples")
+                                                        for s in self.graph.servers_for("samples", self.name)])
+
+    def _client(self, sock: zmq.Socket, transport: str, same_node: bool) -> InferenceClient:
+        if transport == "shm" and not same_node:
+            raise RuntimeError("inference_transport 'shm' needs the inference server on this node; it is not")
+        if transport == "zmq" or not same_node:
+            return InferenceClient(sock)
+        obs = self.groups[0].obs
+        return ShmInferenceClient(sock, len(self.groups), len(obs), obs.shape[1:], obs.dtype, self.spec.reply,
+                                  name=shm_name(self.worker.run_dir.root, self.name))
+
+    def close(self):
+        if isinstance(getattr(self, "inference", None), ShmInferenceClient):
+            self.inference.close()
+        for group in self.groups:
+            group.envs.close()
+
+    def start(self):
+        self._sent_at = [time.perf_counter()] * len(self.groups)
+        self._waiting_since: float | None = None  # when the ring started waiting for the current group
+        for g, group in enumerate(self.groups):
+            self.inference.send(g, group.request_obs(), self.explore)
+
+    def poll(self, timeout_ms):
+        if self._pending_segment is not None:  # a consumer was busy: retry before stepping on
+            self._push(timeout_ms)
+            return
+        g = self.next_group
+        if self._waiting_since is None:
+            self._waiting_since = time.perf_counter()
+        reply = self.inference.wait(g, timeout_ms)
+        if reply is None:
+            return  # the policy handler is busy or gone; the worker checks commands and heartbeats
+        t0, self._waiting_since = self._waiting_since, None
+        t1 = time.perf_counter()
+        group = self.groups[g]
+        request, segment = group.advance(reply.arrays, reply.meta["version"])
+        t2 = time.perf_counter()
+        self.inference.send(g, request, self.explore)
+        t3 = time.perf_counter()
+        # request_seconds: sending the next request; with the inline transport, the inference itself
+        self.trace.record("env_step", group=g, envs=group.n, step_seconds=t2 - t1, request_seconds=t3 - t2,
+                          wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
+        self._sent_at[g] = t3
+        for ret, length in group.finished_episodes:
+            self.trace.record("episode", episode_return=ret, length=length)
+        self._returns += group.finished_episodes
+        self.episodes += len(group.finished_episodes)
+        group.finished_episodes = []
+        self.next_group = (g + 1) % len(self.groups)
+        if segment is not None:
+            frames = segment_frames(segment, self.frames_per_step)
+            self._pending_segment = (frames, wire.pack("segment", {"actor": self.name, "frames": frames}, segment),
+                                     time.perf_counter())
+            self._push(0)
+
+    def _push(self, timeout_ms: int) -> None:
+        frames, msg, since = self._pending_segment
+        if self.samples.try_send(msg, timeout_ms):
+            self.frames_sent += frames
+            self.trace.record("segment", frames=frames, send_wait=time.perf_counter() - since)
+            self._pending_segment = None
+
+    def finish(self):
+        if self._pending_segment is not None:  # never taken before the stop
+            self.frames_discarded += self._pending_segment[0]
+            self._pending_segment = None
+
+    @property
+    def env_frames(self) -> int:
+        return sum(group.valid_steps for group in self.groups) * self.frames_per_step
+
+    def queue_depths(self):
+        return {"unsent_segments": int(self._pending_segment is not None)}
+
+    def stats(self) -> dict:
+        returns, self._returns = self._returns, []
+        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent,
+                "frames_discarded": self.frames_discarded, "episodes": self.episodes, "returns": returns}

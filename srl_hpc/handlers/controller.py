@@ -1,0 +1,210 @@
+"""Controller handler: watches a run, prints progress, decides when it stops, and stops it cleanly.
+
+Every worker pushes heartbeats (cumulative counters), a "failed" event if it crashes, and a "final"
+report when it ends. The controller stops the run on a stop condition, a failed or silent worker, or
+SIGTERM. Stopping is two phases, read off the graph: "stop" (every worker ends, except those that drain a
+sample stream: they checkpoint and keep receiving) and, once the drainers have received every frame that
+was sent, "finish". Counters are summed by name over all workers, whatever their kind.
+The outcome goes to RUN/summary.json; progress rows to RUN/metrics.csv.
+"""
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from srl_hpc.handlers import Handler
+from srl_hpc.streams.control import ControlServer
+
+STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
+PING_INTERVAL = 1.0
+REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
+
+METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
+                   "mean_return", "policy_version", "policy_lag", "frames_dropped")
+
+
+class ControllerHandler(Handler):
+    kind = "controller"
+
+    def __init__(self, worker, out=None):
+        super().__init__(worker)
+        exp = self.exp
+        self.out = out or sys.stdout
+        self.run_dir = worker.run_dir
+        self.workers = [w for w in self.graph.names if w != self.name]
+        self.drainers = [w for w in self.workers if self.graph.drains(w)]
+        self.latest: dict[str, dict] = {}  # worker -> last heartbeat/final meta
+        self.last_seen: dict[str, float] = {}
+        self.finals: set[str] = set()
+        self.failed: dict[str, str] = {}  # worker -> error
+        self.returns = collections.deque(maxlen=exp.stop.return_window)
+        self.episodes = 0
+        self.lag_sum = self.lag_count = 0
+        self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
+        self.exit_code = 1
+        self.control = ControlServer(worker.ctx)
+        self.t0 = time.monotonic()
+        self._last_status = (self.t0, 0, 0)  # (time, env_frames, frames_consumed) at the last status line
+        self._last_ping = 0.0
+
+    def bind(self):
+        return self.control.bind()
+
+    def start(self):
+        self.t0 = now = time.monotonic()
+        self._last_status = (now, 0, 0)
+        self.last_seen = {w: now for w in self.workers}
+        self._metrics_file = open(self.run_dir.metrics, "w", newline="")
+        self.metrics = csv.writer(self._metrics_file)
+        self.metrics.writerow(METRICS_COLUMNS)
+        self._print(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
+
+    def keep_running(self, stop_requested: bool) -> bool:
+        if stop_requested and self.outcome is None:
+            self.outcome = ("cancelled", "stopped by signal")
+        return self.outcome is None
+
+    def poll(self, timeout_ms):
+        self._receive(timeout_ms)
+        now = time.monotonic()
+        if now - self._last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
+            self.control.broadcast("ping")
+            self._last_ping = now
+        self.outcome = self._decide(now)
+        if self.outcome is None and now - self._last_status[0] >= self.exp.monitor.status_interval:
+            self._status_line()
+
+    def finish(self):
+        status, reason = self.outcome
+        if time.monotonic() - self._last_status[0] >= 1.0:  # rates over a shorter span would mislead
+            self._status_line()
+        at_stop = self._mean_return()  # the figure the decision saw; episodes still end while the run stops
+        accounting = self._stop()
+        self._metrics_file.close()
+        self.exit_code = self._conclude(status, reason, {"mean_return_at_stop": at_stop, **accounting})
+
+    def _decide(self, now: float) -> tuple[str, str] | None:
+        stop = self.exp.stop
+        if self.failed:
+            worker, error = next(iter(self.failed.items()))
+            return "failed", f"worker {worker} failed: {error}"
+        silent = [w for w, t in self.last_seen.items() if now - t > self.exp.monitor.heartbeat_timeout]
+        if silent:
+            self.finals.add(silent[0])  # nothing more will come from it
+            self.failed[silent[0]] = f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
+            return "failed", f"worker {silent[0]} failed: no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
+        frames, mean_return = self._sum("env_frames"), self._mean_return()
+        if stop.target_return is not None and mean_return is not None and len(self.returns) == stop.return_window \
+                and mean_return >= stop.target_return:
+            return "succeeded", (f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
+                                 f"over the last {stop.return_window} episodes")
+        if stop.env_frames is not None and frames >= stop.env_frames:
+            return "succeeded", f"env frame budget reached: {frames:,} >= {stop.env_frames:,}"
+        if stop.wall_time is not None and now - self.t0 >= stop.wall_time:
+            return "succeeded", f"wall time reached: {stop.wall_time:g}s"
+        return None
+
+    def _receive(self, timeout_ms: int) -> None:
+        msg = self.control.next_event(timeout_ms)
+        while msg is not None:
+            worker = msg.meta["worker"]
+            self.last_seen[worker] = time.monotonic()
+            if msg.kind == "failed":
+                self.failed.setdefault(worker, msg.meta["error"])
+                self.finals.add(worker)
+            else:
+                for ret, _length in msg.meta.pop("returns", []):
+                    self.returns.append(ret)
+                    self.episodes += 1
+                self.lag_sum += msg.meta.pop("lag_sum", 0)
+                self.lag_count += msg.meta.pop("lag_count", 0)
+                self.latest[worker] = msg.meta
+                if msg.kind == "final":
+                    self.finals.add(worker)
+            msg = self.control.next_event(0)
+
+    # ------------------------------------------------------------------------------------------- stopping
+    def _stop(self) -> dict:
+        """Phase 1: stop everyone, wait for the final reports of all but the drainers. Phase 2: once the
+        drainers have received every frame that was sent, tell them to finish; wait for their reports."""
+        deadline = time.monotonic() + STOP_TIMEOUT
+        others = [w for w in self.workers if w not in self.drainers]
+        self._broadcast_until("stop", lambda: all(w in self.finals for w in others), deadline)
+        sent = self._sum("frames_sent")
+        self._broadcast_until("stop", lambda: self._sum("frames_received") >= sent or
+                              all(w in self.finals for w in self.drainers), deadline)
+        self._broadcast_until("finish", lambda: all(w in self.finals for w in self.drainers), deadline)
+        missing = [w for w in self.workers if w not in self.finals]
+        received = self._sum("frames_received")
+        return {"frames_sent": sent, "frames_received": received, "frames_consumed": self._sum("frames_consumed"),
+                "frames_dropped": self._sum("frames_dropped"), "frames_in_flight_lost": max(0, sent - received),
+                "no_final_report": missing}
+
+    def _broadcast_until(self, command: str, done, deadline: float) -> None:
+        last = 0.0
+        while not done() and time.monotonic() < deadline:
+            if time.monotonic() - last > REBROADCAST:
+                self.control.broadcast(command)
+                last = time.monotonic()
+            self._receive(50)
+        self.control.broadcast(command)
+
+    def _conclude(self, status: str, reason: str, accounting: dict) -> int:
+        wall = time.monotonic() - self.t0
+        frames = self._sum("env_frames")
+        summary = {"status": status, "reason": reason, "wall_time": round(wall, 2), "env_frames": frames,
+                   "episodes": self.episodes, "mean_return": self._mean_return(),
+                   "policy_version": self._version(), **accounting,
+                   "failed_workers": self.failed}
+        path = self.run_dir.summary
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.replace(path)
+        self._print(f"{status}: {reason}")
+        self._print(f"wall time {wall:.1f}s, {frames:,} env frames, {accounting['frames_consumed']:,} frames trained, "
+                    f"{self.episodes:,} episodes")
+        if accounting["no_final_report"]:
+            self._print(f"no final report from: {', '.join(accounting['no_final_report'])}")
+        return {"succeeded": 0, "failed": 1, "cancelled": 143}[status]
+
+    # ------------------------------------------------------------------------------------------- reporting
+    def _sum(self, key: str) -> int:
+        return sum(m.get(key, 0) for m in self.latest.values())
+
+    def _version(self) -> int:
+        """The trained version: trainers update in lockstep and report it as "version"."""
+        return max((m.get("version", 0) for m in self.latest.values()), default=0)
+
+    def _mean_return(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def _status_line(self) -> None:
+        now = time.monotonic()
+        frames, consumed = self._sum("env_frames"), self._sum("frames_consumed")
+        t_prev, frames_prev, consumed_prev = self._last_status
+        dt = max(now - t_prev, 1e-9)
+        sample_fps, train_fps = (frames - frames_prev) / dt, (consumed - consumed_prev) / dt
+        self._last_status = (now, frames, consumed)
+        mean_return = self._mean_return()
+        lag = self.lag_sum / self.lag_count if self.lag_count else 0.0
+        self.lag_sum = self.lag_count = 0
+        version = self._version()
+        ret = f"{mean_return:7.1f}" if mean_return is not None else "      -"
+        self._print(f"[{now - self.t0:7.1f}s] frames {frames:>11,} | sample {sample_fps:8,.0f} fps | train "
+                    f"{train_fps:8,.0f} fps | episodes {self.episodes:>7,} | return {ret} | version {version:>5} | "
+                    f"lag {lag:4.1f}")
+        self.metrics.writerow([round(now - self.t0, 2), frames, consumed, round(sample_fps, 1), round(train_fps, 1),
+                               self.episodes, "" if mean_return is None else round(mean_return, 3), version,
+                               round(lag, 3), self._sum("frames_dropped")])
+        self._metrics_file.flush()
+        self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
+                          train_fps=train_fps, episodes=self.episodes,
+                          mean_return=float("nan") if mean_return is None else mean_return,
+                          policy_version=version, policy_lag=lag)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)

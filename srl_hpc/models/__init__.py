@@ -1,0 +1,128 @@
+"""Models: a torso (mlp, nature_cnn, or a user's nn.Module by dotted path) under the head an algorithm
+trains. Imported by policy and trainer handlers only (never by actors that do not run inference).
+
+Heads (the algorithm's spec names one):
+  actor_critic  forward(obs) -> (action logits (B, A), state values (B,))
+  q             forward(obs) -> action values (B, A); dueling: value + centred advantages
+A user's model is `package.module:Class`, built as Class(obs_space, action_space, **model.kwargs); it must
+return what its algorithm's head returns.
+"""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import torch
+from torch import nn
+
+from srl_hpc.algorithms import spec
+from srl_hpc.dotted import load_object
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """Vector observations -> features (tanh layers)."""
+
+    def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        layers, width = [], obs_dim
+        for h in hidden_sizes:
+            layers += [_init(nn.Linear(width, h), np.sqrt(2)), nn.Tanh()]
+            width = h
+        self.body = nn.Sequential(*layers)
+        self.width = width
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(obs.to(self.body[0].weight.dtype).flatten(1))  # (bf16 when an engine runs in bf16)
+
+
+class NatureCNN(nn.Module):
+    """The DQN-Nature torso on uint8 stacked frames (C, 84, 84), scaled to [0, 1] inside.
+
+    Convolutions run channels-last: on CPU (oneDNN) that made forward + backward ~1.4x faster here."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        super().__init__()
+        c = obs_shape[0]
+        self.conv = nn.Sequential(
+            _init(nn.Conv2d(c, 32, 8, stride=4), np.sqrt(2)), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), np.sqrt(2)), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), np.sqrt(2)), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            width = self.conv(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Sequential(_init(nn.Linear(width, 512), np.sqrt(2)), nn.ReLU())
+        self.conv.to(memory_format=torch.channels_last)
+        self.width = 512
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # channels-last while still uint8; then the weights' dtype (bf16 when an engine runs the model in bf16)
+        x = obs.contiguous(memory_format=torch.channels_last).to(self.fc[0].weight.dtype) / 255.0
+        return self.fc(self.conv(x))
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, torso: nn.Module, n_actions: int):
+        super().__init__()
+        self.torso = torso
+        self.logits = _init(nn.Linear(torso.width, n_actions), 0.01)
+        self.value = _init(nn.Linear(torso.width, 1), 1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.torso(obs)
+        return self.logits(x), self.value(x).squeeze(-1)
+
+
+class QHead(nn.Module):
+    """Action values; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
+
+    def __init__(self, torso: nn.Module, n_actions: int, dueling: bool):
+        super().__init__()
+        self.torso = torso
+        self.advantage = _init(nn.Linear(torso.width, n_actions), 1.0)
+        self.value = _init(nn.Linear(torso.width, 1), 1.0) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.torso(obs)
+        a = self.advantage(x)
+        if self.value is None:
+            return a
+        return self.value(x) + a - a.mean(-1, keepdim=True)
+
+
+def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> nn.Module:
+    """The experiment's model under its algorithm's head. The same seed gives the same initial weights in
+    the trainer and in every policy handler."""
+
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise ValueError(f"only discrete action spaces are supported, the env has {action_space}")
+    cfg, head, n_actions = exp.model, spec(exp.algorithm).head, int(action_space.n)
+    torch.manual_seed(exp.seed)
+    if ":" in cfg.name:
+        return load_object(cfg.name)(obs_space, action_space, **cfg.kwargs)
+    torso = (MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp"
+             else NatureCNN(tuple(obs_space.shape)))
+    if head == "actor_critic":
+        return ActorCritic(torso, n_actions)
+    return QHead(torso, n_actions, dueling=exp.algorithm.dueling)
+
+
+def resolve_device(device: str, local_rank: int) -> torch.device:
+    """'cuda' means this node's GPU for this task's node-local rank."""
+    if device == "cuda":
+        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+    return torch.device(device)
+
+
+def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    """Weights as numpy copies (a copy: the optimizer keeps changing the tensors in place)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()})

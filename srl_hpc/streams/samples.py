@@ -1,0 +1,47 @@
+"""Sample stream: producers (actors) push trajectory segments, consumers (trainers) pull them.
+
+ZMQ PUSH/PULL, many-to-many: a producer connects to every consumer of its stream and ZMQ spreads its
+messages over them. High-water marks are small on both sides, so a consumer that falls behind slows its
+producers down (back-pressure) instead of letting stale segments queue up.
+"""
+from __future__ import annotations
+
+import zmq
+
+from srl_hpc.streams import wire
+
+
+class SampleProducer:
+    def __init__(self, ctx: zmq.Context, addresses: list[str]):
+        self.socket = ctx.socket(zmq.PUSH)
+        self.socket.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach their consumer
+        self.socket.setsockopt(zmq.SNDHWM, 2)
+        for address in addresses:
+            self.socket.connect(address)
+
+    def try_send(self, frames: list, timeout_ms: int) -> bool:
+        """Send one packed message if a consumer takes it within timeout_ms; False if none did (back-pressure)."""
+        if not self.socket.poll(timeout_ms, zmq.POLLOUT):
+            return False
+        self.socket.send_multipart(frames, copy=False)
+        return True
+
+
+class SampleConsumer:
+    def __init__(self, ctx: zmq.Context, high_water_mark: int = 4):
+        self.socket = ctx.socket(zmq.PULL)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RCVHWM, high_water_mark)  # per producer
+
+    def bind(self) -> int:
+        return self.socket.bind_to_random_port("tcp://*")
+
+    def wait(self, timeout_ms: int) -> bool:
+        return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
+
+    def receive(self) -> wire.Message | None:
+        """One pending message, or None; never blocks."""
+        try:
+            return wire.unpack(self.socket.recv_multipart(zmq.NOBLOCK, copy=False))
+        except zmq.Again:
+            return None
