@@ -159,7 +159,7 @@ class ControllerHandler(Handler):
         summary = {"status": status, "reason": reason, "wall_time": round(wall, 2), "env_frames": frames,
                    "episodes": self.episodes, "mean_return": self._mean_return(),
                    "policy_version": self._version(), **accounting,
-                   "failed_workers": self.failed}
+                   "failed_workers": self.failed, "counters": self._counters()}
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2))
@@ -174,6 +174,12 @@ class ControllerHandler(Handler):
     # ------------------------------------------------------------------------------------------- reporting
     def _sum(self, key: str) -> int:
         return sum(m.get(key, 0) for m in self.latest.values())
+
+    def _counters(self) -> dict[str, float]:
+        """Every numeric counter any worker reports, summed over workers (what a handler counts reaches the
+        summary without the controller knowing its name)."""
+        keys = {k for m in self.latest.values() for k, v in m.items() if isinstance(v, (int, float))}
+        return {k: self._sum(k) for k in sorted(keys - {"version", "policy_version"})}
 
     def _version(self) -> int:
         """The trained version: trainers update in lockstep and report it as "version"."""
