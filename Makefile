@@ -37,7 +37,7 @@ $(BIN)/python:
 slurm-install:           ## apt: slurm-wlm, munge, OpenMPI (root)
 	bash $(SLURM) install
 
-slurm-up: slurm-install    ## start munge, slurmctld and 3 virtual slurmd nodes on this machine
+slurm-up: slurm-install    ## start munge, slurmctld and 4 virtual slurmd nodes on this machine
 	bash $(SLURM) start
 
 slurm-down:

@@ -2,12 +2,12 @@
 # local_slurm.sh - a real, small Slurm cluster on this one machine (Debian/Ubuntu, run as root).
 #
 # Used by srl-hpc's tests and by anyone who wants to try the Slurm path on a laptop. It runs one
-# slurmctld and three virtual slurmd nodes (n1..n3, 8 CPUs, ~4000 MB and 2 fake GPUs each) on
+# slurmctld and four virtual slurmd nodes (n1..n4, 8 CPUs, ~4000 MB and 2 fake GPUs each) on
 # 127.0.0.1, with partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
 #
 # Usage:
 #   bash scripts/local_slurm.sh install   # apt-get install slurm-wlm munge openmpi (skipped if present)
-#   bash scripts/local_slurm.sh start     # write config, start munged/slurmctld/slurmd x3, wait for idle
+#   bash scripts/local_slurm.sh start     # write config, start munged/slurmctld/slurmd x4, wait for idle
 #   bash scripts/local_slurm.sh status    # daemons up? + sinfo; exit 0 if all up, 3 otherwise
 #   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
 #   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
@@ -32,7 +32,7 @@ CONF=${SLURM_CONF:-$DEFAULT_CONF}
 export SLURM_CONF=$CONF
 GRES_CONF=$(dirname "$CONF")/gres.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
-NODES=(n1 n2 n3)
+NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
 PACKAGES=(slurm-wlm munge openmpi-bin libopenmpi-dev)

@@ -20,7 +20,7 @@ from srl_hpc.config import Experiment
 
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
-GROUPS = ("trainer", "policy", "actor")
+GROUPS = ("trainer", "policy", "buffer", "actor")
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ class WorkerNode:
 class Stream:
     """One server and its clients. The server binds the stream's port (named after `kind`); clients connect.
 
-    kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments),
-    parameters (trainer -> policy versioned weights), control (worker heartbeats up, controller commands down)."""
+    kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments, or actor ->
+    buffer with replay), replay (buffer -> trainer sampled batches), priorities (trainer -> buffer new
+    priorities), parameters (trainer -> policy versioned weights), control (worker heartbeats up,
+    controller commands down)."""
     kind: str
     server: str
     clients: tuple[str, ...]
@@ -91,6 +93,7 @@ def build(exp: Experiment) -> Graph:
     w = exp.workers
     trainers = [f"trainer/{i}" for i in range(w.trainer.count)]
     policies = [f"policy/{i}" for i in range(w.policy.count)]
+    buffers = [f"buffer/{i}" for i in range(w.buffer.count)]
     actors = [f"actor/{i}" for i in range(w.actor.count)]
 
     actor_handlers = ("actor", "policy") if w.placement == "impala" else ("actor",)
@@ -99,6 +102,7 @@ def build(exp: Experiment) -> Graph:
     workers += [WorkerNode(t, trainer0_handlers if i == 0 else ("trainer",), "trainer", w.trainer.device)
                 for i, t in enumerate(trainers)]
     workers += [WorkerNode(p, ("policy",), "policy", w.policy.device) for p in policies]
+    workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
     workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
                 for a in actors]
 
@@ -110,7 +114,13 @@ def build(exp: Experiment) -> Graph:
         streams.append(Stream("inference", trainers[0], tuple(actors), w.actor.inference_transport))
     else:
         streams += [Stream("inference", a, (a,), "inline") for a in actors]
-    streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]  # PUSH/PULL: any actor to any trainer
+    if buffers:  # off-policy: actors spread over the buffers; every buffer feeds every trainer
+        streams += [Stream("samples", b, tuple(a for i, a in enumerate(actors) if i % len(buffers) == k), "zmq")
+                    for k, b in enumerate(buffers)]
+        streams += [Stream("replay", t, tuple(buffers), "zmq") for t in trainers]
+        streams += [Stream("priorities", b, tuple(trainers), "zmq") for b in buffers]
+    else:  # PUSH/PULL: any actor to any trainer
+        streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]
     subscribers = tuple(n.name for n in workers if "policy" in n.handlers)
     streams.append(Stream("parameters", trainers[0], subscribers, "inline" if w.placement == "seed" else "zmq"))
     streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))

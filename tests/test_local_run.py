@@ -8,7 +8,7 @@ import time
 import h5py
 import pytest
 
-from conftest import script
+from conftest import ROOT, script
 
 SHORT = """\
 name: short
@@ -106,6 +106,28 @@ def test_two_trainers_train_one_model_in_lockstep(tmp_path):
         with h5py.File(run_dir / "traces" / trainer) as f:
             steps.append(f["train_step"]["version"][:].tolist())
     assert steps[0] == steps[1] == list(range(1, summary["policy_version"] + 1))  # the same updates, together
+
+
+def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
+                           str(run_dir), "--set", "stop.wall_time=12", "--set", "algorithm.learning_starts=500",
+                           "--set", "algorithm.max_replay_ratio=2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # every frame the actors sent reached the buffer, and was stored as a transition or dropped at stop
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert summary["frames_dropped"] <= 2 * 8 * 3  # at most the last n_step steps of each (actor, group) sequence
+    counters = summary["counters"]
+    assert counters["transitions_stored"] == summary["frames_consumed"]
+    # the buffer samples while at most max_replay_ratio per stored transition (the last batch may cross it)
+    assert 0 < counters["transitions_trained"] <= counters["transitions_sampled"] <= 2 * counters["transitions_stored"] + 128
+    with h5py.File(run_dir / "traces" / "buffer-0.h5") as f:
+        sizes = f["buffer_step"]["size"][:]
+        assert sizes.max() > 500
+    assert counters["priority_updates"] > 0  # the trainer's TD errors came back to the buffer
+    with h5py.File(run_dir / "traces" / "trainer-0.h5") as f:
+        assert len(f["train_step"]["td_abs_mean"]) == summary["policy_version"]
 
 
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):

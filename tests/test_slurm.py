@@ -119,3 +119,19 @@ def test_a_three_seed_sweep_through_submitit(tmp_path):
         assert summary["status"] == "succeeded" and summary["frames_consumed"] > 0
         assert f"seed: {m['seed']}" in (Path(m["run_dir"]) / "experiment.yaml").read_text()
     assert srl("status", sweep_dir).stdout.count("outcome: succeeded") == 3
+
+
+def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(ROOT / "experiments" / "cartpole_dqn.yaml", "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "stop.wall_time=15", "--set", "algorithm.learning_starts=500")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    script = (run_dir / "job.sbatch").read_text()
+    assert "# group buffer: buffer/0" in script and script.count("\n#SBATCH hetjob\n") == 3  # four groups
+    assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["no_final_report"] == []
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert summary["counters"]["transitions_trained"] > 0 and summary["policy_version"] > 0
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert table["buffer/0"]["node"] != table["actor/0"]["node"]  # its own het group, its own node

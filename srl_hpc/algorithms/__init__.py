@@ -7,7 +7,8 @@ do), is its spec below:
              reply fields, "next_values" (the value of the state after each step, filled from the next
              reply) or "terminated" (the env terminated rather than truncated);
   - explore: per-actor settings sent with every inference request (e.g. an epsilon);
-  - head:    the model head it trains ("actor_critic": logits and value; "q": action values).
+  - head:    the model head it trains ("actor_critic": logits and value; "q": action values);
+  - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them).
 The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, and `prepare`,
 `update`, `state_dict`, `load_state_dict` for trainer handlers.
 """
@@ -25,6 +26,7 @@ class AlgorithmSpec:
     segment: tuple[str, ...]
     head: str
     explore: Callable[[object, int, int], dict] = lambda cfg, actor, actors: {}
+    replay: bool = False  # off-policy: segments go to buffer workers, trainers take sampled batches from them
 
     def load(self):
         module, _, name = self.implementation.partition(":")
@@ -34,6 +36,8 @@ class AlgorithmSpec:
 SPECS = {
     "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
                          segment=("logp", "values", "next_values"), head="actor_critic"),
+    "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
+                         explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True),
 }
 
 

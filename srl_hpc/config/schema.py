@@ -97,7 +97,45 @@ class PPOConfig:
         return problems
 
 
-AlgorithmConfig = Union[PPOConfig]  # chosen by `name`; the first is the default
+@dataclass(frozen=True)
+class DQNConfig:
+    """Ape-X DQN: srl_hpc/algorithms/dqn.py. Actors send segments to buffer workers (prioritised replay,
+    n-step returns); buffers send sampled batches to the trainers, trainers send TD-error priorities back."""
+    name: Literal["dqn"] = "dqn"
+    gamma: float = 0.99
+    n_step: int = 3
+    lr: float = 2.5e-4
+    batch_size: int = 256  # transitions per update
+    double: bool = True  # double Q-learning: the online net picks the next action, the target net values it
+    dueling: bool = True  # value + advantage heads
+    target_update_interval: int = 500  # updates between target-network copies
+    max_grad_norm: float = 10.0
+    replay_capacity: int = 100_000  # transitions per buffer worker
+    learning_starts: int = 2_000  # transitions a buffer holds before it sends batches
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4  # importance-sampling exponent
+    epsilon: float = 0.4  # Ape-X: actor i of N explores with epsilon ** (1 + epsilon_alpha * i / (N - 1))
+    epsilon_alpha: float = 7.0
+    max_replay_ratio: float = 8.0  # transitions trained per transition stored; buffers wait above it
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_unit(self, ("gamma", "epsilon", "priority_alpha", "priority_beta"))
+        problems += _check_positive(self, ("lr", "max_grad_norm", "max_replay_ratio"))
+        problems += _check_counts(self, ("n_step", "batch_size", "target_update_interval", "replay_capacity"))
+        if self.epsilon_alpha < 0:
+            problems.append(("epsilon_alpha", f"must be >= 0, got {self.epsilon_alpha}"))
+        if self.learning_starts < self.batch_size:
+            problems.append(("learning_starts", f"must be >= batch_size ({self.batch_size}), got {self.learning_starts}"))
+        if self.learning_starts > self.replay_capacity:
+            problems.append(("learning_starts", f"must be <= replay_capacity ({self.replay_capacity})"))
+        return problems
+
+    def actor_epsilon(self, actor: int, actors: int) -> float:
+        """The Ape-X schedule: a fixed exploration rate per actor, from epsilon (actor 0) down to epsilon^(1+alpha)."""
+        return self.epsilon ** (1 + self.epsilon_alpha * actor / max(1, actors - 1))
+
+
+AlgorithmConfig = Union[PPOConfig, DQNConfig]  # chosen by `name`; the first is the default
 
 
 @dataclass(frozen=True)
@@ -154,6 +192,15 @@ class TrainerConfig:
 
 
 @dataclass(frozen=True)
+class BufferConfig:
+    """Replay buffer workers (off-policy algorithms): actors spread their segments over them."""
+    count: int = 0
+
+    def check(self) -> list[tuple[str, str]]:
+        return [("count", f"must be >= 0, got {self.count}")] if self.count < 0 else []
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     # where inference runs: "srl" policy workers of their own; "impala" inside each actor process;
     # "seed" on the trainer's worker and device
@@ -161,6 +208,7 @@ class WorkersConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
 
     def check(self) -> list[tuple[str, str]]:
         if self.placement == "srl" and self.policy.count < 1:
@@ -171,7 +219,7 @@ class WorkersConfig:
         if self.placement == "seed" and self.policy.device != self.trainer.device:
             return [("policy.device", f"with placement 'seed' inference runs on the trainer's device "
                                       f"({self.trainer.device!r}); set the same or leave both")]
-        for kind in ("policy",):
+        for kind in ("policy", "buffer"):
             if getattr(self, kind).count > self.actor.count:
                 return [(f"{kind}.count", f"{getattr(self, kind).count} {kind} workers for {self.actor.count} actor "
                                           "workers: some would get nothing")]
@@ -248,13 +296,14 @@ class SweepResources:
 @dataclass(frozen=True)
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
-    actor), and for sweeps."""
+    buffer, actor), and for sweeps."""
     time: str = "01:00:00"
     account: Optional[str] = None
     qos: Optional[str] = None
     # one per het group of srl_hpc.graph (a group is a field here)
     trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    buffer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
     sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
     setup: tuple[str, ...] = ()  # shell lines run before the workers start: module load, source venv/bin/activate
@@ -328,6 +377,13 @@ class Experiment:
             frames = workers.trainer.batch_segments * workers.actor.segment_length
             if frames < alg.minibatches:
                 problems.append(("algorithm.minibatches", f"{alg.minibatches} minibatches of a {frames}-frame batch"))
+            if workers.buffer.count:
+                problems.append(("workers.buffer.count", "ppo is on-policy: segments go to the trainers; set 0"))
+        if isinstance(alg, DQNConfig):
+            if workers.buffer.count < 1:
+                problems.append(("workers.buffer.count", "dqn needs at least one buffer worker (its replay)"))
+            if workers.actor.segment_length <= alg.n_step:
+                problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
         return problems
 
 

@@ -1,4 +1,4 @@
-"""Task handlers: the roles a worker hosts (actor, policy, trainer, controller).
+"""Task handlers: the roles a worker hosts (actor, policy, trainer, buffer, controller).
 
 A handler is built by the generic worker (srl_hpc.worker) from the graph, and uses the worker's
 plumbing: its ZMQ context, its trace, its rendezvous table, the handlers hosted beside it. The worker
@@ -16,6 +16,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
     "actor": "srl_hpc.handlers.actor:ActorHandler",
     "policy": "srl_hpc.handlers.policy:PolicyHandler",
     "trainer": "srl_hpc.handlers.trainer:TrainerHandler",
+    "buffer": "srl_hpc.handlers.buffer:BufferHandler",
 }
 
 

@@ -189,8 +189,8 @@ class ActorHandler(Handler):
         self.next_group = (g + 1) % len(self.groups)
         if segment is not None:
             frames = segment_frames(segment, self.frames_per_step)
-            self._pending_segment = (frames, wire.pack("segment", {"actor": self.name, "frames": frames}, segment),
-                                     time.perf_counter())
+            meta = {"actor": self.name, "group": g, "frames": frames}  # (actor, group): one stream of steps
+            self._pending_segment = (frames, wire.pack("segment", meta, segment), time.perf_counter())
             self._push(0)
 
     def _push(self, timeout_ms: int) -> None:

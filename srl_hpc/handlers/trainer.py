@@ -4,11 +4,13 @@ With several trainers, each takes its share of the sample stream and they train 
 (torch DDP): before every update they agree, in one tiny all-reduce, that each holds a batch and none is
 stopping, so they all run the same updates and all stop together. trainer/0 publishes and checkpoints.
 
-A BatchAssembler pulls segments from the sample stream, drops those older than `max_policy_lag`
-versions, and turns `batch_segments` of them into training tensors (GAE included). With `prefetch`
-on it runs in its own thread, so the next batch is ready while the current one trains.
-Every frame received is either consumed by an update or counted as dropped: the controller checks
-that the totals match what the actors sent.
+Where batches come from is the graph's: on-policy, a BatchAssembler pulls segments from the sample
+stream, drops those older than `max_policy_lag` versions, and turns `batch_segments` of them into
+training tensors (GAE included); every frame received is consumed by an update or counted as dropped,
+and the controller checks the totals against what the actors sent. Off-policy, a ReplayReceiver takes
+sampled batches from the buffer workers, and the update's new priorities go back to the buffer that
+sent the batch. With `prefetch` on, the source runs in its own thread, so the next batch is ready while
+the current one trains.
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from srl_hpc.handlers import Handler
 from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
 from srl_hpc.models import build_model, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
-from srl_hpc.streams import endpoints
-from srl_hpc.streams.samples import SampleConsumer
+from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
 DDP_TIMEOUT = datetime.timedelta(seconds=120)  # trainers joining, and any one collective
@@ -101,6 +103,26 @@ class BatchAssembler:
         self._parts, self.held_segments = [], 0
 
 
+class ReplayReceiver:
+    """Sampled batches from buffer workers -> training batches (the buffers count the frames)."""
+
+    def __init__(self, batches: SampleConsumer, prepare, trace):
+        self.batches = batches
+        self.prepare = prepare
+        self.trace = trace
+        self.held_segments = 0  # (nothing is assembled here)
+
+    def poll(self, timeout_ms: int) -> dict | None:
+        if not self.batches.wait(timeout_ms):
+            return None
+        msg = self.batches.receive()
+        if msg is None:
+            return None
+        a = msg.arrays
+        return {"tensors": self.prepare(a), "frames": 0, "transitions": len(a["actions"]),
+                "source": msg.meta["buffer"], "indices": np.array(a["indices"])}
+
+
 class TrainerHandler(Handler):
     kind = "trainer"
 
@@ -121,6 +143,7 @@ class TrainerHandler(Handler):
         self._all_ready = False
         self.version = 0
         self.frames_consumed = 0
+        self.transitions_trained = 0
         self.train_seconds = 0.0
         self.wait_seconds = 0.0
         self.last_losses: dict = {}
@@ -133,8 +156,18 @@ class TrainerHandler(Handler):
         self._copy_stream = None  # CUDA only: host-to-device copies of pre-fetched batches
 
     def bind(self):
-        samples = SampleConsumer(self.worker.ctx)
-        ports = {"samples": samples.bind()}
+        ports = {}
+        prepare = self._prepare if self.cfg.train else (lambda batch: None)
+        if self.graph.served_by("replay", self.name):
+            batches = SampleConsumer(self.worker.ctx, high_water_mark=2)
+            ports["replay"] = batches.bind()
+            self.source = ReplayReceiver(batches, prepare, self.trace)
+        else:
+            samples = SampleConsumer(self.worker.ctx)
+            ports["samples"] = samples.bind()
+            self.source = BatchAssembler(samples, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
+                                         self.exp.algorithm.max_policy_lag, prepare, lambda: self.version, self.trace,
+                                         self.exp.env.frames_per_step)
         if self.leader:
             params = self.worker.ctx.socket(zmq.PUB)
             params.setsockopt(zmq.LINGER, 0)
@@ -143,13 +176,11 @@ class TrainerHandler(Handler):
         if self.distributed and self.leader:
             self._store = dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
             ports[endpoints.DDP] = self._store.port
-        prepare = self._prepare if self.cfg.train else (lambda batch: None)
-        self.assembler = BatchAssembler(samples, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
-                                        self.exp.algorithm.max_policy_lag, prepare, lambda: self.version, self.trace,
-                                        self.exp.env.frames_per_step)
         return ports
 
     def connect(self, table):
+        self.feedback = {s.server: SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "priorities")])
+                         for s in self.graph.servers_for("priorities", self.name)}
         if not self.distributed:
             return
         leader = self.graph.hosts("trainer")[0].name
@@ -185,7 +216,7 @@ class TrainerHandler(Handler):
     def _prefetch_loop(self):
         try:
             while not self._thread_stop.is_set():
-                batch = self.assembler.poll(POLL_MS)
+                batch = self.source.poll(POLL_MS)
                 while batch is not None and not self._thread_stop.is_set():
                     try:
                         self._batches.put(batch, timeout=POLL_MS / 1000)
@@ -193,7 +224,7 @@ class TrainerHandler(Handler):
                     except queue.Full:
                         pass
                 if batch is not None:
-                    self.assembler.frames_dropped += batch["frames"]
+                    self._drop(batch)
         except BaseException as e:  # surfaced by poll() in the main thread
             self._thread_error = e
 
@@ -201,7 +232,7 @@ class TrainerHandler(Handler):
         if self._thread_error is not None:
             raise RuntimeError("the trainer's pre-fetch thread failed") from self._thread_error
         if self._thread is None:
-            return self.assembler.poll(timeout_ms)
+            return self.source.poll(timeout_ms)
         try:
             return self._batches.get(timeout=timeout_ms / 1000)
         except queue.Empty:
@@ -245,9 +276,13 @@ class TrainerHandler(Handler):
             main.wait_event(ready)
             for t in tensors.values():
                 t.record_stream(main)  # the allocator must not hand this memory to the next copy too early
-        self.last_losses, _ = self.algorithm.update(tensors, self.frames_consumed)
+        self.last_losses, feedback = self.algorithm.update(tensors, self.frames_consumed)
+        if "source" in batch:  # new priorities for the buffer that sampled this batch
+            self.feedback[batch["source"]].try_send(
+                wire.pack("priorities", {}, {"indices": batch["indices"], **feedback}), POLL_MS)
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
+        self.transitions_trained += batch.get("transitions", 0)
         self.version += 1
         if self.leader:
             self.publisher.publish(self.version, state_arrays(self.model))
@@ -266,23 +301,29 @@ class TrainerHandler(Handler):
         if self._thread is not None:
             self._thread.join()
             while not self._batches.empty():
-                frames = self._batches.get()["frames"]
-                self.trace.record("dropped_at_stop", frames=frames)
-                self.assembler.frames_dropped += frames
+                self._drop(self._batches.get())
         if self._held_batch is not None:
-            self.trace.record("dropped_at_stop", frames=self._held_batch["frames"])
-            self.assembler.frames_dropped += self._held_batch["frames"]
+            self._drop(self._held_batch)
             self._held_batch = None
         if self.leader:
             self.save_checkpoint()
-        self.assembler.drop_pending()
+        assembler = self.source
+        if not isinstance(assembler, BatchAssembler):
+            return  # sampled batches are copies: the buffers keep the frames and their accounting
+        assembler.drop_pending()
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not self.worker.finish_requested and time.monotonic() < deadline:
-            self.assembler.batch_segments = 1 << 62  # receive everything, never cut a batch
-            self.assembler.poll(POLL_MS // 2)
-            self.assembler.drop_pending()
+            assembler.batch_segments = 1 << 62  # receive everything, never cut a batch
+            assembler.poll(POLL_MS // 2)
+            assembler.drop_pending()
             self.worker.poll_commands()
             self.worker.maybe_heartbeat(interval=0.2)
+
+    def _drop(self, batch: dict) -> None:
+        """A batch that will not be trained (at stop): its frames are counted as dropped."""
+        if batch["frames"]:
+            self.trace.record("dropped_at_stop", frames=batch["frames"])
+            self.source.frames_dropped += batch["frames"]
 
     def close(self):
         if self.distributed and dist.is_initialized():
@@ -298,13 +339,14 @@ class TrainerHandler(Handler):
         self._last_checkpoint = time.monotonic()
 
     def queue_depths(self):
-        return {"ready_batches": self._batches.qsize(), "held_segments": self.assembler.held_segments}
+        return {"ready_batches": self._batches.qsize(), "held_segments": self.source.held_segments}
 
     def stats(self):
-        lags, self.assembler.lags = self.assembler.lags, []
-        return {"version": self.version, "frames_received": self.assembler.frames_received,
-                "frames_consumed": self.frames_consumed, "frames_dropped": self.assembler.frames_dropped,
-                "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags),
-                "lag_max": int(max(lags)) if lags else 0,
-                "train_seconds": round(self.train_seconds, 3), "wait_seconds": round(self.wait_seconds, 3),
-                "losses": {k: round(v, 5) for k, v in self.last_losses.items()}}
+        out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
+               "wait_seconds": round(self.wait_seconds, 3), "losses": {k: round(v, 5) for k, v in self.last_losses.items()}}
+        if isinstance(self.source, ReplayReceiver):
+            return {**out, "transitions_trained": self.transitions_trained}
+        lags, self.source.lags = self.source.lags, []
+        return {**out, "frames_received": self.source.frames_received, "frames_consumed": self.frames_consumed,
+                "frames_dropped": self.source.frames_dropped, "lag_sum": int(np.sum(lags)) if lags else 0,
+                "lag_count": len(lags)}

@@ -30,11 +30,15 @@ ACTIVITIES = {
     "trainer": [("waiting", "train_step", "wait_seconds", ("compute_seconds", "publish_seconds")),
                 ("computing", "train_step", "compute_seconds", ("publish_seconds",)),
                 ("publishing", "train_step", "publish_seconds", ())],
+    "buffer": [("storing", "buffer_step", "store_seconds", ("priority_seconds", "sample_seconds")),
+               ("updating_priorities", "buffer_step", "priority_seconds", ("sample_seconds",)),
+               ("sampling", "buffer_step", "sample_seconds", ())],
 }
 ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "stepping envs",
                    "sending": "blocked sending samples", "pulling_params": "loading weights",
                    "computing": "computing", "replying": "replying", "waiting": "waiting for data",
-                   "publishing": "publishing weights", "other": "other"}
+                   "publishing": "publishing weights", "storing": "storing transitions",
+                   "updating_priorities": "updating priorities", "sampling": "sampling batches", "other": "other"}
 
 # stage -> (label, handler, table, field)
 STAGES = {
@@ -54,8 +58,9 @@ STAGES = {
 THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds", "request_seconds")),
               "policy": ("observations", "inference", "batch_size", ("compute_seconds", "reply_seconds")),
               "trainer": ("frames consumed", "train_step", "frames",
-                          ("wait_seconds", "compute_seconds", "publish_seconds"))}
-KIND_LABELS = {"actor": "actors", "policy": "policy workers", "trainer": "trainers"}
+                          ("wait_seconds", "compute_seconds", "publish_seconds")),
+              "buffer": ("transitions stored", "segment", "transitions", ())}
+KIND_LABELS = {"actor": "actors", "policy": "policy handlers", "trainer": "trainers", "buffer": "buffers"}
 
 SATURATED = 0.9  # a stage busy this much of its time cannot go faster
 BUSY = 0.5  # a consumer busy at least this much is the likely cause of its producers' waits

@@ -1,0 +1,151 @@
+"""Buffer handler: prioritised replay between actors and trainers (off-policy algorithms, Ape-X style).
+
+Segments arrive on the sample stream. Each (actor, ring group) is one sequence of steps: the last n
+steps of a segment are kept and put in front of the next one, so every step becomes an n-step
+transition exactly once (replay.nstep_transitions). Transitions enter a PrioritizedReplay at the
+highest priority so far. Once `learning_starts` are stored, the buffer samples batches and pushes them
+to the trainers, at most `max_replay_ratio` transitions sampled per transition stored (actors faster
+than the learner do not make it overfit a small replay); trainers send |TD error| priorities back.
+
+Frame accounting: every frame received is stored (as a transition) or dropped at stop (the last n
+steps of each sequence, which never got their n-step future), and counted either way.
+Never imports torch.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import zmq
+
+from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
+from srl_hpc.handlers import Handler
+from srl_hpc.handlers.actor import segment_frames
+from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.samples import SampleConsumer, SampleProducer
+from srl_hpc.worker import POLL_MS
+
+SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
+DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
+
+
+class BufferHandler(Handler):
+    kind = "buffer"
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.cfg = self.exp.algorithm
+        self.frames_per_step = self.exp.env.frames_per_step
+        self.replay: PrioritizedReplay | None = None  # made when the first segment shows the observation shape
+        self.tails: dict[tuple[str, int], dict[str, np.ndarray]] = {}  # (actor, group) -> its last n steps
+        self.frames_received = self.frames_consumed = self.frames_dropped = 0
+        self.batches_sent = 0
+        self.priority_updates = 0  # transitions whose priority a trainer's TD error set
+        self.lags: list[int] = []
+        self.version = 0  # newest policy version seen in a segment (the lag of stored data)
+        index = self.graph.worker(self.name).index
+        self.rng_seed = self.exp.seed * 7_919 + index
+
+    def bind(self):
+        self.samples = SampleConsumer(self.worker.ctx)
+        self.priorities = SampleConsumer(self.worker.ctx, high_water_mark=16)
+        return {"samples": self.samples.bind(), "priorities": self.priorities.bind()}
+
+    def connect(self, table):
+        self.batches = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "replay")
+                                                        for s in self.graph.servers_for("replay", self.name)])
+
+    def poll(self, timeout_ms):
+        """Wait for segments, priorities, or (when a batch may be sent) room on the replay stream."""
+        t0 = time.perf_counter()
+        poller = zmq.Poller()
+        poller.register(self.samples.socket, zmq.POLLIN)
+        poller.register(self.priorities.socket, zmq.POLLIN)
+        if not self._ratio_reached():
+            poller.register(self.batches.socket, zmq.POLLOUT)
+        ready = dict(poller.poll(timeout_ms))
+        t1 = time.perf_counter()
+        if self.samples.socket in ready:
+            msg = self.samples.receive()
+            while msg is not None:
+                self._store(msg)
+                msg = self.samples.receive()
+        t2 = time.perf_counter()
+        self._apply_priorities()
+        t3 = time.perf_counter()
+        sent = self.batches.socket in ready and self._send_batch()
+        if ready:
+            self.trace.record("buffer_step", wait_seconds=t1 - t0, store_seconds=t2 - t1,
+                              priority_seconds=t3 - t2, sample_seconds=time.perf_counter() - t3, sent=int(sent),
+                              size=len(self.replay) if self.replay else 0)
+
+    def _store(self, msg: wire.Message) -> None:
+        seg = msg.arrays
+        frames = segment_frames(seg, self.frames_per_step)
+        self.frames_received += frames
+        self.version = max(self.version, int(seg["versions"].max()))
+        key = (msg.meta["actor"], msg.meta["group"])
+        tail = self.tails.get(key)
+        seq = {k: seg[k] if tail is None else np.concatenate([tail[k], seg[k]], axis=1) for k in SEQUENCE_FIELDS}
+        n = self.cfg.n_step
+        transitions = nstep_transitions(seq, n, self.cfg.gamma)
+        self.tails[key] = {k: v[:, -n:].copy() for k, v in seq.items()}
+        stored = len(transitions["actions"])
+        if self.replay is None:
+            self.replay = PrioritizedReplay(
+                self.cfg.replay_capacity, {k: (v.shape[1:], v.dtype) for k, v in transitions.items()},
+                alpha=self.cfg.priority_alpha, seed=self.rng_seed)
+        if stored:
+            self.replay.add(transitions)
+        self.frames_consumed += stored * self.frames_per_step
+        self.lags.append(self.version - int(seg["versions"].min()))
+        self.trace.record("segment", frames=frames, transitions=stored, lag=self.lags[-1])
+
+    def _apply_priorities(self) -> None:
+        msg = self.priorities.receive()
+        while msg is not None:
+            self.replay.update_priorities(msg.arrays["indices"], msg.arrays["priorities"])
+            self.priority_updates += len(msg.arrays["indices"])
+            msg = self.priorities.receive()
+
+    def _ratio_reached(self) -> bool:
+        """No batch to send now: too little stored, or as many samples per stored transition as allowed."""
+        if self.replay is None or len(self.replay) < self.cfg.learning_starts:
+            return True
+        return self.replay.sampled >= self.cfg.max_replay_ratio * self.replay.added
+
+    def _send_batch(self) -> bool:
+        if self._ratio_reached():
+            return False
+        indices, items, weights = self.replay.sample(self.cfg.batch_size, self.cfg.priority_beta)
+        msg = wire.pack("replay", {"buffer": self.name}, {**items, "weights": weights, "indices": indices})
+        sent = self.batches.try_send(msg, 0)
+        self.batches_sent += sent
+        return sent
+
+    def finish(self):
+        """Keep receiving until the controller says every frame sent has arrived; the tails are dropped, counted."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while not self.worker.finish_requested and time.monotonic() < deadline:
+            if self.samples.wait(POLL_MS // 2):
+                msg = self.samples.receive()
+                while msg is not None:
+                    self._store(msg)
+                    msg = self.samples.receive()
+            self.worker.poll_commands()
+            self.worker.maybe_heartbeat(interval=0.2)
+        held = sum(int(t["valid"][:, -self.cfg.n_step:].sum()) for t in self.tails.values())
+        self.frames_dropped += held * self.frames_per_step
+        self.tails.clear()
+
+    def queue_depths(self):
+        return {"replay_size": len(self.replay) if self.replay else 0}
+
+    def stats(self):
+        lags, self.lags = self.lags, []
+        replay = self.replay
+        return {"frames_received": self.frames_received, "frames_consumed": self.frames_consumed,
+                "frames_dropped": self.frames_dropped, "transitions_stored": replay.added if replay else 0,
+                "transitions_sampled": replay.sampled if replay else 0, "replay_batches": self.batches_sent,
+                "priority_updates": self.priority_updates,
+                "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags)}
