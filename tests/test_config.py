@@ -126,3 +126,10 @@ def test_overrides_are_validated_and_named_by_key():
         config.with_overrides(exp, ["workers.actor.count=zero"])
     assert info.value.problems == [("workers.actor.count", None, "must be int, got a string 'zero'")]
     assert "--set:?: workers.actor.count" in str(info.value)
+
+
+def test_exponents_without_a_dot_are_numbers_where_a_float_is_expected():
+    exp = config.with_overrides(config.loads(GOOD), ["algorithm.lr=1e-3"])  # YAML 1.1 reads 1e-3 as a string
+    assert exp.algorithm.lr == 0.001
+    with pytest.raises(config.ConfigError, match="algorithm.lr: must be float, got a string 'fast'"):
+        config.with_overrides(exp, ["algorithm.lr=fast"])

@@ -130,6 +130,21 @@ def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
         assert len(f["train_step"]["td_abs_mean"]) == summary["policy_version"]
 
 
+def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
+    import torch
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_plugins.py, as the docs say
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "user_plugins.yaml"), "--run-dir",
+                           str(run_dir)], capture_output=True, text=True, timeout=200, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached")
+    assert 0.9 <= summary["mean_return_at_stop"] < 1.0  # the corridor's returns (CartPole's are >= 1 per step)
+    weights = torch.load(run_dir / "checkpoints" / "latest.pt")["model"]
+    assert "block.1.weight" in weights and weights["inp.weight"].shape == (64, 8)  # ResidualMLP on 8 positions
+
+
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)

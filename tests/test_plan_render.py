@@ -124,3 +124,26 @@ def test_no_policy_group_when_inference_runs_elsewhere():
     p = make(text)
     assert [g.name for g in p.groups] == ["trainer", "actor"]
     assert "--het-group=0,1 " in render.render(p, "cmd")
+
+
+def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
+    """pip install . (not -e): the sbatch template ships inside the launcher package."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", str(root), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel")],
+                   check=True, capture_output=True, cwd=tmp_path)
+    wheel = next((tmp_path / "wheel").glob("*.whl"))
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True,
+                   capture_output=True)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("stop: {wall_time: 5}\n")  # (fits any cluster it may be checked against)
+    proc = subprocess.run([sys.executable, "-c", "import sys, launcher.cli, launcher.render as r; print(r.TEMPLATES); "
+                           "sys.exit(launcher.cli.main(sys.argv[1:]))", str(exp), "--slurm", "--dry-run", "--run-dir",
+                           str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(str(tmp_path / "site" / "launcher" / "job_templates"))
+    assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --mpi=pmix" in proc.stdout

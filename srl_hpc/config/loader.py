@@ -182,12 +182,22 @@ def _convert(tp, value, path, lines, problems):
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str) and _is_float(value):
+        return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; a float field means the number
     if tp is int and isinstance(value, float) and value.is_integer() and abs(value) >= 1e3:
         return int(value)  # 1e6 frames is a natural way to write a count
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         problems.append((path, lines.get(path), f"must be {tp.__name__}, got {_kind(value)} {value!r}"))
         return _BAD
     return value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
 
 
 def _variant(classes, value, path, lines, problems):

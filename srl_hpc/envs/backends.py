@@ -34,6 +34,7 @@ def make_env(env_cfg) -> gymnasium.Env:
         from srl_hpc.envs.atari import make_atari  # ale-py only where an experiment plays Atari
 
         return make_atari(env_cfg.id, env_cfg.kwargs, env_cfg.atari)
+    register_namespace(env_cfg.id)
     return gymnasium.make(env_cfg.id, **env_cfg.kwargs)
 
 
@@ -84,9 +85,20 @@ def is_factory(env_id: str) -> bool:
 
 
 def _vector_entry_point(env_id: str):
+    register_namespace(env_id)
+    return gymnasium.spec(env_id).vector_entry_point
+
+
+def register_namespace(env_id: str) -> None:
+    """Ids of packages that register with gymnasium only when asked: ALE/* (ale-py), MinAtar/* (minatar)."""
     if env_id.startswith("ALE/"):
         import srl_hpc.envs.atari  # noqa: F401  registers the ALE ids
-    return gymnasium.spec(env_id).vector_entry_point
+    elif env_id.startswith("MinAtar/") and env_id not in gymnasium.registry:
+        try:
+            import minatar.gym
+        except ImportError:
+            raise ValueError(f"{env_id!r} needs the minatar package: pip install -e '.[minatar]'") from None
+        minatar.gym.register_envs()
 
 
 def spaces(env_cfg) -> tuple[gymnasium.Space, gymnasium.Space]:

@@ -165,7 +165,7 @@ class ControllerHandler(Handler):
         tmp.write_text(json.dumps(summary, indent=2))
         tmp.replace(path)
         self._print(f"{status}: {reason}")
-        self._print(f"wall time {wall:.1f}s, {frames:,} env frames, {accounting['frames_consumed']:,} frames trained, "
+        self._print(f"wall time {wall:.1f}s, {frames:,} env frames, {accounting['frames_consumed']:,} frames consumed, "
                     f"{self.episodes:,} episodes")
         if accounting["no_final_report"]:
             self._print(f"no final report from: {', '.join(accounting['no_final_report'])}")

@@ -1,0 +1,53 @@
+"""The wiring graph (pure): placements rewrite where the policy handler lives, replay adds buffers, the
+het groups and the docs' graph listings follow from it."""
+import re
+import shlex
+
+from conftest import ROOT
+from launcher import cli, plan
+from srl_hpc import config, graph
+
+BASE = "stop: {wall_time: 1}\nworkers:\n  actor: {count: 3}\n"
+
+
+def build(text):
+    return graph.build(config.loads(text))
+
+
+def test_placements_move_the_policy_handler():
+    srl = build(BASE + "  policy: {count: 2}\n")
+    assert [w.handlers for w in srl.workers if w.kind == "policy"] == [("policy",), ("policy",)]
+    assert [s.clients for s in srl.streams if s.kind == "inference"] == [("actor/0", "actor/2"), ("actor/1",)]
+    impala = build(BASE + "  placement: impala\n  policy: {count: 0}\n")
+    assert all(w.handlers == ("actor", "policy") for w in impala.workers if w.kind == "actor")
+    assert {s.transport for s in impala.streams if s.kind == "inference"} == {"inline"}
+    seed = build(BASE + "  placement: seed\n  policy: {count: 0}\n")
+    assert seed.worker("trainer/0").handlers == ("trainer", "policy")
+    assert seed.served_by("parameters", "trainer/0").transport == "inline"
+    assert [g for g, _ in seed.groups()] == ["trainer", "actor"]
+
+
+def test_replay_puts_buffers_between_actors_and_trainers():
+    g = build("algorithm: {name: dqn}\nstop: {wall_time: 1}\n"
+              "workers: {actor: {count: 3}, buffer: {count: 2}, trainer: {count: 2}}\n")
+    assert [name for name, _ in g.groups()] == ["trainer", "policy", "buffer", "actor"]
+    assert g.served_by("samples", "buffer/0").clients == ("actor/0", "actor/2")
+    assert g.servers_for("replay", "buffer/1") == [g.served_by("replay", "trainer/0"), g.served_by("replay", "trainer/1")]
+    assert [w for w in g.names if g.drains(w)] == ["buffer/0", "buffer/1"]  # trainers no longer drain frames
+    groups = {grp.name: grp for grp in plan.make_plan(config.loads(
+        "algorithm: {name: dqn}\nstop: {wall_time: 1}\nworkers: {buffer: {count: 2}}\n"
+        "slurm: {buffer: {tasks_per_node: 2, mem_per_task: 2G}}\n"), "/r", "python").groups}
+    assert groups["buffer"].workers == ("buffer/0", "buffer/1") and groups["buffer"].nodes == 1
+    assert groups["buffer"].mem_mb == 4096
+
+
+def test_the_docs_show_the_real_graph_of_every_shipped_experiment(capsys):
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    blocks = re.findall(r"```\n\$ srl-launch graph ([^\n]+)\n(.*?)```", text, re.S)
+    shown = {shlex.split(args)[0] for args, _ in blocks}
+    shipped = {str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("*.yaml")}
+    assert shown == shipped
+    for args, listing in blocks:
+        argv = shlex.split(args)
+        assert cli.cmd_graph([str(ROOT / argv[0]), *argv[1:]]) == 0
+        assert capsys.readouterr().out == listing, f"docs/architecture.md is stale for: srl-launch graph {args}"

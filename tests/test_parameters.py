@@ -1,0 +1,61 @@
+"""Parameter service over real ZMQ PUB/SUB: versions, tags, late subscribers, the inline subscriber."""
+import time
+
+import numpy as np
+import zmq
+
+from srl_hpc.services import parameters
+from srl_hpc.services.parameters import InlineSubscriber, ParameterPublisher, ParameterSubscriber
+
+
+def poll_until(subscriber, version, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = subscriber.poll_newest()
+        if msg is not None and msg.meta["version"] == version:
+            return msg
+        time.sleep(0.01)
+    raise AssertionError(f"version {version} never arrived")
+
+
+def test_subscribers_follow_their_tag_and_keep_only_the_newest(monkeypatch):
+    monkeypatch.setattr(parameters, "REPUBLISH_INTERVAL", 0.05)
+    ctx = zmq.Context()
+    try:
+        pub = ctx.socket(zmq.PUB)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        publisher = ParameterPublisher(pub)
+        subs = {}
+        for tag in ("latest", "best"):
+            sock = ctx.socket(zmq.SUB)
+            sock.connect(f"tcp://127.0.0.1:{port}")
+            subs[tag] = ParameterSubscriber(sock, tag)
+        publisher.publish(1, {"w": np.ones(3, np.float32)})
+        publisher.publish(2, {"w": np.full(3, 2, np.float32)}, tags=("latest", "best"))
+        publisher.publish(3, {"w": np.full(3, 3, np.float32)})
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (subs["latest"].version == 3 and subs["best"].version == 2):
+            publisher.maybe_republish()  # the first sends may precede the subscriptions (late joiners)
+            for sub in subs.values():
+                sub.poll_newest()
+            time.sleep(0.01)
+        assert subs["latest"].version == 3 and subs["best"].version == 2
+        publisher.publish(4, {"w": np.full(3, 4, np.float32)})
+        publisher.publish(5, {"w": np.full(3, 5, np.float32)})
+        assert poll_until(subs["latest"], 5).arrays["w"].tolist() == [5, 5, 5]  # 4 was skipped, not applied
+        assert subs["best"].poll_newest() is None  # nothing new under "best"
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_the_inline_subscriber_reads_the_publishers_last_message():
+    ctx = zmq.Context()
+    try:
+        publisher = ParameterPublisher(ctx.socket(zmq.PUB))
+        inline = InlineSubscriber(publisher)
+        assert inline.poll_newest() is None
+        publisher.publish(7, {"w": np.zeros(2, np.float32)})
+        assert inline.poll_newest().meta["version"] == 7
+        assert inline.poll_newest() is None  # nothing newer
+    finally:
+        ctx.destroy(linger=0)
