@@ -17,7 +17,7 @@ import zmq
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import make_env_group
 from srl_hpc.handlers import Handler
-from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams import endpoints, inference, wire
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.streams.samples import SampleProducer
 
@@ -132,9 +132,7 @@ class ActorHandler(Handler):
         if stream.transport == "inline":
             self.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
         else:
-            sock = self.worker.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(endpoints.address(table, stream.server, "inference"))
+            sock = inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference"))
             self.inference = self._client(sock, stream.transport, endpoints.same_node(table, stream.server, self.name))
         self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "samples")
                                                         for s in self.graph.servers_for("samples", self.name)])

@@ -14,7 +14,6 @@ import csv
 import json
 import sys
 import time
-from pathlib import Path
 
 from srl_hpc.handlers import Handler
 from srl_hpc.streams.control import ControlServer

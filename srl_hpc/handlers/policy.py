@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import torch
-import zmq
 
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
@@ -75,10 +74,7 @@ class PolicyHandler(Handler):
     def bind(self):
         if not self.active:
             return {}
-        sock = self.worker.ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        port = sock.bind_to_random_port("tcp://*")
-        self.server = InferenceServer(sock)
+        self.server, port = InferenceServer.bind(self.worker.ctx)
         return {"inference": port}
 
     def connect(self, table):
@@ -86,10 +82,8 @@ class PolicyHandler(Handler):
         if stream.transport == "inline":  # the trainer hosted beside us publishes
             self.parameters = InlineSubscriber(self.worker.handlers["trainer"].publisher)
         else:
-            sock = self.worker.ctx.socket(zmq.SUB)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(endpoints.address(table, stream.server, "parameters"))
-            self.parameters = ParameterSubscriber(sock)
+            address = endpoints.address(table, stream.server, "parameters")
+            self.parameters = ParameterSubscriber.connect(self.worker.ctx, address)
 
     def poll(self, timeout_ms):
         """Dynamic batching: answer every pending request (up to max_batch observations) with one forward pass."""

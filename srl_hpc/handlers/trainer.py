@@ -23,7 +23,6 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import zmq
 from torch.nn.parallel import DistributedDataParallel
 
 from srl_hpc.algorithms import spec
@@ -169,10 +168,7 @@ class TrainerHandler(Handler):
                                          self.exp.algorithm.max_policy_lag, prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:
-            params = self.worker.ctx.socket(zmq.PUB)
-            params.setsockopt(zmq.LINGER, 0)
-            ports["parameters"] = params.bind_to_random_port("tcp://*")
-            self.publisher = ParameterPublisher(params)
+            self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
         if self.distributed and self.leader:
             self._store = dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
             ports[endpoints.DDP] = self._store.port

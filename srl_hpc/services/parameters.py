@@ -27,6 +27,13 @@ class ParameterPublisher:
         self._frames: dict[str, list] = {}
         self._last_sent = 0.0
 
+    @classmethod
+    def bind(cls, ctx: zmq.Context) -> tuple["ParameterPublisher", int]:
+        """A PUB on a free port of every interface; returns (publisher, port)."""
+        sock = ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        return cls(sock), sock.bind_to_random_port("tcp://*")
+
     def publish(self, version: int, arrays: dict[str, np.ndarray], tags: tuple[str, ...] = (LATEST,)) -> None:
         for tag in tags:
             self._last[tag] = wire.Message("params", {"version": version, "tag": tag}, arrays)
@@ -51,6 +58,13 @@ class ParameterSubscriber:
         self.socket = socket
         self.socket.setsockopt(zmq.SUBSCRIBE, tag.encode())
         self.version = -1
+
+    @classmethod
+    def connect(cls, ctx: zmq.Context, address: str, tag: str = LATEST) -> "ParameterSubscriber":
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        return cls(sock, tag)
 
     def poll_newest(self) -> wire.Message | None:
         """The newest weights newer than what we hold, or None; never blocks."""

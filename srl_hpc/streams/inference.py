@@ -40,6 +40,13 @@ class InferenceServer:
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
 
+    @classmethod
+    def bind(cls, ctx: zmq.Context) -> tuple["InferenceServer", int]:
+        """A ROUTER on a free port of every interface; returns (server, port)."""
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        return cls(sock), sock.bind_to_random_port("tcp://*")
+
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
 
@@ -188,6 +195,14 @@ class InlineInferenceClient:
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
         return self._replies.pop(group, None)
+
+
+def connect(ctx: zmq.Context, address: str) -> zmq.Socket:
+    """The client's DEALER socket to a server's address (wrapped by InferenceClient or ShmInferenceClient)."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    return sock
 
 
 def _aligned(n: int, to: int = 64) -> int:
