@@ -208,5 +208,5 @@ def test_validate_reports_key_and_line(tmp_path):
     proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
-    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True)
-    assert proc.returncode == 2 and not (tmp_path / "runs").exists()
+    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)

@@ -105,10 +105,9 @@ class BatchAssembler:
 class ReplayReceiver:
     """Sampled batches from buffer workers -> training batches (the buffers count the frames)."""
 
-    def __init__(self, batches: SampleConsumer, prepare, trace):
+    def __init__(self, batches: SampleConsumer, prepare):
         self.batches = batches
         self.prepare = prepare
-        self.trace = trace
         self.held_segments = 0  # (nothing is assembled here)
 
     def poll(self, timeout_ms: int) -> dict | None:
@@ -160,7 +159,7 @@ class TrainerHandler(Handler):
         if self.graph.served_by("replay", self.name):
             batches = SampleConsumer(self.worker.ctx, high_water_mark=2)
             ports["replay"] = batches.bind()
-            self.source = ReplayReceiver(batches, prepare, self.trace)
+            self.source = ReplayReceiver(batches, prepare)
         else:
             samples = SampleConsumer(self.worker.ctx)
             ports["samples"] = samples.bind()
