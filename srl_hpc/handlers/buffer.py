@@ -54,15 +54,17 @@ class BufferHandler(Handler):
     def connect(self, table):
         self.batches = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "replay")
                                                         for s in self.graph.servers_for("replay", self.name)])
+        # made once (poll runs thousands of times a second): inputs only, and inputs + room to send a batch
+        self._inputs, self._inputs_and_room = zmq.Poller(), zmq.Poller()
+        for poller in (self._inputs, self._inputs_and_room):
+            poller.register(self.samples.socket, zmq.POLLIN)
+            poller.register(self.priorities.socket, zmq.POLLIN)
+        self._inputs_and_room.register(self.batches.socket, zmq.POLLOUT)
 
     def poll(self, timeout_ms):
         """Wait for segments, priorities, or (when a batch may be sent) room on the replay stream."""
         t0 = time.perf_counter()
-        poller = zmq.Poller()
-        poller.register(self.samples.socket, zmq.POLLIN)
-        poller.register(self.priorities.socket, zmq.POLLIN)
-        if not self._ratio_reached():
-            poller.register(self.batches.socket, zmq.POLLOUT)
+        poller = self._inputs if self._ratio_reached() else self._inputs_and_room
         ready = dict(poller.poll(timeout_ms))
         t1 = time.perf_counter()
         if self.samples.socket in ready:
