@@ -93,6 +93,12 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
         assert set(f["env_step"]["envs"][:].tolist()) == {2}
 
 
+def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
+    from srl_hpc.handlers.trainer import ddp_backend
+    assert ddp_backend(["n1/GPU-a", "n1/GPU-b", "n2/GPU-a"]) == "nccl"
+    assert ddp_backend(["n1/GPU-a", "n1/GPU-a"]) == "gloo"  # NCCL refuses two ranks on one device
+
+
 def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, wall_time=8)), "--run-dir", str(run_dir),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import queue
+import socket
 import threading
 import time
 
@@ -121,6 +122,12 @@ class ReplayReceiver:
                 "source": msg.meta["buffer"], "indices": np.array(a["indices"])}
 
 
+def ddp_backend(gpus: list[str]) -> str:
+    """NCCL between GPUs, one per trainer; gloo where two trainers landed on one GPU (a node with fewer GPUs
+    than trainers, as on a one-GPU workstation): NCCL refuses two ranks on one device."""
+    return "nccl" if len(set(gpus)) == len(gpus) else "gloo"
+
+
 class TrainerHandler(Handler):
     kind = "trainer"
 
@@ -181,10 +188,21 @@ class TrainerHandler(Handler):
         leader = self.graph.hosts("trainer")[0].name
         store = self._store if self.leader else dist.TCPStore(table[leader]["host"], table[leader]["ports"][endpoints.DDP],
                                                               None, False, timeout=DDP_TIMEOUT)
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        backend = self._ddp_backend(store)
         dist.init_process_group(backend, store=store, rank=self.index, world_size=self.cfg.count, timeout=DDP_TIMEOUT)
         # the algorithm trains through the DDP wrapper: gradients are averaged across trainers in backward()
-        self.algorithm.model = DistributedDataParallel(self.model, device_ids=[self.device] if backend == "nccl" else None)
+        self.algorithm.model = DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda" else None)
+
+    def _ddp_backend(self, store) -> str:
+        if self.device.type != "cuda":
+            return "gloo"
+        store.set(f"gpu/{self.index}", f"{socket.gethostname()}/{torch.cuda.get_device_properties(self.device).uuid}")
+        gpus = [store.get(f"gpu/{i}").decode() for i in range(self.cfg.count)]
+        backend = ddp_backend(gpus)
+        if backend == "gloo":
+            print(f"[{self.name}] trainers share a GPU ({', '.join(gpus)}): NCCL cannot run two ranks on one "
+                  f"device, so DDP uses gloo (slower); give each trainer its own GPU for NCCL", flush=True)
+        return backend
 
     def start(self):
         self._ready_since = time.perf_counter()
