@@ -24,10 +24,25 @@ def test_defaults_fill_a_minimal_file():
     assert isinstance(exp.stop.target_return, float)
 
 
-def test_shipped_experiments_validate():
+def test_shipped_experiments_validate(monkeypatch):
     from conftest import ROOT
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the user-code examples, as their files say
     for path in sorted((ROOT / "experiments").rglob("*.yaml")):
         config.load(path)
+
+
+def test_a_users_algorithm_is_imported_and_checked_at_validation(monkeypatch):
+    from conftest import ROOT
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    exp = config.loads(GOOD + "algorithm:\n  name: my_a2c:A2CConfig\n  lr: 3.0e-4\n")
+    assert type(exp.algorithm).__name__ == "A2CConfig" and exp.algorithm.lr == 3e-4
+    found = problems(GOOD + "algorithm:\n  name: my_a2c:A2CConfig\n  gamma: 2.0\n  clip_coef: 0.1\n")
+    assert ("algorithm.gamma", 8) in found  # its own check(), with the line
+    assert "unknown key" in found[("algorithm.clip_coef", 9)]  # PPO's field is not A2C's
+    found = problems(GOOD + "algorithm:\n  name: my_a2c:NoSuchConfig\n")
+    assert "cannot load 'my_a2c:NoSuchConfig'" in found[("algorithm.name", 7)]
+    found = problems(GOOD + "algorithm:\n  name: my_a2c:A2C\n")  # the torch class, not a config
+    assert "class attribute `spec`" in found[("algorithm.name", 7)]
 
 
 def test_unknown_key_names_path_and_line():

@@ -41,7 +41,8 @@ def test_replay_puts_buffers_between_actors_and_trainers():
     assert groups["buffer"].mem_mb == 4096
 
 
-def test_the_docs_show_the_real_graph_of_every_shipped_experiment(capsys):
+def test_the_docs_show_the_real_graph_of_every_shipped_experiment(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the user-code examples, as their files say
     text = (ROOT / "docs" / "architecture.md").read_text()
     blocks = re.findall(r"```\n\$ srl-launch graph ([^\n]+)\n(.*?)```", text, re.S)
     shown = {shlex.split(args)[0] for args, _ in blocks}

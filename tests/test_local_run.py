@@ -151,6 +151,23 @@ def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
     assert "block.1.weight" in weights and weights["inp.weight"].shape == (64, 8)  # ResidualMLP on 8 positions
 
 
+def test_a_users_algorithm_by_dotted_path(tmp_path):
+    import torch
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_a2c.py, as the docs say
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "user_algorithm.yaml"), "--run-dir",
+                           str(run_dir), "--set", "stop.target_return=150"], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached")
+    checkpoint = torch.load(run_dir / "checkpoints" / "latest.pt")
+    assert "square_avg" in checkpoint["optimizer"]["state"][0]  # A2C's RMSprop trained it, not PPO's Adam
+    with h5py.File(run_dir / "traces" / "trainer-0.h5") as f:
+        assert "policy_loss" in f["train_step"] and "clip_fraction" not in f["train_step"]
+
+
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)

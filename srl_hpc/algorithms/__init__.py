@@ -9,7 +9,9 @@ do), is its spec below:
   - explore: per-actor settings sent with every inference request (e.g. an epsilon);
   - head:    the model head it trains ("actor_critic": logits and value; "q": action values);
   - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them).
-The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, and `prepare`,
+A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
+hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
+YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, and `prepare`,
 `update`, `state_dict`, `load_state_dict` for trainer handlers.
 """
 from __future__ import annotations
@@ -42,5 +44,6 @@ SPECS = {
 
 
 def spec(cfg) -> AlgorithmSpec:
-    """The spec of an experiment's `algorithm` section."""
-    return SPECS[cfg.name]
+    """The spec of an experiment's `algorithm` section: a shipped algorithm's by name; a user's algorithm
+    (`name: "my_pkg.algos:MyConfig"`) is its config class, which carries its spec as a class attribute."""
+    return type(cfg).spec if ":" in cfg.name else SPECS[cfg.name]

@@ -10,7 +10,9 @@ from typing import Optional
 
 import yaml
 
+from srl_hpc.algorithms import AlgorithmSpec
 from srl_hpc.config.schema import Experiment
+from srl_hpc.dotted import load_object
 
 
 class ConfigError(ValueError):
@@ -201,14 +203,32 @@ def _is_float(text: str) -> bool:
 
 
 def _variant(classes, value, path, lines, problems):
-    """Which dataclass of a union a mapping is, by its `name` key (its Literal type); the first by default."""
+    """Which dataclass of a union a mapping is, by its `name` key (its Literal type); the first by default.
+    A dotted name ("pkg.mod:Config") is a user's algorithm config class, imported here so that a typo
+    fails at validation, with its line, rather than in every worker."""
     names = {typing.get_args(typing.get_type_hints(c)["name"])[0]: c for c in classes}
     name = value.get("name", next(iter(names))) if isinstance(value, dict) else None
+    if isinstance(name, str) and ":" in name:
+        return _user_algorithm(name, f"{path}.name", lines, problems)
     if name is not None and name not in names:
         sub = f"{path}.name"
         problems.append((sub, lines.get(sub), f"unknown value {name!r}; choose one of {list(names)}"))
         return None
     return names.get(name, classes[0])
+
+
+def _user_algorithm(name, path, lines, problems):
+    try:
+        cls = load_object(name)
+    except ValueError as e:
+        problems.append((path, lines.get(path), str(e)))
+        return None
+    if not (dataclasses.is_dataclass(cls) and isinstance(getattr(cls, "spec", None), AlgorithmSpec)
+            and "name" in {f.name for f in dataclasses.fields(cls)}):
+        problems.append((path, lines.get(path), f"{name!r} must be a dataclass with a `name` field and a class "
+                                                f"attribute `spec` (an srl_hpc.algorithms.AlgorithmSpec)"))
+        return None
+    return cls
 
 
 def _collect_checks(obj, path, lines, problems):

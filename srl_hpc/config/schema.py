@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
+from srl_hpc.algorithms import spec
+
 Precision = Literal["fp32", "bf16"]
 EnvBackend = Literal["auto", "sync", "vector", "envpool"]
 InferenceTransport = Literal["auto", "zmq", "shm"]
@@ -377,11 +379,11 @@ class Experiment:
             frames = workers.trainer.batch_segments * workers.actor.segment_length
             if frames < alg.minibatches:
                 problems.append(("algorithm.minibatches", f"{alg.minibatches} minibatches of a {frames}-frame batch"))
-            if workers.buffer.count:
-                problems.append(("workers.buffer.count", "ppo is on-policy: segments go to the trainers; set 0"))
+        if spec(alg).replay and workers.buffer.count < 1:
+            problems.append(("workers.buffer.count", f"{alg.name} needs at least one buffer worker (its replay)"))
+        if not spec(alg).replay and workers.buffer.count:
+            problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
         if isinstance(alg, DQNConfig):
-            if workers.buffer.count < 1:
-                problems.append(("workers.buffer.count", "dqn needs at least one buffer worker (its replay)"))
             if workers.actor.segment_length <= alg.n_step:
                 problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
         return problems

@@ -171,7 +171,7 @@ class TrainerHandler(Handler):
             samples = SampleConsumer(self.worker.ctx)
             ports["samples"] = samples.bind()
             self.source = BatchAssembler(samples, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
-                                         self.exp.algorithm.max_policy_lag, prepare, lambda: self.version, self.trace,
+                                         getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:
             self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
