@@ -12,6 +12,7 @@ Switches (each variant is a list of --set overrides on top of the experiment and
   placement   SRL (policy workers) vs IMPALA-style (inference in actors) vs SEED-style (on the trainer)
   trace       tracing on vs off (what tracing costs)
   sampling    trainer training vs consuming and discarding (sampling alone)
+  curve       every socket CURVE-encrypted with the run's keys (the default) vs plain (what privacy costs)
 Prints a table per switch and, last, one JSON line with every figure.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ VARIANTS = {
                   ("seed-style", ["workers.placement=seed", "workers.policy.count=0"])],
     "trace": [("trace on", ["monitor.trace=true"]), ("trace off", ["monitor.trace=false"])],
     "sampling": [("training", ["workers.trainer.train=true"]), ("sampling only", ["workers.trainer.train=false"])],
+    "curve": [("curve on", ["curve=true"]), ("curve off", ["curve=false"])],
 }
 
 

@@ -5,8 +5,9 @@
 Three things make an algorithm: its config (a frozen dataclass: a `name` field, the hyper-parameters,
 an optional `check()`), its spec (what the policy replies, what segments carry, the model head, whether
 it needs replay), and the torch side named by the spec (`act` for policy handlers; `prepare`, `update`,
-`state_dict` for trainers). A2C reuses PPO's reply and segment fields, so it reuses PPO's `act` and
-`gae`; what differs is the update: one gradient step per batch on the plain policy gradient.
+`state_dict`, `load_state_dict` for trainers). A2C reuses PPO's reply and segment fields, so it reuses
+PPO's `act` and `gae`; what differs is the update: one gradient step per batch on the plain policy
+gradient.
 
 The module must be importable by every worker: on PYTHONPATH (as `experiments/user_algorithm.yaml` is
 run by the tests: PYTHONPATH=examples) or installed into the environment the workers use.
@@ -86,3 +87,6 @@ class A2C:
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -21,7 +21,8 @@ srl-launch validate EXPERIMENT.yaml         check a file; run nothing
 srl-launch graph EXPERIMENT.yaml            print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
-srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)"""
+srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
+srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -59,6 +60,7 @@ def cmd_run(argv) -> int:
     if seeds:
         return _sweep(exp, seeds, args)
     if not args.slurm:
+        local.check_fits(exp)
         exp, run = runs.create(exp, args.run_dir)
         code = local.run(exp, run)
         print(f"run directory: {run.root}")
@@ -107,6 +109,7 @@ def _follow(run: RunDir, job_id: str) -> int:
 def _sweep(exp, seeds, args) -> int:
     sweep_dir = runs.resolve(exp, args.run_dir, suffix="-sweep")
     if not args.slurm:
+        local.check_fits(exp)
         codes = []
         for member_exp, member in sweep.create_members(exp, seeds, sweep_dir):
             codes.append(local.run(member_exp, member))
@@ -205,6 +208,32 @@ def cmd_cancel(argv) -> int:
     return 0
 
 
+def cmd_resume(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch resume", description="Continue a stopped run from its checkpoint, "
+                                "in the same run directory (counters, metrics.csv and stop conditions continue).")
+    p.add_argument("run_dir", type=RunDir)
+    p.add_argument("--follow", action="store_true", help="a Slurm run: stream progress, exit with the run's result")
+    args = p.parse_args(argv)
+    run = args.run_dir
+    if run.slurm.exists():
+        job_id = slurm.job_id_of(run)
+        if slurm.job_state(job_id)[0] not in slurm.FINISHED:
+            raise UsageError(f"job {job_id} of {run.root} is still {slurm.job_state(job_id)[0]}; cancel it first")
+    elif local.launcher_pid(run) is not None:
+        raise UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
+    exp, run = runs.reopen(run.root)
+    command = "srl-launch resume " + " ".join(shlex.quote(a) for a in argv)
+    if not run.slurm.exists():
+        local.check_fits(exp)
+        print(f"resuming {run.root}: attempt {run.attempt}")
+        code = local.run(exp, run)
+        print(f"run directory: {run.root}")
+        return code
+    job_id = slurm.submit(slurm.prepare(exp, run.root, sys.executable, command), run, command)
+    print(f"resuming {run.root}: attempt {run.attempt}, submitted job {job_id}")
+    return _follow(run, job_id) if args.follow else 0
+
+
 class UsageError(ValueError):
     pass
 
@@ -219,7 +248,8 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-COMMANDS = {"validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel}
+COMMANDS = {"validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+            "resume": cmd_resume}
 
 
 def main(argv=None) -> int:
@@ -231,8 +261,8 @@ def main(argv=None) -> int:
         if argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
         return cmd_run(argv)
-    except (config.ConfigError, plan.PlanError, slurm.SlurmError, UsageError, FileExistsError,
-            FileNotFoundError) as e:
+    except (config.ConfigError, plan.PlanError, slurm.SlurmError, UsageError, local.TooBigForThisMachine,
+            FileExistsError, FileNotFoundError) as e:
         print(f"srl-launch: {e}", file=sys.stderr)
         return 2
 

@@ -24,9 +24,44 @@ from srl_hpc import config, graph as wiring
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.inference import remove_segment, shm_name
+from srl_hpc.streams.security import secure_context
 
 REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
 GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL
+
+
+PROCESSES_PER_CORE = 32  # beyond this, start-up and heartbeats of an oversubscribed machine time out
+PROCESS_MB = 120  # the least a worker process holds (python, numpy, zmq; actors of small envs)
+
+
+class TooBigForThisMachine(ValueError):
+    pass
+
+
+def check_fits(exp) -> None:
+    """Refuse, before anything starts, a run that would start more processes than this machine can hold."""
+    w = exp.workers
+    counts = {"actor": w.actor.count, "policy": w.policy.count, "trainer": w.trainer.count,
+              "buffer": w.buffer.count, "controller": 1}
+    total = sum(counts.values())
+    cores = os.cpu_count() or 1
+    available_mb = _mem_available_mb()
+    fits = min(PROCESSES_PER_CORE * cores, available_mb // PROCESS_MB)
+    if total > fits:
+        biggest = max(("actor", "policy", "trainer", "buffer"), key=counts.get)
+        listed = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
+        raise TooBigForThisMachine(
+            f"local mode would start {total:,} worker processes ({listed}); this machine ({cores} CPU cores, "
+            f"{available_mb / 1024:.1f} GiB available) holds about {fits:,}. Run it on a cluster with --slurm, "
+            f"or lower workers.{biggest}.count")
+
+
+def _mem_available_mb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    raise OSError("no MemAvailable in /proc/meminfo")
 
 
 def _die_with_parent():
@@ -39,7 +74,7 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
     run.launcher_pid.write_text(str(os.getpid()))  # `srl-launch cancel RUN` signals this process
     procs: dict[str, subprocess.Popen] = {}
     for task_id, name in enumerate(names):
-        log = open(run.log(name), "wb")
+        log = open(run.log(name), "ab")  # a resumed run's attempts follow each other in one log
         is_controller = name == wiring.CONTROLLER
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run.root), "--task-id", str(task_id)],
@@ -59,7 +94,7 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
         _signal_all(procs, signal.SIGTERM)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        crashed = _watch(procs, run)
+        crashed = _watch(procs, run, exp.curve)
         _wind_down(procs, run)
     finally:
         for s, handler in previous.items():
@@ -90,13 +125,15 @@ def launcher_pid(run: RunDir) -> int | None:
         return None
 
 
-def _report_to_controller(run: RunDir, worker: str, error: str) -> bool:
+def _report_to_controller(run: RunDir, worker: str, error: str, curve: bool) -> bool:
     """Send a 'failed' event on the worker's behalf, as the worker itself would. False: no controller yet."""
     try:
         entry = json.loads(run.rendezvous_entry(wiring.CONTROLLER).read_text())
     except (OSError, ValueError):
         return False
     ctx = zmq.Context()
+    if curve:  # the controller's port takes only the run's own keys
+        secure_context(ctx, run)
     try:
         sock = ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 2000)
@@ -107,7 +144,7 @@ def _report_to_controller(run: RunDir, worker: str, error: str) -> bool:
     return True
 
 
-def _watch(procs, run: RunDir) -> tuple[str, int] | None:
+def _watch(procs, run: RunDir, curve: bool) -> tuple[str, int] | None:
     """Until the controller exits. A worker that dies with an error is returned (and the run stopped)."""
     controller = procs[wiring.CONTROLLER]
     crashed, signalled_at = None, None
@@ -118,7 +155,7 @@ def _watch(procs, run: RunDir) -> tuple[str, int] | None:
                 crashed = (name, code)
                 # A worker that raised has told the controller itself; one that was killed cannot, so the
                 # launcher tells it. The controller then stops the run (failed) without waiting for it.
-                told = _report_to_controller(run, name, f"process {_describe_exit(code)}")
+                told = _report_to_controller(run, name, f"process {_describe_exit(code)}", curve)
                 signalled_at = time.monotonic() + (REPORT_WAIT if told else 0.0)
         if signalled_at is not None and time.monotonic() >= signalled_at:
             _signal_all(procs, signal.SIGTERM)

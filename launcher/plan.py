@@ -55,6 +55,7 @@ class Plan:
     sbatch_options: tuple[str, ...]
     setup: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    requeue: Optional[tuple[int, int]] = None  # (signal_seconds, max_requeues)
 
     @property
     def ntasks(self) -> int:
@@ -62,6 +63,9 @@ class Plan:
 
 
 def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
+    if not exp.curve:
+        raise PlanError("curve: false is for measuring its cost on a machine of your own; on a cluster every "
+                        "node can reach the run's ports, so a Slurm run keeps its sockets private")
     s = exp.slurm
     groups = []
     for name, members in wiring.build(exp).groups():
@@ -75,7 +79,8 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
                                per_node * parse_size_mb(res.mem_per_task), gpus, res.constraint))
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
                 account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
-                setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())))
+                setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
+                requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None)
 
 
 # ----------------------------------------------------------------------------------------------- cluster facts

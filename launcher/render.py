@@ -24,10 +24,28 @@ def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: s
     sbatch_lines = "\n#SBATCH hetjob\n".join("\n".join(lines) for lines in groups)
     setup = "".join(f"{line}\n" for line in plan.setup)
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.env)
+    trap, check = _requeue_lines(plan)
     return Template(text).substitute(
         version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
         sbatch_lines=sbatch_lines, setup_lines=setup, export_lines=exports, ntasks=plan.ntasks,
-        het_groups=",".join(str(i) for i in range(len(plan.groups))), python=shlex.quote(plan.python))
+        het_groups=",".join(str(i) for i in range(len(plan.groups))), python=shlex.quote(plan.python),
+        requeue_trap=trap, requeue_check=check)
+
+
+def _requeue_lines(plan: Plan) -> tuple[str, str]:
+    """With slurm.requeue: on Slurm's signal the run stops cleanly (SIGTERM to every task: the trainer
+    checkpoints), then the job requeues itself while it has requeues left."""
+    if plan.requeue is None:
+        return "", ""
+    _, max_requeues = plan.requeue
+    trap = ("# slurm.requeue: Slurm sends USR1 to this script before the time limit (--signal=B:USR1@N)\n"
+            "requeue=0\n"
+            'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
+            "trap on_time_limit USR1\n")
+    check = (f'if [ "$requeue" = 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_requeues} ]; then\n'
+             f'    scontrol requeue "$SLURM_JOB_ID"  # runs this script again: the next attempt resumes\n'
+             f"fi\n")
+    return trap, check
 
 
 def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
@@ -37,6 +55,9 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
                   "# the batch script's own output; each worker logs to logs/<worker>.log",
                   f"#SBATCH --output={plan.run_dir}/slurm-%j.out",
                   f"#SBATCH --chdir={plan.run_dir}"]
+        if plan.requeue:
+            lines += ["# slurm.requeue: signalled before the time limit, the run checkpoints and requeues itself",
+                      "#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{plan.requeue[0]}"]
     lines.append(f"#SBATCH --time={plan.time}")
     if g.partition:
         lines.append(f"#SBATCH --partition={g.partition}")

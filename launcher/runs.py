@@ -7,6 +7,7 @@ from pathlib import Path
 
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
+from srl_hpc.streams.security import write_run_keys
 
 
 def resolve(exp: config.Experiment, run_dir: str | Path | None = None, suffix: str = "") -> Path:
@@ -22,6 +23,21 @@ def create(exp: config.Experiment, run_dir: str | Path | None = None) -> tuple[c
     run.logs.mkdir(parents=True, exist_ok=True)
     exp = config.replace(exp, run_dir=str(run.root))
     run.experiment.write_text(config.dump(exp))
+    write_run_keys(run)
+    return exp, run
+
+
+def reopen(run_dir: str | Path) -> tuple[config.Experiment, RunDir]:
+    """A run directory to resume: its experiment, with the attempt counter advanced. The previous attempt's
+    summary is kept as summary.attempt-N.json; the trainer's checkpoint is what the next attempt starts from."""
+    run = RunDir(Path(run_dir).resolve())
+    if not run.experiment.exists():
+        raise FileNotFoundError(f"{run.root} holds no run (no {run.experiment.name})")
+    if not run.checkpoint.exists():
+        raise FileNotFoundError(f"{run.root}: no checkpoint to resume from (no {run.checkpoint})")
+    exp = config.load(run.experiment)
+    write_run_keys(run)  # (a run made before runs had keys)
+    run.begin_next_attempt()
     return exp, run
 
 

@@ -19,7 +19,7 @@ def describe(run: RunDir) -> tuple[str, str]:
     """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown."""
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} is not a run directory (no experiment.yaml)")
-    lines = [f"run {run.root}"]
+    lines = [f"run {run.root}" + (f" (attempt {run.attempt})" if run.attempt > 1 else "")]
     summary = _read_json(run.summary)
     if run.slurm.exists():
         job_id = slurm.job_id_of(run)

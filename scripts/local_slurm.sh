@@ -155,9 +155,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
-# Defaults delay every sbatch by up to 3 s and hetjobs (started only by backfill) by up to 30 s.
+# Defaults delay every sbatch by up to 3 s, hetjobs (started only by backfill) by up to 30 s, and a
+# main scheduling pass by up to 60 s.
 # Never add a word containing "defer" here: it stops srun from being placed at submit time.
-SchedulerParameters=batch_sched_delay=0,bf_interval=1
+SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2
 SelectType=select/cons_tres
 # Memory is a consumable resource so --mem is honoured; without DefMemPerCPU a job that does not
 # ask for memory would get a whole node's memory and block every other job there.

@@ -5,15 +5,21 @@
     RUN/metrics.csv           one row per progress line
     RUN/workers.json          where each worker ran (host, node, ports, pid)
     RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
-    RUN/traces/<worker>.h5    each worker's HDF5 trace
+    RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N)
+    RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
+    RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
     RUN/launcher.pid          the local launcher running this run
+    RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
     RUN/job.sbatch, RUN/slurm.json, RUN/slurm-<id>.out   Slurm runs: the script, the job id, srun's output
     RUN/sweep.json            a sweep's directory: its members
 """
 from __future__ import annotations
 
+import argparse
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +63,34 @@ class RunDir:
     def traces(self) -> Path:
         return self.root / "traces"
 
-    def trace(self, worker: str) -> Path:
-        return self.traces / f"{file_stem(worker)}.h5"
+    def trace(self, worker: str, attempt: int = 1) -> Path:
+        suffix = "" if attempt == 1 else f".attempt-{attempt}"
+        return self.traces / f"{file_stem(worker)}{suffix}.h5"
+
+    @property
+    def attempt_file(self) -> Path:
+        return self.root / "attempt"
+
+    @property
+    def attempt(self) -> int:
+        try:
+            return int(self.attempt_file.read_text())
+        except (OSError, ValueError):
+            return 1
+
+    def attempt_summary(self, attempt: int) -> Path:
+        return self.root / f"summary.attempt-{attempt}.json"
+
+    def begin_next_attempt(self) -> int:
+        """Make the directory ready for the next attempt of its run (a resume or a Slurm requeue): the last
+        attempt's summary is kept as summary.attempt-N.json, the rendezvous starts afresh, the counter
+        moves on. Returns the new attempt number."""
+        attempt = self.attempt
+        if self.summary.exists():
+            self.summary.replace(self.attempt_summary(attempt))
+        shutil.rmtree(self.rendezvous, ignore_errors=True)
+        self.attempt_file.write_text(f"{attempt + 1}\n")
+        return attempt + 1
 
     @property
     def checkpoints(self) -> Path:
@@ -74,6 +106,10 @@ class RunDir:
 
     def rendezvous_entry(self, worker: str) -> Path:
         return self.rendezvous / f"{file_stem(worker)}.json"
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys" / "run.key"
 
     @property
     def launcher_pid(self) -> Path:
@@ -93,3 +129,17 @@ class RunDir:
     @property
     def sweep(self) -> Path:
         return self.root / "sweep.json"
+
+
+def main(argv=None) -> int:
+    """`python -m srl_hpc.rundir RUN --next-attempt`: what a requeued Slurm job runs before its workers."""
+    parser = argparse.ArgumentParser(prog="python -m srl_hpc.rundir")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--next-attempt", action="store_true", required=True)
+    args = parser.parse_args(argv)
+    print(f"{args.run_dir}: attempt {RunDir(args.run_dir).begin_next_attempt()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,6 +24,7 @@ import zmq
 from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
+from srl_hpc.streams.security import secure_context
 from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
 from srl_hpc.streams.control import ControlClient
 from srl_hpc.trace.writer import TraceWriter
@@ -55,8 +56,12 @@ class Worker:
         self.node = graph.worker(name)
         self.run_dir = RunDir(run_dir)
         self.local_rank = local_rank
+        self.attempt = self.run_dir.attempt  # > 1: a resumed run (the trainer loads its checkpoint)
+        self.seed = exp.seed + 1_000 * (self.attempt - 1)  # a resumed attempt draws new episodes
         self.ctx = zmq.Context()
-        self.trace = TraceWriter(self.run_dir.trace(name), name, enabled=exp.monitor.trace)
+        if exp.curve:  # before any socket: every one of them speaks CURVE with the run's keys
+            secure_context(self.ctx, self.run_dir)
+        self.trace = TraceWriter(self.run_dir.trace(name, self.attempt), name, enabled=exp.monitor.trace)
         self.stop_requested = False
         self.finish_requested = False  # the controller's second phase: sample consumers may end
         self.control: ControlClient | None = None
@@ -184,6 +189,8 @@ def main(argv=None) -> int:
     name = graph.names[task_id]
     if args.log_dir:
         _redirect_output(RunDir(args.run_dir).log(name))
+    if run_dir.attempt > 1:  # attempts of a resumed run follow each other in one log
+        print(f"==== attempt {run_dir.attempt}", flush=True)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 

@@ -1,3 +1,7 @@
+import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,3 +18,38 @@ def python():
 
 def script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
+
+
+def processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose command line contains `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            data = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in data and state != "Z" and int(cmdline.parent.name) != os.getpid():
+            found.append((int(cmdline.parent.name), data))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(request):
+    """Pass or fail, a test leaves no run behind: every Slurm job submitted under its tmp_path is cancelled
+    and every process started for a run there (whose command line names the run directory) is killed."""
+    # asked for here, tmp_path is torn down after this fixture, so its run directories are still there
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    jobs = [json.loads(p.read_text()).get("job_id") for p in tmp.rglob("slurm.json")]
+    jobs += [m["job_id"].split("_")[0] for p in tmp.rglob("sweep.json")
+             for m in json.loads(p.read_text()).get("members", []) if m.get("job_id")]
+    if any(jobs):
+        subprocess.run(["scancel", *{str(j) for j in jobs if j}], capture_output=True, timeout=30)
+    for pid, _ in processes_mentioning(str(tmp)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

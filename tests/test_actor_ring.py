@@ -8,9 +8,11 @@ import zmq
 
 from srl_hpc import config, graph
 from srl_hpc.handlers.actor import BASE_FIELDS, RingGroup
+from srl_hpc.rundir import RunDir
 from srl_hpc.streams import wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer
 from srl_hpc.streams.samples import SampleProducer
+from srl_hpc.streams.security import write_run_keys
 from srl_hpc.worker import Worker
 
 PPO_FIELDS = BASE_FIELDS + ("logp", "values", "next_values")
@@ -84,6 +86,7 @@ def test_segments_bootstrap_across_termination_and_truncation():
 def actor(tmp_path):
     exp = config.loads("name: ring\nstop: {wall_time: 1}\nmonitor: {trace: false}\n"
                        "workers: {actor: {count: 1, ring_size: 6, inference_splits: 3, segment_length: 4}}\n")
+    write_run_keys(RunDir(tmp_path))
     worker = Worker(exp, graph.build(exp), "actor/0", tmp_path)
     actor = worker.handlers["actor"]
     router = worker.ctx.socket(zmq.ROUTER)

@@ -68,6 +68,11 @@ def test_impossible_values():
     assert ("workers.actor.ring_size", 11) in found
 
 
+def test_absurd_worker_counts_are_refused_with_their_key():
+    found = problems(GOOD + "workers:\n  actor:\n    count: 100000000000000000000\n")
+    assert "more than one job can hold" in found[("workers.actor.count", 8)]
+
+
 def test_ring_must_split_evenly():
     found = problems(GOOD + "workers:\n  actor:\n    ring_size: 6\n    inference_splits: 4\n")
     assert ("workers.actor.inference_splits", 9) in found

@@ -24,6 +24,7 @@ slurm:
   sbatch_options: ["--exclusive"]
   setup: ["module load openmpi", "source /opt/venv/bin/activate"]
   env: {OMP_NUM_THREADS: 1}
+  requeue: {signal_seconds: 90, max_requeues: 2}
 """
 SINFO = "\n".join([
     "g1|gpu|32|256000|gpu:a100:4(S:0-1)", "g2|gpu|32|256000|gpu:a100:4(S:0-1)",
@@ -61,6 +62,20 @@ def test_rendered_script_matches_golden_file():
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
+
+
+def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script_parses(tmp_path):
+    import subprocess
+
+    text = render.render(make(), "cmd")
+    assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@90" in text
+    assert "trap on_time_limit USR1" in text and '-lt 2 ]; then' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert "-m srl_hpc.rundir /scratch/runs/golden --next-attempt" in text
+    (tmp_path / "job.sbatch").write_text(text)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0
+    plain = render.render(make(EXPERIMENT.replace("  requeue: {signal_seconds: 90, max_requeues: 2}\n", "")), "cmd")
+    assert "#SBATCH --requeue" not in plain and "trap on_time_limit" not in plain
+    assert "--next-attempt" in plain  # a job requeued by hand or by preemption resumes too
 
 
 def test_rendered_script_structure():

@@ -116,6 +116,8 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
             return out[:, :2], out[:, 2]
 
     heads = Heads()
+    forward_dtypes = set()  # what the update's forward passes computed in: bf16 only under autocast
+    model.register_forward_hook(lambda module, args, out: forward_dtypes.add(out.dtype))
     ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), torch.device("cpu"),
               bf16=bf16)
     n = 64
@@ -124,6 +126,8 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
            "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
            "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
     ppo.update(ppo.prepare(seg), frames_done=0)
+    assert forward_dtypes == {torch.bfloat16 if bf16 else torch.float32}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # weights stay fp32 in both
     with torch.no_grad():
         probs = torch.softmax(heads(torch.ones(1, 1))[0], -1)[0]
     assert probs[0] > 0.55  # action 0 was rewarded

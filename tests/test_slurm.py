@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import launcher
-from conftest import ROOT, script
+from conftest import ROOT, processes_mentioning, script
 from launcher import slurm
 
 pytestmark = pytest.mark.slurm
@@ -42,19 +42,6 @@ def srl(*args, timeout=300):
 def het_nodes(job_id):
     out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
     return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
-
-
-def processes_mentioning(text):
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            data = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (cmdline.parent / "stat").read_text().split()
-        except OSError:
-            continue
-        if text in data and stat[2] != "Z":
-            found.append(data)
-    return found
 
 
 def wait_for(condition, timeout, what):
@@ -135,3 +122,43 @@ def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     assert summary["counters"]["transitions_trained"] > 0 and summary["policy_version"] > 0
     table = json.loads((run_dir / "workers.json").read_text())
     assert table["buffer/0"]["node"] != table["actor/0"]["node"]  # its own het group, its own node
+
+
+def requeue_run(tmp_path):
+    """A CartPole job with slurm.requeue, a frame budget for a stop, under way (a few updates trained)."""
+    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
+                          overrides=["stop.env_frames=600000", "stop.target_return=null", "stop.wall_time=600",
+                                     "slurm.requeue={signal_seconds: 60, max_requeues: 2}",
+                                     "workers.trainer.checkpoint_interval=5"])
+    wait_for(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
+             "a few trained versions in the controller log")
+    return run
+
+
+def assert_resumed_to_the_end(run):
+    # (Slurm keeps a requeued job ineligible for about 2 minutes, so that its last instance can end)
+    assert run.wait(timeout=400) == "completed"
+    first = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert first["status"] == "cancelled" and first["policy_version"] > 0  # stopped cleanly, checkpointed
+    assert summary["attempt"] == 2 and summary["status"] == "succeeded", summary
+    assert summary["reason"].startswith("env frame budget reached") and summary["env_frames"] >= 600000
+    trainer_log = run.run_dir / "logs" / "trainer-0.log"
+    assert f"version {first['policy_version']}, " in trainer_log.read_text()  # resumed where attempt 1 stopped
+    assert summary["policy_version"] > first["policy_version"]
+    assert "(attempt 2)" in srl("status", run.run_dir).stdout
+
+
+def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(tmp_path):
+    run = requeue_run(tmp_path)
+    job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
+    # what Slurm's --signal=B:USR1@60 sends to the batch script near the time limit, sent now
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
+    assert_resumed_to_the_end(run)
+
+
+def test_a_job_requeued_by_scontrol_resumes(tmp_path):
+    run = requeue_run(tmp_path)
+    job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
+    subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
+    assert_resumed_to_the_end(run)

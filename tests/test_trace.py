@@ -132,6 +132,20 @@ def test_reader_cuts_a_table_to_its_shortest_field_and_notes_it(tmp_path):
     assert any("cut to 2 rows" in note for note in worker.notes)
 
 
+def test_a_resumed_runs_attempts_are_read_as_one_trace_in_attempt_order(tmp_path):
+    from srl_hpc.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.traces.mkdir()
+    assert run.trace("actor/0", 2).name == "actor-0.attempt-2.h5"
+    for attempt, times in ((10, [30.0, 31.0]), (2, [20.0]), (1, [1.0, 2.0])):  # 10 sorts after 2, not before
+        write_trace(run.trace("actor/0", attempt), {"episode": {"t": times, "episode_return": times}}, flushed=1.0)
+    trace = reader.read_run(tmp_path)
+    (worker,) = trace.workers
+    assert worker.attempts == 3 and worker.tables["episode"]["t"].tolist() == [1.0, 2.0, 20.0, 30.0, 31.0]
+    assert analysis.summarize(trace)["attempts"] == 3
+
+
 def test_reader_rejects_a_foreign_hdf5_file(tmp_path):
     with h5py.File(tmp_path / "other.h5", "w") as f:
         f["x"] = [1, 2, 3]

@@ -1,4 +1,6 @@
 """The wire format over a real ZMQ socket pair: arrays arrive bit-identical, no pickle."""
+import json
+
 import numpy as np
 import pytest
 import zmq
@@ -68,3 +70,45 @@ def test_missing_frames_detected():
     frames = wire.pack("x", {}, {"a": np.zeros(4), "b": np.zeros(2)})
     with pytest.raises(wire.WireError, match="2 arrays"):
         wire.unpack(frames[:2])
+
+
+@pytest.mark.parametrize("header, frames", [
+    (b"not json", []),
+    (b'["a", "list"]', []),
+    (b'{"k": 1, "m": {}, "a": []}', []),
+    (b'{"k": "x", "m": [], "a": []}', []),
+    (b'{"k": "x", "m": {}, "a": [["a", "|O", [1]]]}', [b"\0" * 8]),  # an object array: pickle by the back door
+    (b'{"k": "x", "m": {}, "a": [["a", "V8", [1]]]}', [b"\0" * 8]),
+    (b'{"k": "x", "m": {}, "a": [["a", "nonsense", [1]]]}', [b"\0" * 8]),
+    (b'{"k": "x", "m": {}, "a": [["a", "<f4", [-1, -2]]]}', [b"\0" * 8]),  # negative dimensions
+    (b'{"k": "x", "m": {}, "a": [["a", "<f4", [1.5]]]}', [b"\0" * 6]),
+    (b'{"k": "x", "m": {}, "a": [["a", "<f4"]]}', [b"\0" * 4]),
+    (b'{"k": "x", "m": {}, "a": [7]}', [b"\0" * 4]),
+])
+def test_a_malformed_message_is_a_wire_error_and_nothing_else(header, frames):
+    with pytest.raises(wire.WireError):
+        wire.unpack([header, *frames])
+
+
+def test_fuzzed_frames_either_unpack_or_are_a_wire_error():
+    from hypothesis import given, settings, strategies as st
+
+    spec = st.lists(st.one_of(st.text(max_size=4), st.integers(-3, 3), st.lists(st.integers(-2, 8), max_size=3),
+                              st.sampled_from(["<f4", "|u1", "|O", "<i8", "|b1", "<c8", "V4", "S3"])), max_size=4)
+    header = st.fixed_dictionaries({"k": st.one_of(st.text(max_size=3), st.integers()),
+                                    "m": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                                                   st.lists(st.integers(), max_size=2)),
+                                    "a": st.lists(spec, max_size=3)})
+
+    @settings(max_examples=2000, deadline=None)
+    @given(header=st.one_of(header.map(lambda h: json.dumps(h).encode()), st.binary(max_size=40)),
+           frames=st.lists(st.binary(max_size=40), max_size=3))
+    def check(header, frames):
+        try:
+            msg = wire.unpack([header, *frames])
+        except wire.WireError:
+            return
+        assert isinstance(msg.kind, str) and isinstance(msg.meta, dict)
+        assert all(a.dtype.kind in "biufc" for a in msg.arrays.values())
+
+    check()

@@ -85,6 +85,12 @@ class DQN:
         """What a checkpoint needs besides the model's weights."""
         return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(), "updates": self.updates}
 
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed run: the optimizer's moments, the target network and the update count come back."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target.load_state_dict(state["target"])
+        self.updates = state["updates"]
+
 
 def _unwrapped(model: nn.Module) -> nn.Module:
     """The model inside a DDP wrapper (the target net copies plain weights)."""

@@ -122,3 +122,7 @@ class PPO:
     def state_dict(self) -> dict:
         """What a checkpoint needs besides the model's weights."""
         return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed run: the optimizer's moments come back (the learning-rate schedule follows frames_done)."""
+        self.optimizer.load_state_dict(state["optimizer"])

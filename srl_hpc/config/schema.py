@@ -202,6 +202,9 @@ class BufferConfig:
         return [("count", f"must be >= 0, got {self.count}")] if self.count < 0 else []
 
 
+MAX_WORKERS_PER_KIND = 100_000  # several times the paper's largest run (15k actor cores)
+
+
 @dataclass(frozen=True)
 class WorkersConfig:
     # where inference runs: "srl" policy workers of their own; "impala" inside each actor process;
@@ -213,6 +216,10 @@ class WorkersConfig:
     buffer: BufferConfig = field(default_factory=BufferConfig)
 
     def check(self) -> list[tuple[str, str]]:
+        for kind in ("actor", "policy", "trainer", "buffer"):
+            if getattr(self, kind).count > MAX_WORKERS_PER_KIND:
+                return [(f"{kind}.count", f"{getattr(self, kind).count:,} is more than one job can hold "
+                                          f"(at most {MAX_WORKERS_PER_KIND:,} per kind)")]
         if self.placement == "srl" and self.policy.count < 1:
             return [("policy.count", "the srl placement needs at least one policy worker")]
         if self.placement != "srl" and self.policy.count != 0:
@@ -296,6 +303,22 @@ class SweepResources:
 
 
 @dataclass(frozen=True)
+class RequeueConfig:
+    """Long runs on clusters with time limits or preemption: `signal_seconds` before the limit Slurm signals
+    the job, the run stops cleanly (the trainer checkpoints) and the job requeues itself, up to
+    `max_requeues` times; a requeued job (also one requeued by `scontrol requeue` or preemption) resumes
+    the same run directory from the checkpoint."""
+    signal_seconds: int = 120
+    max_requeues: int = 3
+
+    def check(self) -> list[tuple[str, str]]:
+        problems = _check_counts(self, ("signal_seconds",))
+        if self.max_requeues < 0:
+            problems.append(("max_requeues", f"must be >= 0, got {self.max_requeues}"))
+        return problems
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
     buffer, actor), and for sweeps."""
@@ -312,11 +335,16 @@ class SlurmConfig:
     env: dict = field(default_factory=dict)  # environment variables for every worker
     python: Optional[str] = None  # python on the compute nodes; default: the one running srl-launch
     sweep: SweepResources = field(default_factory=SweepResources)
+    requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
 
     def check(self) -> list[tuple[str, str]]:
         problems = []
-        if parse_minutes(self.time) is None:
+        minutes = parse_minutes(self.time)
+        if minutes is None:
             problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
+        elif self.requeue and self.requeue.signal_seconds >= 60 * minutes:
+            problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
+                                                       f"{self.time} job leaves no time to run"))
         for option in self.sbatch_options:
             if not option.startswith("--"):
                 problems.append(("sbatch_options", f"each option must start with '--', got {option!r}"))
@@ -360,6 +388,9 @@ class Experiment:
     name: str = "experiment"  # default: the file name without .yaml
     seed: int = 1
     run_dir: Optional[str] = None  # default: runs/<name>-<timestamp>
+    # every socket encrypted and authenticated with the run's CURVE keys; off only to measure its cost on
+    # a machine of your own (a Slurm run's ports are reachable from every node, so --slurm refuses it off)
+    curve: bool = True
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)

@@ -111,7 +111,7 @@ class ActorHandler(Handler):
         a, exp = self.exp.workers.actor, self.exp
         self.spec = spec(exp.algorithm)
         index = self.graph.worker(self.name).index
-        seed = exp.seed * 1_000_003 + index * a.ring_size
+        seed = worker.seed * 1_000_003 + index * a.ring_size
         per_group = a.ring_size // a.inference_splits
         fields = BASE_FIELDS + self.spec.segment
         self.groups = []

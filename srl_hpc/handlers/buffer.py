@@ -20,7 +20,8 @@ import zmq
 
 from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
-from srl_hpc.handlers.actor import segment_frames
+from srl_hpc.algorithms import spec
+from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
@@ -44,11 +45,12 @@ class BufferHandler(Handler):
         self.lags: list[int] = []
         self.version = 0  # newest policy version seen in a segment (the lag of stored data)
         index = self.graph.worker(self.name).index
-        self.rng_seed = self.exp.seed * 7_919 + index
+        self.rng_seed = self.worker.seed * 7_919 + index
 
     def bind(self):
-        self.samples = SampleConsumer(self.worker.ctx)
-        self.priorities = SampleConsumer(self.worker.ctx, high_water_mark=16)
+        self.samples = SampleConsumer(self.worker.ctx, "segment", BASE_FIELDS + spec(self.exp.algorithm).segment,
+                                      ("actor", "group"))
+        self.priorities = SampleConsumer(self.worker.ctx, "priorities", ("indices", "priorities"), high_water_mark=16)
         return {"samples": self.samples.bind(), "priorities": self.priorities.bind()}
 
     def connect(self, table):
@@ -150,4 +152,5 @@ class BufferHandler(Handler):
                 "frames_dropped": self.frames_dropped, "transitions_stored": replay.added if replay else 0,
                 "transitions_sampled": replay.sampled if replay else 0, "replay_batches": self.batches_sent,
                 "priority_updates": self.priority_updates,
+                "malformed_dropped": self.samples.malformed + self.priorities.malformed,
                 "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags)}

@@ -23,7 +23,7 @@ PING_INTERVAL = 1.0
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
 
 METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
-                   "mean_return", "policy_version", "policy_lag", "frames_dropped")
+                   "mean_return", "policy_version", "policy_lag", "frames_dropped", "malformed_dropped")
 
 
 class ControllerHandler(Handler):
@@ -40,27 +40,58 @@ class ControllerHandler(Handler):
         self.last_seen: dict[str, float] = {}
         self.finals: set[str] = set()
         self.failed: dict[str, str] = {}  # worker -> error
-        self.returns = collections.deque(maxlen=exp.stop.return_window)
-        self.episodes = 0
+        self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
         self.lag_sum = self.lag_count = 0
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
         self.exit_code = 1
-        self.control = ControlServer(worker.ctx)
+        self.control = ControlServer(worker.ctx, self.workers)
         self.t0 = time.monotonic()
         self._last_status = (self.t0, 0, 0)  # (time, env_frames, frames_consumed) at the last status line
         self._last_ping = 0.0
+        self.attempt = worker.attempt
+        self.before = self._earlier_attempts()  # a resumed run: stop conditions and totals count the whole run
+        self.episodes = self.before["episodes"]
 
     def bind(self):
         return self.control.bind()
 
     def start(self):
         self.t0 = now = time.monotonic()
-        self._last_status = (now, 0, 0)
+        self._last_status = (now, self.before["env_frames"], 0)
         self.last_seen = {w: now for w in self.workers}
-        self._metrics_file = open(self.run_dir.metrics, "w", newline="")
+        resumed = self.attempt > 1 and self.run_dir.metrics.exists()
+        self._metrics_file = open(self.run_dir.metrics, "a" if resumed else "w", newline="")  # rows continue
         self.metrics = csv.writer(self._metrics_file)
-        self.metrics.writerow(METRICS_COLUMNS)
+        if not resumed:
+            self.metrics.writerow(METRICS_COLUMNS)
         self._print(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
+        if self.attempt > 1:
+            self._print(f"attempt {self.attempt}: resuming after {self.before['wall_time']:.1f}s, "
+                        f"{self.before['env_frames']:,} env frames, {self.before['episodes']:,} episodes")
+
+    def _earlier_attempts(self) -> dict:
+        """Totals of the attempts before this one: the previous attempt's summary if it ended cleanly, else
+        the last row of metrics.csv (a killed attempt), else nothing."""
+        if self.attempt == 1:
+            return {"wall_time": 0.0, "env_frames": 0, "episodes": 0}
+        try:
+            last = json.loads(self.run_dir.attempt_summary(self.attempt - 1).read_text())
+        except (OSError, ValueError):
+            try:
+                with open(self.run_dir.metrics, newline="") as f:
+                    last = list(csv.DictReader(f))[-1]
+            except (OSError, IndexError):
+                last = {}
+        return {"wall_time": float(last.get("wall_time", 0.0)), "env_frames": int(last.get("env_frames", 0)),
+                "episodes": int(last.get("episodes", 0))}
+
+    def _env_frames(self) -> int:
+        """Env frames of the whole run (every attempt)."""
+        return self.before["env_frames"] + self._sum("env_frames")
+
+    def _elapsed(self, now: float) -> float:
+        """Wall time of the whole run (every attempt)."""
+        return self.before["wall_time"] + now - self.t0
 
     def keep_running(self, stop_requested: bool) -> bool:
         if stop_requested and self.outcome is None:
@@ -96,14 +127,14 @@ class ControllerHandler(Handler):
             self.finals.add(silent[0])  # nothing more will come from it
             self.failed[silent[0]] = f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
             return "failed", f"worker {silent[0]} failed: no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
-        frames, mean_return = self._sum("env_frames"), self._mean_return()
+        frames, mean_return = self._env_frames(), self._mean_return()
         if stop.target_return is not None and mean_return is not None and len(self.returns) == stop.return_window \
                 and mean_return >= stop.target_return:
             return "succeeded", (f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
                                  f"over the last {stop.return_window} episodes")
         if stop.env_frames is not None and frames >= stop.env_frames:
             return "succeeded", f"env frame budget reached: {frames:,} >= {stop.env_frames:,}"
-        if stop.wall_time is not None and now - self.t0 >= stop.wall_time:
+        if stop.wall_time is not None and self._elapsed(now) >= stop.wall_time:
             return "succeeded", f"wall time reached: {stop.wall_time:g}s"
         return None
 
@@ -153,12 +184,14 @@ class ControllerHandler(Handler):
         self.control.broadcast(command)
 
     def _conclude(self, status: str, reason: str, accounting: dict) -> int:
-        wall = time.monotonic() - self.t0
-        frames = self._sum("env_frames")
-        summary = {"status": status, "reason": reason, "wall_time": round(wall, 2), "env_frames": frames,
+        wall = self._elapsed(time.monotonic())
+        frames = self._env_frames()
+        summary = {"status": status, "reason": reason, "attempt": self.attempt, "wall_time": round(wall, 2),
+                   "env_frames": frames,
                    "episodes": self.episodes, "mean_return": self._mean_return(),
                    "policy_version": self._version(), **accounting,
-                   "failed_workers": self.failed, "counters": self._counters()}
+                   "failed_workers": self.failed,
+                   "counters": {**self._counters(), "malformed_dropped": self._malformed()}}
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2))
@@ -180,6 +213,10 @@ class ControllerHandler(Handler):
         keys = {k for m in self.latest.values() for k, v in m.items() if isinstance(v, (int, float))}
         return {k: self._sum(k) for k in sorted(keys - {"version", "policy_version"})}
 
+    def _malformed(self) -> int:
+        """Foreign or damaged messages dropped by any worker's receiving sockets, the controller's included."""
+        return self._sum("malformed_dropped") + self.control.malformed
+
     def _version(self) -> int:
         """The trained version: trainers update in lockstep and report it as "version"."""
         return max((m.get("version", 0) for m in self.latest.values()), default=0)
@@ -189,7 +226,7 @@ class ControllerHandler(Handler):
 
     def _status_line(self) -> None:
         now = time.monotonic()
-        frames, consumed = self._sum("env_frames"), self._sum("frames_consumed")
+        frames, consumed = self._env_frames(), self._sum("frames_consumed")
         t_prev, frames_prev, consumed_prev = self._last_status
         dt = max(now - t_prev, 1e-9)
         sample_fps, train_fps = (frames - frames_prev) / dt, (consumed - consumed_prev) / dt
@@ -199,12 +236,12 @@ class ControllerHandler(Handler):
         self.lag_sum = self.lag_count = 0
         version = self._version()
         ret = f"{mean_return:7.1f}" if mean_return is not None else "      -"
-        self._print(f"[{now - self.t0:7.1f}s] frames {frames:>11,} | sample {sample_fps:8,.0f} fps | train "
+        self._print(f"[{self._elapsed(now):7.1f}s] frames {frames:>11,} | sample {sample_fps:8,.0f} fps | train "
                     f"{train_fps:8,.0f} fps | episodes {self.episodes:>7,} | return {ret} | version {version:>5} | "
                     f"lag {lag:4.1f}")
-        self.metrics.writerow([round(now - self.t0, 2), frames, consumed, round(sample_fps, 1), round(train_fps, 1),
+        self.metrics.writerow([round(self._elapsed(now), 2), frames, consumed, round(sample_fps, 1), round(train_fps, 1),
                                self.episodes, "" if mean_return is None else round(mean_return, 3), version,
-                               round(lag, 3), self._sum("frames_dropped")])
+                               round(lag, 3), self._sum("frames_dropped"), self._malformed()])
         self._metrics_file.flush()
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,

@@ -63,8 +63,9 @@ class PolicyHandler(Handler):
         self.explore_keys = tuple(algorithm.explore(exp.algorithm, 0, 1))
         index = self.graph.worker(self.name).index
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.engine = InferenceEngine(build_model(exp, *spaces(exp.env)), algorithm.load().act, device,
-                                      exp.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
+        self.obs_space, action_space = spaces(exp.env)
+        self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space), algorithm.load().act, device,
+                                      worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         self.max_batch = cfg.max_batch
         self.stream = self.graph.served_by("inference", self.name)
         self.active = self.stream is not None and self.stream.transport != "inline"
@@ -74,7 +75,7 @@ class PolicyHandler(Handler):
     def bind(self):
         if not self.active:
             return {}
-        self.server, port = InferenceServer.bind(self.worker.ctx)
+        self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys)
         return {"inference": port}
 
     def connect(self, table):
@@ -125,4 +126,5 @@ class PolicyHandler(Handler):
         return {"held_requests": self.server.held()} if self.server else {}
 
     def stats(self):
-        return {"rows": self.rows, "policy_version": self.engine.version}
+        return {"rows": self.rows, "policy_version": self.engine.version,
+                "malformed_dropped": self.server.malformed if self.server else 0}

@@ -30,7 +30,7 @@ from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
-from srl_hpc.models import build_model, resolve_device, state_arrays
+from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
@@ -159,18 +159,38 @@ class TrainerHandler(Handler):
         self._thread = None
         self._thread_error: BaseException | None = None
         self._copy_stream = None  # CUDA only: host-to-device copies of pre-fetched batches
+        if worker.attempt > 1:
+            self._resume()
+
+    def _resume(self):
+        """A resumed run (attempt > 1) continues from the checkpoint: weights, optimizer state, version and
+        counters; every trainer reads the same file, so data-parallel trainers start identical."""
+        path = self.worker.run_dir.checkpoint
+        if not path.exists():  # requeued before the first checkpoint: nothing to resume
+            print(f"[{self.name}] attempt {self.worker.attempt}, but no checkpoint yet: training from scratch",
+                  flush=True)
+            return
+        state = torch.load(path, map_location=self.device)
+        self.model.load_state_dict(state["model"])
+        self.algorithm.load_state_dict(state)
+        self.version, self.frames_consumed = state["version"], state["frames_consumed"]
+        self.transitions_trained = state["transitions_trained"]
+        torch.set_rng_state(state["rng"].cpu())
+        print(f"[{self.name}] resumed from {path}: version {self.version}, {self.frames_consumed:,} frames trained",
+              flush=True)
 
     def bind(self):
         ports = {}
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         if self.graph.served_by("replay", self.name):
-            batches = SampleConsumer(self.worker.ctx, high_water_mark=2)
-            ports["replay"] = batches.bind()
-            self.source = ReplayReceiver(batches, prepare)
+            self.consumer = SampleConsumer(self.worker.ctx, "replay", ("indices", "weights"), ("buffer",),
+                                           high_water_mark=2)
+            ports["replay"] = self.consumer.bind()
+            self.source = ReplayReceiver(self.consumer, prepare)
         else:
-            samples = SampleConsumer(self.worker.ctx)
-            ports["samples"] = samples.bind()
-            self.source = BatchAssembler(samples, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
+            self.consumer = SampleConsumer(self.worker.ctx, "segment", BASE_FIELDS + self.spec.segment, ("actor",))
+            ports["samples"] = self.consumer.bind()
+            self.source = BatchAssembler(self.consumer, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
                                          getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:
@@ -318,6 +338,7 @@ class TrainerHandler(Handler):
         if self._held_batch is not None:
             self._drop(self._held_batch)
             self._held_batch = None
+        self.trace.record("final_parameters", version=self.version, checksum=parameter_checksum(self.model))
         if self.leader:
             self.save_checkpoint()
         assembler = self.source
@@ -346,8 +367,9 @@ class TrainerHandler(Handler):
         path = self.worker.run_dir.checkpoint
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        torch.save({"version": self.version, "frames_consumed": self.frames_consumed, "model": self.model.state_dict(),
-                    **self.algorithm.state_dict()}, tmp)
+        torch.save({"version": self.version, "frames_consumed": self.frames_consumed,
+                    "transitions_trained": self.transitions_trained, "attempt": self.worker.attempt,
+                    "rng": torch.get_rng_state(), "model": self.model.state_dict(), **self.algorithm.state_dict()}, tmp)
         os.replace(tmp, path)  # a reader never sees a half-written checkpoint
         self._last_checkpoint = time.monotonic()
 
@@ -356,6 +378,7 @@ class TrainerHandler(Handler):
 
     def stats(self):
         out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
+               "malformed_dropped": self.consumer.malformed,
                "wait_seconds": round(self.wait_seconds, 3), "losses": {k: round(v, 5) for k, v in self.last_losses.items()}}
         if isinstance(self.source, ReplayReceiver):
             return {**out, "transitions_trained": self.transitions_trained}

@@ -9,6 +9,8 @@ return what its algorithm's head returns.
 """
 from __future__ import annotations
 
+import hashlib
+
 import gymnasium
 import numpy as np
 import torch
@@ -122,6 +124,16 @@ def resolve_device(device: str, local_rank: int) -> torch.device:
 def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     """Weights as numpy copies (a copy: the optimizer keeps changing the tensors in place)."""
     return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def parameter_checksum(model: nn.Module) -> int:
+    """A 63-bit digest of every weight's bytes: equal on two data-parallel trainers only if they hold
+    bit-identical parameters."""
+    digest = hashlib.blake2b(digest_size=8)
+    for name, value in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(value.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(digest.digest(), "little") >> 1
 
 
 def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import zmq
 
-from srl_hpc.streams import wire
+from srl_hpc.streams import endpoints, wire
 
 LATEST = "latest"
 REPUBLISH_INTERVAL = 2.0
@@ -32,7 +32,7 @@ class ParameterPublisher:
         """A PUB on a free port of every interface; returns (publisher, port)."""
         sock = ctx.socket(zmq.PUB)
         sock.setsockopt(zmq.LINGER, 0)
-        return cls(sock), sock.bind_to_random_port("tcp://*")
+        return cls(sock), endpoints.bind(sock)
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], tags: tuple[str, ...] = (LATEST,)) -> None:
         for tag in tags:

@@ -10,29 +10,43 @@ import zmq
 from srl_hpc.streams import endpoints, wire
 
 
-class ControlServer:
-    """The controller's side."""
+EVENT_KINDS = ("heartbeat", "failed", "final")
 
-    def __init__(self, ctx: zmq.Context):
+
+class ControlServer:
+    """The controller's side: events from the run's `workers` (names)."""
+
+    def __init__(self, ctx: zmq.Context, workers: list[str]):
+        self.workers = set(workers)
+        self.malformed = 0
         self.events = ctx.socket(zmq.PULL)
         self.events.setsockopt(zmq.LINGER, 0)
         self.commands = ctx.socket(zmq.PUB)
         self.commands.setsockopt(zmq.LINGER, 1000)
 
     def bind(self) -> dict[str, int]:
-        return {endpoints.EVENTS: self.events.bind_to_random_port("tcp://*"),
-                endpoints.COMMANDS: self.commands.bind_to_random_port("tcp://*")}
+        return {endpoints.EVENTS: endpoints.bind(self.events), endpoints.COMMANDS: endpoints.bind(self.commands)}
 
     def broadcast(self, command: str) -> None:
         self.commands.send_multipart(wire.pack(command))
 
     def next_event(self, timeout_ms: int) -> wire.Message | None:
+        """The next event from a worker of this run. Anything else (a foreign client, a damaged frame) is
+        dropped and counted in `malformed`."""
         if not self.events.poll(timeout_ms, zmq.POLLIN):
             return None
-        try:
-            return wire.unpack(self.events.recv_multipart(zmq.NOBLOCK))
-        except zmq.Again:
-            return None
+        while True:
+            try:
+                msg = wire.unpack(self.events.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return None
+            except wire.WireError:
+                self.malformed += 1
+                continue
+            if msg.kind in EVENT_KINDS and msg.meta.get("worker") in self.workers and \
+                    (msg.kind != "failed" or isinstance(msg.meta.get("error"), str)):
+                return msg
+            self.malformed += 1
 
 
 class ControlClient:

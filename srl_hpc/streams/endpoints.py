@@ -6,6 +6,8 @@ rendezvous, and connects to the addresses found here. A stream's port is named a
 """
 from __future__ import annotations
 
+import zmq
+
 EVENTS = "events"        # controller PULL: heartbeats, stats, failures from every worker
 COMMANDS = "commands"    # controller PUB: stop / finish broadcasts
 DDP = "ddp"  # trainer/0's torch.distributed TCPStore, when there are several trainers
@@ -19,3 +21,11 @@ def address(table: dict, worker: str, port: str) -> str:
 
 def same_node(table: dict, a: str, b: str) -> bool:
     return table[a]["node"] == table[b]["node"]
+
+
+def bind(sock: zmq.Socket) -> int:
+    """Bind on a free port of every interface; returns the port. A socket of a CURVE context (every run's:
+    srl_hpc.streams.security) serves with the run's key."""
+    if sock.mechanism == zmq.CURVE:
+        sock.curve_server = True
+    return sock.bind_to_random_port("tcp://*")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import secrets
 import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
@@ -22,7 +23,7 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import zmq
 
-from srl_hpc.streams import wire
+from srl_hpc.streams import endpoints, wire
 
 
 @dataclass
@@ -35,17 +36,23 @@ class Request:
 
 
 class InferenceServer:
-    def __init__(self, socket: zmq.Socket):
+    """Requests carry observations of `obs_shape` and the `meta` keys the policy reads; anything else that
+    reaches the port (a foreign client, a damaged frame) is dropped and counted in `malformed`."""
+
+    def __init__(self, socket: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = ()):
         self.socket = socket
+        self.obs_shape, self.meta = obs_shape, ("group", *meta)
+        self.malformed = 0
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
 
     @classmethod
-    def bind(cls, ctx: zmq.Context) -> tuple["InferenceServer", int]:
+    def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None,
+             meta: tuple[str, ...] = ()) -> tuple["InferenceServer", int]:
         """A ROUTER on a free port of every interface; returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        return cls(sock), sock.bind_to_random_port("tcp://*")
+        return cls(sock, obs_shape, meta), endpoints.bind(sock)
 
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
@@ -88,16 +95,30 @@ class InferenceServer:
         self._attached.clear()
 
     def _recv_nowait(self) -> Request | None:
-        try:
-            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return None
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
+            try:
+                return self._request(frames)
+            except (wire.WireError, KeyError, TypeError, ValueError, OSError):
+                self.malformed += 1
+
+    def _request(self, frames) -> Request:
         msg = wire.unpack(frames[1:])
+        if msg.kind != "infer" or not all(k in msg.meta for k in self.meta):
+            raise wire.WireError(f"not an inference request: {msg.kind!r}")
         if "shm" not in msg.meta:
-            return Request(frames[0].bytes, msg.meta, msg.arrays["obs"], time.monotonic())
-        shm = self._attach(msg.meta["shm"])
-        offset, dtype, shape = msg.meta["obs"]
-        obs = np.ndarray((msg.meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
+            obs, shm = msg.arrays["obs"], None
+        else:
+            if not str(msg.meta["shm"]).startswith(SHM_PREFIX):
+                raise wire.WireError("not one of srl-hpc's shared-memory segments")
+            shm = self._attach(msg.meta["shm"])
+            offset, dtype, shape = msg.meta["obs"]
+            obs = np.ndarray((msg.meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
+        if obs.ndim < 1 or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape):
+            raise wire.WireError(f"observations of shape {obs.shape[1:]}, expected {self.obs_shape}")
         return Request(frames[0].bytes, msg.meta, obs, time.monotonic(), shm)
 
     def _attach(self, name: str) -> shared_memory.SharedMemory:
@@ -145,7 +166,8 @@ class ShmInferenceClient(InferenceClient):
         obs_bytes = _aligned(max_rows * int(np.prod(obs_shape)) * self.obs_dtype.itemsize)
         reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.reply_fields)
         self._group_bytes = obs_bytes + reply_bytes
-        self.shm = shared_memory.SharedMemory(name=name, create=True, size=n_groups * self._group_bytes)
+        self.shm = shared_memory.SharedMemory(name=name or f"{SHM_PREFIX}{secrets.token_hex(8)}", create=True,
+                                              size=n_groups * self._group_bytes)
         self._rows: dict[int, int] = {}  # rows of each group's request in flight
         self._layouts = []
         for g in range(n_groups):
@@ -209,10 +231,13 @@ def _aligned(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
 
+SHM_PREFIX = "srl-"
+
+
 def shm_name(run_dir, worker: str) -> str:
     """A segment name tied to the run and worker, so a launcher can remove what a killed actor left."""
     digest = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
-    return f"srl-{digest}-{worker.replace('/', '-')}"
+    return f"{SHM_PREFIX}{digest}-{worker.replace('/', '-')}"
 
 
 def remove_segment(name: str) -> bool:
@@ -222,5 +247,8 @@ def remove_segment(name: str) -> bool:
     except FileNotFoundError:
         return False
     shm.close()
-    shm.unlink()  # (also ends the resource tracker's claim that attaching made)
+    try:
+        shm.unlink()  # (also ends the resource tracker's claim that attaching made)
+    except FileNotFoundError:  # its actor removed it meanwhile
+        return False
     return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zmq
 
-from srl_hpc.streams import wire
+from srl_hpc.streams import endpoints, wire
 
 
 class SampleProducer:
@@ -28,20 +28,35 @@ class SampleProducer:
 
 
 class SampleConsumer:
-    def __init__(self, ctx: zmq.Context, high_water_mark: int = 4):
+    """Receives messages of one `kind` carrying the `arrays` and `meta` keys its handler reads. Anything else
+    that reaches the port (a foreign client, a damaged frame) is dropped and counted in `malformed`."""
+
+    def __init__(self, ctx: zmq.Context, kind: str, arrays: tuple[str, ...] = (), meta: tuple[str, ...] = (),
+                 high_water_mark: int = 4):
         self.socket = ctx.socket(zmq.PULL)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)  # per producer
+        self.kind, self.arrays, self.meta = kind, arrays, meta
+        self.malformed = 0
 
     def bind(self) -> int:
-        return self.socket.bind_to_random_port("tcp://*")
+        return endpoints.bind(self.socket)
 
     def wait(self, timeout_ms: int) -> bool:
         return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
 
     def receive(self) -> wire.Message | None:
         """One pending message, or None; never blocks."""
-        try:
-            return wire.unpack(self.socket.recv_multipart(zmq.NOBLOCK, copy=False))
-        except zmq.Again:
-            return None
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
+            try:
+                msg = wire.unpack(frames)
+            except wire.WireError:
+                self.malformed += 1
+                continue
+            if msg.kind == self.kind and all(k in msg.arrays for k in self.arrays) and all(k in msg.meta for k in self.meta):
+                return msg
+            self.malformed += 1

@@ -65,7 +65,10 @@ def format_summary(s: dict) -> str:
         lines.append(f"  ended {s['status']}: {s['reason']}")
     if s["no_final_report"]:
         lines.append(f"  no final report from {', '.join(s['no_final_report'])}: their traces end at their last flush")
-    lines.append(f"  {len(s['workers'])} trace files read, {s['traced_seconds']:.1f} s traced")
+    lines.append(f"  {len(s['workers'])} workers' traces read, {s['traced_seconds']:.1f} s traced")
+    if s["attempts"] > 1:
+        lines.append(f"  {s['attempts']} attempts (a resumed run), read as one: time shares count the gaps "
+                     f"between attempts as 'other'")
     if s["problems"]:
         lines += ["", "PROBLEMS (files or tables not read; the rest is analysed)"]
         lines += [f"  {p['file']}: {p['reason']}" for p in s["problems"]]

@@ -1,5 +1,7 @@
 """Read the trace files of a run directory into plain tables: every file under RUN/traces/, where
-trace.writer puts one <kind>-<index>.h5 per worker (anything else found there is reported, not skipped).
+trace.writer puts one <kind>-<index>.h5 per worker and attempt (<kind>-<index>.attempt-N.h5 for a resumed
+run's attempt N: read as one trace, attempts one after the other). Anything else found there is
+reported, not skipped.
 
 Runs that crashed or were killed are the ones people debug, so reading never gives up on a run because of
 one bad file: a file that is not HDF5, is truncated, or is not an srl-hpc trace becomes a `Problem` naming
@@ -47,6 +49,7 @@ class WorkerTrace:
     tables: dict[str, Table]
     notes: list[str] = field(default_factory=list)  # data read but adjusted or incomplete
     handlers: tuple[str, ...] = ()  # the task handlers the run's graph put in this worker
+    attempts: int = 1  # a resumed run: its attempts' files read as one trace
 
     @property
     def kind(self) -> str:
@@ -88,11 +91,12 @@ def read_run(run_dir: str | Path) -> RunTrace:
     if not files:
         raise TraceError(f"{run_dir}: no trace files under {traces} (was the run started with monitor.trace off?)")
     workers, problems = [], []
-    for path in files:
+    for path in sorted(files, key=_attempt_of):
         worker, file_problems = read_file(path)
         problems += file_problems
         if worker is not None:
             workers.append(worker)
+    workers = _join_attempts(workers)
     if not workers:
         raise TraceError(f"{run_dir}: none of the {len(files)} trace files could be read:\n"
                          + "\n".join(f"  {p}" for p in problems))
@@ -102,6 +106,33 @@ def read_run(run_dir: str | Path) -> RunTrace:
     names = list(order)
     workers.sort(key=lambda w: (names.index(w.name) if w.name in names else len(names), w.name))
     return RunTrace(run_dir, workers, problems, _run_meta(run_dir))
+
+
+def _attempt_of(path: Path) -> tuple[int, str]:
+    """A resumed run's attempt N writes <worker>.attempt-N.h5; the first attempt <worker>.h5."""
+    found = re.search(r"\.attempt-(\d+)\.h5$", path.name)
+    return (int(found[1]) if found else 1, path.name)
+
+
+def _join_attempts(workers: list[WorkerTrace]) -> list[WorkerTrace]:
+    """One WorkerTrace per worker: the tables of a resumed run's attempts, one after the other."""
+    joined: dict[str, WorkerTrace] = {}
+    for w in workers:  # in attempt order
+        first = joined.get(w.name)
+        if first is None:
+            joined[w.name] = w
+            continue
+        for name, table in w.tables.items():
+            if name not in first.tables:
+                first.tables[name] = table
+            elif set(table) == set(first.tables[name]):
+                first.tables[name] = {k: np.concatenate([first.tables[name][k], table[k]]) for k in table}
+            else:
+                first.notes.append(f"table {name!r} of {w.path.name} has other fields than the first attempt's: "
+                                   f"left out")
+        first.notes += w.notes
+        first.attempts += 1
+    return list(joined.values())
 
 
 def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
