@@ -7,7 +7,6 @@ in their own session (Ctrl-C reaches only this launcher, which stops them in ord
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -17,14 +16,12 @@ import threading
 import time
 from pathlib import Path
 
-import zmq
-
 from launcher.runs import tail
 from srl_hpc import config, graph as wiring
 from srl_hpc.rundir import RunDir
-from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.inference import remove_segment, shm_name
-from srl_hpc.streams.security import secure_context
+from srl_hpc.streams import control, endpoints
+from srl_hpc.streams.inference import remove_run_segments
+from srl_hpc.supervisor import describe_exit, die_with_parent
 
 REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
 GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL
@@ -64,10 +61,6 @@ def _mem_available_mb() -> int:
     raise OSError("no MemAvailable in /proc/meminfo")
 
 
-def _die_with_parent():
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def run(exp, run: RunDir, out=sys.stdout) -> int:
     """Run the experiment to its end; returns the exit code (0 success, 1 failure, 130/143 interrupted)."""
     names = wiring.build(exp).names
@@ -79,7 +72,7 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run.root), "--task-id", str(task_id)],
             stdout=subprocess.PIPE if is_controller else log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
         if is_controller:
             threading.Thread(target=_tee, args=(procs[name].stdout, out, log), daemon=True).start()
         else:
@@ -103,7 +96,7 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
 
     if crashed:
         name, code = crashed
-        print(f"worker {name} {_describe_exit(code)}; last lines of {run.log(name)}:\n{tail(run.log(name))}",
+        print(f"worker {name} {describe_exit(code)}; last lines of {run.log(name)}:\n{tail(run.log(name))}",
               file=out, flush=True)
         return 1
     code = procs[wiring.CONTROLLER].returncode
@@ -131,16 +124,8 @@ def _report_to_controller(run: RunDir, worker: str, error: str, curve: bool) -> 
         entry = json.loads(run.rendezvous_entry(wiring.CONTROLLER).read_text())
     except (OSError, ValueError):
         return False
-    ctx = zmq.Context()
-    if curve:  # the controller's port takes only the run's own keys
-        secure_context(ctx, run)
-    try:
-        sock = ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 2000)
-        sock.connect(endpoints.address({wiring.CONTROLLER: entry}, wiring.CONTROLLER, endpoints.EVENTS))
-        sock.send_multipart(wire.pack("failed", {"worker": worker, "error": error}))
-    finally:
-        ctx.destroy(linger=2000)
+    address = endpoints.address({wiring.CONTROLLER: entry}, wiring.CONTROLLER, endpoints.EVENTS)
+    control.send_once(run, curve, address, "failed", {"worker": worker, "error": error})
     return True
 
 
@@ -155,7 +140,7 @@ def _watch(procs, run: RunDir, curve: bool) -> tuple[str, int] | None:
                 crashed = (name, code)
                 # A worker that raised has told the controller itself; one that was killed cannot, so the
                 # launcher tells it. The controller then stops the run (failed) without waiting for it.
-                told = _report_to_controller(run, name, f"process {_describe_exit(code)}", curve)
+                told = _report_to_controller(run, name, f"process {describe_exit(code)}", curve)
                 signalled_at = time.monotonic() + (REPORT_WAIT if told else 0.0)
         if signalled_at is not None and time.monotonic() >= signalled_at:
             _signal_all(procs, signal.SIGTERM)
@@ -176,8 +161,7 @@ def _wind_down(procs, run: RunDir) -> None:
     _signal_all(procs, signal.SIGKILL)
     for p in procs.values():
         p.wait()
-    for name in procs:  # shared memory a worker killed mid-run could not remove itself
-        remove_segment(shm_name(run.root, name))
+    remove_run_segments(run.root)  # shared memory a worker killed mid-run could not remove itself
 
 
 def _signal_all(procs, sig) -> None:
@@ -193,12 +177,6 @@ def _tee(pipe, out, log) -> None:
         log.write(line)
         log.flush()
     log.close()
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
 
 
 def _summary(run: RunDir) -> dict:

@@ -5,7 +5,8 @@
     RUN/metrics.csv           one row per progress line
     RUN/workers.json          where each worker ran (host, node, ports, pid)
     RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
-    RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N)
+    RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N,
+                              <worker>[.attempt-N].restart-K.h5 from a restarted worker's K-th replacement)
     RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically
@@ -63,8 +64,8 @@ class RunDir:
     def traces(self) -> Path:
         return self.root / "traces"
 
-    def trace(self, worker: str, attempt: int = 1) -> Path:
-        suffix = "" if attempt == 1 else f".attempt-{attempt}"
+    def trace(self, worker: str, attempt: int = 1, incarnation: int = 0) -> Path:
+        suffix = ("" if attempt == 1 else f".attempt-{attempt}") + (f".restart-{incarnation}" if incarnation else "")
         return self.traces / f"{file_stem(worker)}{suffix}.h5"
 
     @property

@@ -5,6 +5,8 @@ Task N hosts worker N of the run's graph (srl_hpc.graph). The worker owns what e
 the ZMQ context, the control channel to the controller (heartbeats up, commands down), the trace, the
 signals and the main loop; its task handlers (srl_hpc.handlers) do the rest. Under Slurm the task id
 defaults to SLURM_PROCID and rendezvous goes through MPI; locally through files in the run directory.
+A restartable worker (an actor) runs as the child of a supervisor in its task's process
+(srl_hpc.supervisor), which does the rendezvous and replaces the worker if it dies or hangs.
 """
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ import zmq
 from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
-from srl_hpc.streams.security import secure_context
+from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
 from srl_hpc.streams.control import ControlClient
+from srl_hpc.supervisor import ChildLink, Supervisor, restart_budget
 from srl_hpc.trace.writer import TraceWriter
 
 HEARTBEAT_INTERVAL = 1.0
@@ -49,7 +52,8 @@ def process_age() -> float:
 
 
 class Worker:
-    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, local_rank: int = 0):
+    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, local_rank: int = 0, incarnation: int = 0,
+                 link: ChildLink | None = None):
         self.exp = exp
         self.graph = graph
         self.name = name
@@ -57,11 +61,13 @@ class Worker:
         self.run_dir = RunDir(run_dir)
         self.local_rank = local_rank
         self.attempt = self.run_dir.attempt  # > 1: a resumed run (the trainer loads its checkpoint)
-        self.seed = exp.seed + 1_000 * (self.attempt - 1)  # a resumed attempt draws new episodes
-        self.ctx = zmq.Context()
-        if exp.curve:  # before any socket: every one of them speaks CURVE with the run's keys
-            secure_context(self.ctx, self.run_dir)
-        self.trace = TraceWriter(self.run_dir.trace(name, self.attempt), name, enabled=exp.monitor.trace)
+        self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.supervisor)
+        self.link = link
+        # a resumed attempt and a replacement draw new episodes
+        self.seed = exp.seed + 1_000 * (self.attempt - 1) + 1_000_000 * incarnation
+        # every socket speaks CURVE with the run's keys (or none does: curve false, for a benchmark)
+        self.ctx = PrivateContext(self.run_dir) if exp.curve else zmq.Context()
+        self.trace = TraceWriter(self.run_dir.trace(name, self.attempt, incarnation), name, enabled=exp.monitor.trace)
         self.stop_requested = False
         self.finish_requested = False  # the controller's second phase: sample consumers may end
         self.control: ControlClient | None = None
@@ -150,9 +156,13 @@ class Worker:
                 depths.update(handler.queue_depths())
             self.trace.record("heartbeat", rss_mb=rss_mb(), **depths)
             self.send_event("heartbeat", self.stats())
+            if self.link is not None:
+                self.link.beat()
 
     def stats(self) -> dict:
-        merged = {}
+        merged = {"incarnation": self.incarnation}  # the controller keeps a lost incarnation's counters
+        if isinstance(self.ctx, PrivateContext):
+            merged["handshakes_refused"] = self.ctx.handshakes_refused()
         for handler in self.handlers.values():
             merged.update(handler.stats())
         return merged
@@ -162,9 +172,13 @@ class Worker:
             self.control.send(kind, {"worker": self.name, **meta})
 
     def report_failure(self, exc: BaseException) -> None:
-        """Tell the controller which worker failed and why (best effort: it may be the controller that is gone)."""
+        """Tell the controller which worker failed and why (best effort: it may be the controller that is gone).
+        A supervised worker tells its supervisor, which replaces it or reports it failed."""
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        self.send_event("failed", {"error": error, "traceback": traceback.format_exc()[-4000:]})
+        if self.link is not None:
+            self.link.report_error(error)
+        else:
+            self.send_event("failed", {"error": error, "traceback": traceback.format_exc()[-4000:]})
 
     def _poll_forever(self, handler) -> None:
         try:
@@ -180,6 +194,10 @@ def main(argv=None) -> int:
     parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
     parser.add_argument("--log-dir", type=Path, help="send this worker's output to LOG_DIR/<worker>.log")
+    child = parser.add_argument_group("a supervised worker (started by srl_hpc.supervisor, not by hand)")
+    child.add_argument("--supervised", metavar="UP,DOWN", help="the pipe fds to its supervisor")
+    child.add_argument("--incarnation", type=int, default=0)
+    child.add_argument("--local-rank", type=int, default=0)
     args = parser.parse_args(argv)
     task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
 
@@ -189,16 +207,25 @@ def main(argv=None) -> int:
     name = graph.names[task_id]
     if args.log_dir:
         _redirect_output(RunDir(args.run_dir).log(name))
-    if run_dir.attempt > 1:  # attempts of a resumed run follow each other in one log
+    if run_dir.attempt > 1 and not args.supervised:  # attempts of a resumed run follow each other in one log
         print(f"==== attempt {run_dir.attempt}", flush=True)
+    if args.incarnation:  # so do a restarted worker's incarnations
+        print(f"==== restart {args.incarnation}", flush=True)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 
-    rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
+    if args.supervised:
+        rendezvous = ChildLink(args.supervised, local=args.rendezvous == "file", local_rank=args.local_rank)
+    else:
+        rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
+        budget = restart_budget(exp, name)
+        if budget is not None:
+            return Supervisor(exp, run_dir, task_id, name, rendezvous, budget).run()
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank)
+    worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank, incarnation=args.incarnation,
+                    link=rendezvous if args.supervised else None)
     try:
         ports = worker.bind()
         worker.record_startup()

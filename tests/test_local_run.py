@@ -11,6 +11,7 @@ import pytest
 import zmq
 
 from conftest import ROOT, script
+from srl_hpc.streams.inference import shm_name
 
 SHORT = """\
 name: short
@@ -244,6 +245,7 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_malformed_frames_are
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed_workers"] == {} and summary["no_final_report"] == []
     assert summary["counters"]["malformed_dropped"] == sent  # the insider's, each dropped; none of the stranger's
+    assert summary["counters"]["handshakes_refused"] >= len(kept)  # the stranger's, on every port it tried
     assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
     keys = run_dir / "keys" / "run.key"
     assert oct(keys.stat().st_mode & 0o777) == "0o600" and oct(keys.parent.stat().st_mode & 0o777) == "0o700"
@@ -363,3 +365,50 @@ def test_validate_reports_key_and_line(tmp_path):
     assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
     proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)
+
+
+def child_pid(run_dir, worker):
+    """The pid of the process that runs `worker` now (its rendezvous entry names the first incarnation)."""
+    return json.loads((run_dir / "rendezvous" / f"{worker.replace('/', '-')}.json").read_text())["pid"]
+
+
+def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
+                             str(run_dir), "--set", "monitor.heartbeat_timeout=20", "--set", "monitor.status_interval=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+
+    def read_until(text):
+        for line in proc.stdout:
+            lines.append(line)
+            if text in line:
+                return
+        raise AssertionError(f"the run ended before printing {text!r}:\n{''.join(lines)}")
+
+    read_until("| sample")
+    killed, hung = child_pid(run_dir, "actor/0"), child_pid(run_dir, "actor/1")
+    os.kill(killed, signal.SIGKILL)
+    read_until("actor/0 is back (replacement 1)")
+    os.kill(hung, signal.SIGSTOP)  # alive, silent: its supervisor's heartbeat timeout (10 s here) finds it
+    read_until("actor/1 is back (replacement 1)")
+    out, _ = proc.communicate(timeout=600)
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out
+    assert "actor/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert "actor/1 sent no heartbeat for 10s (hung): restarting it (1 of 3)" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert {w: len(r) for w, r in summary["restarts"].items()} == {"actor/0": 1, "actor/1": 1}
+    assert all("back_after" in r[0] for r in summary["restarts"].values())
+    with open(run_dir / "metrics.csv", newline="") as f:
+        frames = [int(r["env_frames"]) for r in csv.DictReader(f)]
+    assert frames == sorted(frames)  # a replacement counts on from its predecessor's frames, not from zero
+    assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0
+    assert not (os.path.exists(f"/proc/{killed}") or os.path.exists(f"/proc/{hung}"))
+    run_segments = shm_name(run_dir, "actor/0").rsplit("actor-0", 1)[0]
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(run_segments)]  # the killed ones' too
+    assert sorted(p.name for p in (run_dir / "traces").glob("actor-*.h5")) == [
+        "actor-0.h5", "actor-0.restart-1.h5", "actor-1.h5", "actor-1.restart-1.h5"]
+    report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "restarted workers (each read as one trace): actor/0 x1, actor/1 x1" in report.stdout

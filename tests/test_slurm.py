@@ -1,5 +1,7 @@
 """Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -162,3 +164,17 @@ def test_a_job_requeued_by_scontrol_resumes(tmp_path):
     job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
     assert_resumed_to_the_end(run)
+
+
+def test_a_killed_actor_is_replaced_inside_its_slurm_task_and_the_job_reaches_its_target(tmp_path):
+    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
+                          overrides=["monitor.status_interval=1"])
+    wait_for(lambda: " version " in run.logs() and (run.run_dir / "workers.json").exists(), 120, "training under way")
+    victim = json.loads((run.run_dir / "workers.json").read_text())["actor/1"]["pid"]  # the worker, not its task
+    os.kill(victim, signal.SIGKILL)  # the local Slurm's nodes are this machine
+    assert run.wait(timeout=400) == "completed"
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert [r["error"] for r in summary["restarts"]["actor/1"]] == ["was killed by SIGKILL"]
+    assert "actor/1 is back (replacement 1)" in run.logs()
+    assert (run.run_dir / "traces" / "actor-1.restart-1.h5").exists()

@@ -149,10 +149,15 @@ class ActorConfig:
     # how observations reach the inference server: "shm" (shared memory, same node only), "zmq" (in the
     # messages), "auto" (shm when the server is on the same node)
     inference_transport: InferenceTransport = "auto"
+    # an actor that dies or hangs (no heartbeat for half of monitor.heartbeat_timeout) is replaced, at most
+    # this many times per actor; once more and the run stops (checkpoint kept), naming the actor and why
+    max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
         problems = [(k, f"must be >= 1, got {getattr(self, k)}")
                     for k in ("count", "ring_size", "inference_splits", "segment_length") if getattr(self, k) < 1]
+        if self.max_restarts < 0:
+            problems.append(("max_restarts", f"must be >= 0, got {self.max_restarts}"))
         if not problems and self.ring_size % self.inference_splits:
             problems.append(("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
         return problems
@@ -258,7 +263,7 @@ class StopConfig:
 @dataclass(frozen=True)
 class MonitorConfig:
     status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
-    heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops
+    heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops (a hung actor is replaced at half)
     trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
 
     def check(self) -> list[tuple[str, str]]:

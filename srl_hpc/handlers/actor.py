@@ -144,7 +144,7 @@ class ActorHandler(Handler):
             return InferenceClient(sock)
         obs = self.groups[0].obs
         return ShmInferenceClient(sock, len(self.groups), len(obs), obs.shape[1:], obs.dtype, self.spec.reply,
-                                  name=shm_name(self.worker.run_dir.root, self.name))
+                                  name=shm_name(self.worker.run_dir.root, self.name, self.worker.incarnation))
 
     def close(self):
         if isinstance(getattr(self, "inference", None), ShmInferenceClient):

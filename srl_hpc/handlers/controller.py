@@ -4,8 +4,9 @@ Every worker pushes heartbeats (cumulative counters), a "failed" event if it cra
 report when it ends. The controller stops the run on a stop condition, a failed or silent worker, or
 SIGTERM. Stopping is two phases, read off the graph: "stop" (every worker ends, except those that drain a
 sample stream: they checkpoint and keep receiving) and, once the drainers have received every frame that
-was sent, "finish". Counters are summed by name over all workers, whatever their kind.
-The outcome goes to RUN/summary.json; progress rows to RUN/metrics.csv.
+was sent, "finish". Counters are summed by name over all workers, whatever their kind, and over every
+incarnation of a worker that was replaced (its supervisor says "restarting"; the replacement's counters
+start again from zero). The outcome goes to RUN/summary.json; progress rows to RUN/metrics.csv.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from srl_hpc.streams.control import ControlServer
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 PING_INTERVAL = 1.0
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
+
+NOT_COUNTS = {"version", "policy_version", "incarnation"}  # numbers in a report that are states, not counts
 
 METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
                    "mean_return", "policy_version", "policy_lag", "frames_dropped", "malformed_dropped")
@@ -40,6 +43,8 @@ class ControllerHandler(Handler):
         self.last_seen: dict[str, float] = {}
         self.finals: set[str] = set()
         self.failed: dict[str, str] = {}  # worker -> error
+        self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
+        self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
         self.lag_sum = self.lag_count = 0
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
@@ -146,16 +151,34 @@ class ControllerHandler(Handler):
             if msg.kind == "failed":
                 self.failed.setdefault(worker, msg.meta["error"])
                 self.finals.add(worker)
+            elif msg.kind == "restarting":
+                self._restarting(worker, msg.meta["error"])
             else:
                 for ret, _length in msg.meta.pop("returns", []):
                     self.returns.append(ret)
                     self.episodes += 1
                 self.lag_sum += msg.meta.pop("lag_sum", 0)
                 self.lag_count += msg.meta.pop("lag_count", 0)
+                self._retire_if_replaced(worker, msg.meta)
                 self.latest[worker] = msg.meta
                 if msg.kind == "final":
                     self.finals.add(worker)
             msg = self.control.next_event(0)
+
+    def _restarting(self, worker: str, error: str) -> None:
+        self.restarts.setdefault(worker, []).append({"error": error, "at": round(self._elapsed(time.monotonic()), 2)})
+        self._print(f"{worker} {error}: restarting it ({len(self.restarts[worker])} of "
+                    f"{self.exp.workers.actor.max_restarts})")
+
+    def _retire_if_replaced(self, worker: str, meta: dict) -> None:
+        """The first report of a replacement: its predecessor's counters stay in the run's totals."""
+        previous = self.latest.get(worker)
+        if previous is None or meta.get("incarnation", 0) <= previous.get("incarnation", 0):
+            return
+        self.retired.update(_counts(previous))
+        for restart in self.restarts.get(worker, [])[-1:]:
+            restart["back_after"] = round(self._elapsed(time.monotonic()) - restart["at"], 2)
+            self._print(f"{worker} is back (replacement {meta['incarnation']}) after {restart['back_after']:.1f}s")
 
     # ------------------------------------------------------------------------------------------- stopping
     def _stop(self) -> dict:
@@ -190,8 +213,8 @@ class ControllerHandler(Handler):
                    "env_frames": frames,
                    "episodes": self.episodes, "mean_return": self._mean_return(),
                    "policy_version": self._version(), **accounting,
-                   "failed_workers": self.failed,
-                   "counters": {**self._counters(), "malformed_dropped": self._malformed()}}
+                   "failed_workers": self.failed, "restarts": self.restarts,
+                   "counters": {**self._counters(), **self._refused_or_dropped()}}
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2))
@@ -205,13 +228,19 @@ class ControllerHandler(Handler):
 
     # ------------------------------------------------------------------------------------------- reporting
     def _sum(self, key: str) -> int:
-        return sum(m.get(key, 0) for m in self.latest.values())
+        return sum(m.get(key, 0) for m in self.latest.values()) + self.retired.get(key, 0)
 
     def _counters(self) -> dict[str, float]:
         """Every numeric counter any worker reports, summed over workers (what a handler counts reaches the
         summary without the controller knowing its name)."""
-        keys = {k for m in self.latest.values() for k, v in m.items() if isinstance(v, (int, float))}
-        return {k: self._sum(k) for k in sorted(keys - {"version", "policy_version"})}
+        keys = {k for m in self.latest.values() for k in _counts(m)} | set(self.retired)
+        return {k: self._sum(k) for k in sorted(keys)}
+
+    def _refused_or_dropped(self) -> dict[str, int]:
+        """What the run's ports kept out, the controller's own ports included."""
+        own = self.worker.stats().get("handshakes_refused")
+        refused = {} if own is None else {"handshakes_refused": self._sum("handshakes_refused") + own}
+        return {"malformed_dropped": self._malformed(), **refused}
 
     def _malformed(self) -> int:
         """Foreign or damaged messages dropped by any worker's receiving sockets, the controller's included."""
@@ -250,3 +279,8 @@ class ControllerHandler(Handler):
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
+
+
+def _counts(meta: dict) -> dict[str, float]:
+    """The cumulative counters of one worker's report."""
+    return {k: v for k, v in meta.items() if isinstance(v, (int, float)) and k not in NOT_COUNTS}

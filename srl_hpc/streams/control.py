@@ -1,16 +1,20 @@
 """The control channel between the controller and every worker: events up, commands down.
 
 Workers PUSH events (heartbeats with their counters, "failed", "final") to the controller's PULL; the
-controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBscribes to.
+controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBscribes to. A worker's
+supervisor (srl_hpc.supervisor) or the local launcher speaks for a worker that cannot: "restarting" (it
+died or hung and is being replaced) and "failed" (it died and will not be).
 """
 from __future__ import annotations
 
 import zmq
 
+from srl_hpc.rundir import RunDir
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.security import secure_context
 
-
-EVENT_KINDS = ("heartbeat", "failed", "final")
+EVENT_KINDS = ("heartbeat", "failed", "final", "restarting")
+WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]
 
 
 class ControlServer:
@@ -44,7 +48,7 @@ class ControlServer:
                 self.malformed += 1
                 continue
             if msg.kind in EVENT_KINDS and msg.meta.get("worker") in self.workers and \
-                    (msg.kind != "failed" or isinstance(msg.meta.get("error"), str)):
+                    (msg.kind not in WITH_ERROR or isinstance(msg.meta.get("error"), str)):
                 return msg
             self.malformed += 1
 
@@ -70,3 +74,17 @@ class ControlClient:
                 commands.append(wire.unpack(self.commands.recv_multipart(zmq.NOBLOCK)).kind)
             except zmq.Again:
                 return commands
+
+
+def send_once(run: RunDir, curve: bool, address: str, kind: str, meta: dict) -> None:
+    """One event to the controller at `address` from outside a worker (a supervisor, the local launcher)."""
+    ctx = zmq.Context()
+    if curve:  # the controller's port takes only the run's own keys
+        secure_context(ctx, run)
+    try:
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(address)
+        sock.send_multipart(wire.pack(kind, meta))
+    finally:
+        ctx.destroy(linger=2000)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import zmq
 
+from srl_hpc.streams.security import PrivateContext
+
 EVENTS = "events"        # controller PULL: heartbeats, stats, failures from every worker
 COMMANDS = "commands"    # controller PUB: stop / finish broadcasts
 DDP = "ddp"  # trainer/0's torch.distributed TCPStore, when there are several trainers
@@ -25,7 +27,9 @@ def same_node(table: dict, a: str, b: str) -> bool:
 
 def bind(sock: zmq.Socket) -> int:
     """Bind on a free port of every interface; returns the port. A socket of a CURVE context (every run's:
-    srl_hpc.streams.security) serves with the run's key."""
+    srl_hpc.streams.security) serves with the run's key, and a worker's context counts what it refuses."""
     if sock.mechanism == zmq.CURVE:
         sock.curve_server = True
+        if isinstance(sock.context, PrivateContext):
+            sock.context.watch(sock)
     return sock.bind_to_random_port("tcp://*")

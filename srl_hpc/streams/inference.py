@@ -18,6 +18,7 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
@@ -234,10 +235,22 @@ def _aligned(n: int, to: int = 64) -> int:
 SHM_PREFIX = "srl-"
 
 
-def shm_name(run_dir, worker: str) -> str:
-    """A segment name tied to the run and worker, so a launcher can remove what a killed actor left."""
-    digest = hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
-    return f"{SHM_PREFIX}{digest}-{worker.replace('/', '-')}"
+def shm_name(run_dir, worker: str, incarnation: int = 0) -> str:
+    """A segment name tied to the run, worker and incarnation (a restarted actor's segment is a new one: a
+    policy worker still holds the old one mapped), so that what a killed actor left can be removed."""
+    restart = f"-r{incarnation}" if incarnation else ""
+    return f"{_run_prefix(run_dir)}{worker.replace('/', '-')}{restart}"
+
+
+def _run_prefix(run_dir) -> str:
+    return f"{SHM_PREFIX}{hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]}-"
+
+
+def remove_run_segments(run_dir) -> list[str]:
+    """Unlink every segment the run's actors left (killed ones cannot remove their own); returns their names."""
+    shm_dir = Path("/dev/shm")
+    names = [p.name for p in shm_dir.glob(f"{_run_prefix(run_dir)}*")] if shm_dir.is_dir() else []
+    return [name for name in names if remove_segment(name)]
 
 
 def remove_segment(name: str) -> bool:

@@ -356,6 +356,7 @@ def summarize(run: RunTrace) -> dict:
         "no_final_report": summary.get("no_final_report", []),  # workers that died: traces end at their last flush
         "traced_seconds": max(ends) if ends else 0.0,
         "attempts": max((w.attempts for w in run.workers), default=1),  # a resumed run's spans hold the gaps
+        "restarts": {w.name: w.restarts for w in run.workers if w.restarts},  # replaced workers, read as one each
         "workers": [{"name": w.name, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
                      "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}
                     for w in run.workers],

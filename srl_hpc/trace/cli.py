@@ -69,6 +69,9 @@ def format_summary(s: dict) -> str:
     if s["attempts"] > 1:
         lines.append(f"  {s['attempts']} attempts (a resumed run), read as one: time shares count the gaps "
                      f"between attempts as 'other'")
+    if s["restarts"]:
+        lines.append("  restarted workers (each read as one trace): "
+                     + ", ".join(f"{name} x{n}" for name, n in s["restarts"].items()))
     if s["problems"]:
         lines += ["", "PROBLEMS (files or tables not read; the rest is analysed)"]
         lines += [f"  {p['file']}: {p['reason']}" for p in s["problems"]]

@@ -1,6 +1,7 @@
 """Read the trace files of a run directory into plain tables: every file under RUN/traces/, where
 trace.writer puts one <kind>-<index>.h5 per worker and attempt (<kind>-<index>.attempt-N.h5 for a resumed
-run's attempt N: read as one trace, attempts one after the other). Anything else found there is
+run's attempt N, .restart-K added by a restarted worker's K-th replacement: read as one trace, one file
+after the other). Anything else found there is
 reported, not skipped.
 
 Runs that crashed or were killed are the ones people debug, so reading never gives up on a run because of
@@ -50,6 +51,7 @@ class WorkerTrace:
     notes: list[str] = field(default_factory=list)  # data read but adjusted or incomplete
     handlers: tuple[str, ...] = ()  # the task handlers the run's graph put in this worker
     attempts: int = 1  # a resumed run: its attempts' files read as one trace
+    restarts: int = 0  # a restarted worker: its replacements' files, read as the same trace
 
     @property
     def kind(self) -> str:
@@ -108,14 +110,17 @@ def read_run(run_dir: str | Path) -> RunTrace:
     return RunTrace(run_dir, workers, problems, _run_meta(run_dir))
 
 
-def _attempt_of(path: Path) -> tuple[int, str]:
-    """A resumed run's attempt N writes <worker>.attempt-N.h5; the first attempt <worker>.h5."""
-    found = re.search(r"\.attempt-(\d+)\.h5$", path.name)
-    return (int(found[1]) if found else 1, path.name)
+def _attempt_of(path: Path) -> tuple[int, int, str]:
+    """A resumed run's attempt N writes <worker>.attempt-N.h5 (the first attempt <worker>.h5); the K-th
+    replacement of a restarted worker adds .restart-K. Sorted by (attempt, restart): time order."""
+    attempt = re.search(r"\.attempt-(\d+)(\.restart-\d+)?\.h5$", path.name)
+    restart = re.search(r"\.restart-(\d+)\.h5$", path.name)
+    return (int(attempt[1]) if attempt else 1, int(restart[1]) if restart else 0, path.name)
 
 
 def _join_attempts(workers: list[WorkerTrace]) -> list[WorkerTrace]:
-    """One WorkerTrace per worker: the tables of a resumed run's attempts, one after the other."""
+    """One WorkerTrace per worker: the tables of a resumed run's attempts (and of a restarted worker's
+    incarnations), one after the other."""
     joined: dict[str, WorkerTrace] = {}
     for w in workers:  # in attempt order
         first = joined.get(w.name)
@@ -131,7 +136,10 @@ def _join_attempts(workers: list[WorkerTrace]) -> list[WorkerTrace]:
                 first.notes.append(f"table {name!r} of {w.path.name} has other fields than the first attempt's: "
                                    f"left out")
         first.notes += w.notes
-        first.attempts += 1
+        if _attempt_of(w.path)[1]:
+            first.restarts += 1
+        else:
+            first.attempts += 1
     return list(joined.values())
 
 
