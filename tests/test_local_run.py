@@ -254,10 +254,12 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_malformed_frames_are
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
-    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)],
+    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir),
+                           "--set", "workers.actor.max_restarts=1"],  # replaced once, crashes again: the run fails
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "RuntimeError: CrashAfter env crashed on purpose" in proc.stdout
+    assert "(restart budget of 1 spent)" in proc.stdout
     assert "actor/" in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["reason"].startswith("worker actor/")  # not the wall time

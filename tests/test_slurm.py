@@ -84,7 +84,7 @@ def test_status_and_cancel_a_running_job(tmp_path):
 def test_a_failing_worker_fails_the_job_and_status_names_it(tmp_path):
     exp = experiment(tmp_path, name="crash", env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 200}", wall_time=120)
     run_dir = tmp_path / "run"
-    proc = srl(exp, "--slurm", "--follow", "--run-dir", run_dir)
+    proc = srl(exp, "--slurm", "--follow", "--run-dir", run_dir, "--set", "workers.actor.max_restarts=1")
     assert proc.returncode == 1
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
     assert slurm.job_state(job_id)[0] == "failed"
