@@ -79,14 +79,14 @@ class ChildLink:
 
 
 class Supervisor:
-    def __init__(self, exp, run_dir: RunDir, task_id: int, name: str, rendezvous, budget: int):
+    def __init__(self, exp, names: list[str], run_dir: RunDir, task_id: int, rendezvous, budget: int):
         self.exp = exp
+        self.names = names  # every worker of the run's graph, in task order
         self.run_dir = run_dir
         self.task_id = task_id
-        self.name = name
+        self.name = names[task_id]
         self.rendezvous = rendezvous
         self.budget = budget
-        self.names = wiring.build(exp).names
         self.hang_timeout = exp.monitor.heartbeat_timeout / 2  # the controller, at the full timeout, is later
         self.table: dict | None = None
         self.child: subprocess.Popen | None = None

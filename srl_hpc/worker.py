@@ -220,7 +220,7 @@ def main(argv=None) -> int:
         rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
         budget = restart_budget(exp, name)
         if budget is not None:
-            return Supervisor(exp, run_dir, task_id, name, rendezvous, budget).run()
+            return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
