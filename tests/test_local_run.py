@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 import zmq
 
+from hypothesis import strategies as st
+
 from conftest import ROOT, script
+from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
+from srl_hpc.streams import wire
 from srl_hpc.streams.inference import shm_name
+from srl_hpc.streams.layout import number
 
 SHORT = """\
 name: short
@@ -184,55 +189,108 @@ def test_a_users_algorithm_by_dotted_path(tmp_path):
         assert "policy_loss" in f["train_step"] and "clip_fraction" not in f["train_step"]
 
 
-def foreign_frames(rng, n):
-    """Messages no worker of a run sends: damaged headers, foreign kinds, bad arrays, random bytes."""
-    shapes = ([-1], [3, 4], [1 << 40], [])
-    for i in range(n):
-        choice = i % 5
-        if choice == 0:
-            yield [rng.bytes(int(rng.integers(0, 64)))]
-        elif choice == 1:
-            yield [b'{"k": "segment", "m": {"actor": "actor/9"}, "a": [["obs", "|O", [1]]]}', b"\0" * 8]
-        elif choice == 2:
-            shape = shapes[i % len(shapes)]
-            yield [json.dumps({"k": "infer", "m": {"group": 0}, "a": [["obs", "<f4", shape]]}).encode(), b"\0" * 16]
-        elif choice == 3:
-            yield [json.dumps({"k": "heartbeat", "m": {"worker": "intruder/0", "env_frames": 10 ** 12}, "a": []}).encode()]
-        else:
-            yield [json.dumps({"k": "segment", "m": {}, "a": []}).encode(), rng.bytes(8)]
+def fuzz_ports(run_dir) -> dict[str, Port]:
+    """A valid message for every kind of inbound port of a CartPole run (each checked against the receivers'
+    own layouts below, so that a defect is the only thing wrong with a fuzzed one), and what each refuses."""
+    from srl_hpc.algorithms import spec
+    from srl_hpc.config import loader
+    from srl_hpc.graph import build
+    from srl_hpc.handlers.actor import BASE_FIELDS, segment_layout
+    from srl_hpc.handlers.buffer import priorities_layout, replay_layout
+    from srl_hpc.streams.control import is_event
+
+    exp = loader.load(run_dir / "experiment.yaml")
+    graph, algorithm, T = build(exp), spec(exp.algorithm), exp.workers.actor.segment_length
+    actors, buffers = [w.name for w in graph.hosts("actor")], [w.name for w in graph.hosts("buffer")]
+    dtypes = {"obs": "<f4", "actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
+              "next_values": "<f4", "terminated": "|b1", **dict(algorithm.reply)}
+    segment = wire.Message("segment", {"actor": actors[0], "group": 0, "frames": 64},
+                           {k: np.zeros((2, T, 4) if k == "obs" else (2, T), dtypes[k]) for k in BASE_FIELDS + algorithm.segment})
+    assert segment_layout(algorithm, (4,), 2, T, actors).accepts(segment)
+    actions_refused = {"actions": st.sampled_from([2, -1, 2 ** 62])}
+    ports = {
+        "events": Port(wire.Message("heartbeat", {"worker": actors[0], "env_frames": 1, "returns": [[10.0, 10]]}),
+                       {"worker": not_in(graph.names), "env_frames": not_a_number(), "returns": JSON.filter(
+                           lambda v: not (isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and
+                                                                      all(map(number, p)) for p in v)))},
+                       required=("worker",)),
+        "samples": Port(segment, {"actor": not_in(actors), "group": not_a_count(), "frames": not_a_count()},
+                        fixed_dtypes=tuple(k for k in segment.arrays if k != "obs"),
+                        out_of_range={**actions_refused, "versions": st.integers(-2 ** 62, -1)}),
+        "inference": Port(wire.Message("infer", {"group": 0, **algorithm.explore(exp.algorithm, 0, 1)},
+                                       {"obs": np.zeros((2, 4), np.float32)}),
+                          {k: not_a_count() if k == "group" else not_a_number()
+                           for k in ("group", *algorithm.explore(exp.algorithm, 0, 1))}),
+    }
+    assert is_event(ports["events"].template.kind, ports["events"].template.meta, graph.names)
+    if buffers:
+        replay = wire.Message("replay", {"buffer": buffers[0]}, {
+            "obs": np.zeros((2, 4), np.float32), "next_obs": np.zeros((2, 4), np.float32),
+            "actions": np.zeros(2, np.int64), "returns": np.zeros(2, np.float32), "discounts": np.ones(2, np.float32),
+            "weights": np.ones(2, np.float32), "indices": np.zeros(2, np.int64)})
+        assert replay_layout((4,), 2, buffers).accepts(replay)
+        ports["replay"] = Port(replay, {"buffer": not_in(buffers)}, fixed_dtypes=tuple(k for k in replay.arrays if "obs" not in k),
+                               out_of_range=actions_refused)
+        priorities = wire.Message("priorities", {}, {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)})
+        capacity = exp.algorithm.replay_capacity
+        assert priorities_layout(capacity).accepts(priorities)
+        ports["priorities"] = Port(priorities, {}, fixed_dtypes=("indices",),
+                                   out_of_range={"indices": st.sampled_from([-1, capacity, 2 ** 62])})
+    return ports
 
 
-def send_foreign_frames(table, n, ctx) -> tuple[int, list]:
-    """n foreign messages to every port of a run that takes messages in (loopback only); returns how many,
-    and the sockets, to keep open (a socket closed early drops what it has not delivered yet)."""
-    rng, sent, sockets = np.random.default_rng(0), 0, []
+def send_to_every_port(table, messages, ctx, timeout_ms: int) -> tuple[int, list]:
+    """messages[port name] to every port of that name in a run (loopback only); returns how many were
+    queued, and the sockets, to keep open (a socket closed early drops what it has not delivered yet). A
+    socket whose handshake was refused has no peer left and takes nothing more: its port is left there."""
+    sent, sockets = 0, []
     for entry in table.values():
         for port_name, port in entry["ports"].items():
-            if port_name not in ("events", "samples", "inference"):
+            if port_name not in messages:
                 continue  # the others are PUB sockets (nothing comes in) and torch's store
             sock = ctx.socket(zmq.DEALER if port_name == "inference" else zmq.PUSH)
             sockets.append(sock)
             sock.setsockopt(zmq.SNDHWM, 100_000)
+            sock.setsockopt(zmq.SNDTIMEO, timeout_ms)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(f"tcp://127.0.0.1:{port}")
-            for frames in foreign_frames(rng, n):
-                sock.send_multipart(frames)
+            for frames in messages[port_name]:
+                try:
+                    sock.send_multipart(frames)
+                except zmq.Again:
+                    break
                 sent += 1
     return sent, sockets
 
 
-def test_a_client_without_the_runs_keys_gets_nothing_in_and_malformed_frames_are_dropped_and_counted(tmp_path):
+FUZZED_PER_PORT = 10_000
+
+
+@pytest.mark.parametrize("experiment", ["ppo", "dqn"])
+def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dropped_and_counted(tmp_path, experiment):
     from srl_hpc.rundir import RunDir
     from srl_hpc.streams.security import secure_context
 
-    proc, run_dir, lines = start_long_run(tmp_path)  # training under way: every port is bound
+    # A trainer takes segments only as fast as it trains, and ZMQ takes turns between the actors' messages
+    # and the fuzzer's, so while training 10,000 fuzzed segments would take it minutes to go through:
+    # this run's trainers consume without training.
+    proc, run_dir, lines = start_long_run(tmp_path, "--set", "workers.trainer.train=false", trained=False,
+                                          experiment=ROOT / "experiments" / "cartpole_dqn.yaml" if experiment == "dqn"
+                                          else None)
     table = json.loads((run_dir / "workers.json").read_text())
+    ports = fuzz_ports(run_dir)
+    # hypothesis draws lists of 50: its cost is per example, and 10,000 examples per port would take minutes
+    fuzzed = {name: [m for batch in draw(st.lists(defects(port), min_size=50, max_size=50), FUZZED_PER_PORT // 50)
+                     for m in batch] for name, port in ports.items()}
+    assert all(len(messages) == FUZZED_PER_PORT for messages in fuzzed.values())
     stranger, insider = zmq.Context(), zmq.Context()
     secure_context(insider, RunDir(run_dir))  # a client holding the run's keys (as the run's owner would)
     try:
-        _, kept = send_foreign_frames(table, 1000, stranger)  # no keys: handshakes fail, nothing gets in
-        sent, kept_too = send_foreign_frames(table, 100, insider)  # the keys, but nothing a worker would send
+        _, kept = send_to_every_port(table, {name: m[:1000] for name, m in fuzzed.items()}, stranger, 1000)  # no keys
+        sent, kept_too = send_to_every_port(table, fuzzed, insider, 30_000)  # the keys, but nothing a worker would send
+        assert sent == FUZZED_PER_PORT * len(kept_too)  # every port took them all in
         for line in proc.stdout:  # until every one of them has been received and dropped (metrics.csv counts)
+            lines.append(line)
             with open(run_dir / "metrics.csv", newline="") as f:
                 if int(list(csv.DictReader(f))[-1]["malformed_dropped"]) >= sent:
                     break
@@ -243,10 +301,11 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_malformed_frames_are
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(lines) + out  # stopped by us, not by a crash
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["failed_workers"] == {} and summary["no_final_report"] == []
+    assert summary["failed_workers"] == {} and summary["no_final_report"] == [] and summary["restarts"] == {}
     assert summary["counters"]["malformed_dropped"] == sent  # the insider's, each dropped; none of the stranger's
     assert summary["counters"]["handshakes_refused"] >= len(kept)  # the stranger's, on every port it tried
-    assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert summary["frames_sent"] == summary["frames_received"]
+    assert summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
     keys = run_dir / "keys" / "run.key"
     assert oct(keys.stat().st_mode & 0o777) == "0o600" and oct(keys.parent.stat().st_mode & 0o777) == "0o700"
 
@@ -269,16 +328,19 @@ def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     assert alive == []
 
 
-def start_long_run(tmp_path, **settings):
-    """A local run of 300 s in the background, returned once training is visibly under way (the
-    nothing_left_running fixture stops it if the test does not)."""
+def start_long_run(tmp_path, *overrides, experiment=None, trained=True, **settings):
+    """A local run of 300 s in the background (the short CartPole PPO experiment, or `experiment`), returned
+    once samples flow and (if `trained`) a version is trained (the nothing_left_running fixture stops it if
+    the test does not)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([script("srl-launch"), str(write_experiment(tmp_path, wall_time=300, **settings)),
-                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    path = write_experiment(tmp_path, wall_time=300, **settings) if experiment is None else experiment
+    proc = subprocess.Popen([script("srl-launch"), str(path), "--run-dir", str(run_dir), "--set", "stop.wall_time=300",
+                             "--set", "stop.target_return=null", *overrides],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        if "| sample" in line and " version     0 " not in line:
+        if "| sample" in line and (" version     0 " not in line or not trained):
             break
     return proc, run_dir, lines
 

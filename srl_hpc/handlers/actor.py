@@ -19,9 +19,22 @@ from srl_hpc.envs.backends import make_env_group
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, wire
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
+from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
 from srl_hpc.streams.samples import SampleProducer
 
 BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
+STEP_DTYPES = {"actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
+               "next_values": "<f4", "terminated": "|b1"}  # per-step fields; reply fields add the algorithm's
+
+
+def segment_layout(algorithm_spec, obs_shape: tuple[int, ...], actions: int, segment_length: int,
+                   actors: list[str]) -> Layout:
+    """What a segment consumer accepts: exactly the segments RingGroup makes (any observation dtype: the env's)."""
+    dtypes = {**STEP_DTYPES, **dict(algorithm_spec.reply)}
+    arrays = {"obs": (None, (BATCH, segment_length, *obs_shape))}
+    arrays.update({k: (dtypes[k], (BATCH, segment_length)) for k in BASE_FIELDS[1:] + algorithm_spec.segment})
+    return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer()},
+                  values=lambda a: within("actions", 0, actions)(a) and within("versions", 0, 2 ** 62)(a))
 
 
 def segment_frames(segment: dict, frames_per_step: int) -> int:
@@ -59,8 +72,7 @@ class RingGroup:
 
     def _new_segment(self) -> dict[str, np.ndarray]:
         n, T = self.n, self.T
-        dtypes = {"actions": np.int64, "rewards": np.float32, "dones": bool, "valid": bool, "versions": np.int64,
-                  "next_values": np.float32, "terminated": bool, **self.reply_dtypes}
+        dtypes = {**STEP_DTYPES, **self.reply_dtypes}
         seg = {"obs": np.empty((n, T, *self.obs.shape[1:]), self.obs.dtype)}
         seg.update({k: np.empty((n, T), dtypes[k]) for k in self.fields if k != "obs"})
         return seg

@@ -21,13 +21,30 @@ import zmq
 from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
 from srl_hpc.algorithms import spec
-from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
+from srl_hpc.envs.backends import spaces
+from srl_hpc.handlers.actor import segment_frames, segment_layout
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.layout import BATCH, Layout, one_of, within
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
+
+
+def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str]) -> Layout:
+    """A sampled batch as a trainer accepts it (observations of the env's dtype, n-step fields, weights, indices)."""
+    obs = (None, (BATCH, *obs_shape))
+    return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH,)), "returns": ("<f4", (BATCH,)),
+                             "discounts": ("<f4", (BATCH,)), "weights": ("<f4", (BATCH,)),
+                             "indices": ("<i8", (BATCH,))},
+                  {"buffer": one_of(buffers)}, values=lambda a: within("actions", 0, actions)(a))
+
+
+def priorities_layout(capacity: int) -> Layout:
+    """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
+    return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
+                  values=within("indices", 0, capacity))
 
 
 class BufferHandler(Handler):
@@ -48,9 +65,12 @@ class BufferHandler(Handler):
         self.rng_seed = self.worker.seed * 7_919 + index
 
     def bind(self):
-        self.samples = SampleConsumer(self.worker.ctx, "segment", BASE_FIELDS + spec(self.exp.algorithm).segment,
-                                      ("actor", "group"))
-        self.priorities = SampleConsumer(self.worker.ctx, "priorities", ("indices", "priorities"), high_water_mark=16)
+        obs_space, action_space = spaces(self.exp.env)
+        actors = [w.name for w in self.graph.hosts("actor")]
+        self.samples = SampleConsumer(self.worker.ctx, segment_layout(
+            spec(self.exp.algorithm), obs_space.shape, action_space.n, self.exp.workers.actor.segment_length, actors))
+        self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
+                                         high_water_mark=16)
         return {"samples": self.samples.bind(), "priorities": self.priorities.bind()}
 
     def connect(self, table):
@@ -108,6 +128,10 @@ class BufferHandler(Handler):
     def _apply_priorities(self) -> None:
         msg = self.priorities.receive()
         while msg is not None:
+            if self.replay is None or int(msg.arrays["indices"].max()) >= len(self.replay):
+                self.priorities.malformed += 1  # not for an item this buffer has handed out
+                msg = self.priorities.receive()
+                continue
             self.replay.update_priorities(msg.arrays["indices"], msg.arrays["priorities"])
             self.priority_updates += len(msg.arrays["indices"])
             msg = self.priorities.receive()

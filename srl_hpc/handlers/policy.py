@@ -75,7 +75,8 @@ class PolicyHandler(Handler):
     def bind(self):
         if not self.active:
             return {}
-        self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys)
+        self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys,
+                                                 spec(self.exp.algorithm).reply)
         return {"inference": port}
 
     def connect(self, table):

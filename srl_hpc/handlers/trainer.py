@@ -29,7 +29,8 @@ from torch.nn.parallel import DistributedDataParallel
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames
+from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames, segment_layout
+from srl_hpc.handlers.buffer import replay_layout
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
 from srl_hpc.streams import endpoints, wire
@@ -138,7 +139,8 @@ class TrainerHandler(Handler):
         self.cfg = cfg
         self.index = self.graph.worker(self.name).index
         self.device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.model = build_model(exp, *spaces(exp.env)).to(self.device)
+        self.obs_space, self.action_space = spaces(exp.env)
+        self.model = build_model(exp, self.obs_space, self.action_space).to(self.device)
         self.spec = spec(exp.algorithm)
         self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
                                           total_frames=exp.stop.env_frames)
@@ -183,12 +185,15 @@ class TrainerHandler(Handler):
         ports = {}
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         if self.graph.served_by("replay", self.name):
-            self.consumer = SampleConsumer(self.worker.ctx, "replay", ("indices", "weights"), ("buffer",),
-                                           high_water_mark=2)
+            buffers = list(self.graph.served_by("replay", self.name).clients)
+            self.consumer = SampleConsumer(self.worker.ctx, replay_layout(self.obs_space.shape, self.action_space.n,
+                                                                          buffers), high_water_mark=2)
             ports["replay"] = self.consumer.bind()
             self.source = ReplayReceiver(self.consumer, prepare)
         else:
-            self.consumer = SampleConsumer(self.worker.ctx, "segment", BASE_FIELDS + self.spec.segment, ("actor",))
+            actors = [w.name for w in self.graph.hosts("actor")]
+            self.consumer = SampleConsumer(self.worker.ctx, segment_layout(
+                self.spec, self.obs_space.shape, self.action_space.n, self.exp.workers.actor.segment_length, actors))
             ports["samples"] = self.consumer.bind()
             self.source = BatchAssembler(self.consumer, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
                                          getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,

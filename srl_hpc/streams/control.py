@@ -11,10 +11,33 @@ import zmq
 
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.layout import number
 from srl_hpc.streams.security import secure_context
 
 EVENT_KINDS = ("heartbeat", "failed", "final", "restarting")
-WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]
+WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]; the others are reports
+
+
+def is_event(kind: str, meta: dict, workers) -> bool:
+    """An event a worker of this run sends: its name, then for "failed"/"restarting" texts only (the error,
+    a traceback); for reports (heartbeat, final) finite numbers only, besides the episodes' (return,
+    length) pairs and the named losses. The controller sums what reports carry: nothing else may get in."""
+    worker = meta.get("worker")
+    if kind not in EVENT_KINDS or not isinstance(worker, str) or worker not in workers:
+        return False
+    if kind in WITH_ERROR:
+        return "error" in meta and all(isinstance(v, str) for v in meta.values())
+    for key, value in meta.items():
+        if key == "returns":
+            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(number, p))
+                                                 for p in value)
+        elif key == "losses":  # (shown, never summed: a diverged loss is reported as it is)
+            ok = isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values())
+        else:
+            ok = key == "worker" or number(value)
+        if not ok:
+            return False
+    return True
 
 
 class ControlServer:
@@ -47,8 +70,7 @@ class ControlServer:
             except wire.WireError:
                 self.malformed += 1
                 continue
-            if msg.kind in EVENT_KINDS and msg.meta.get("worker") in self.workers and \
-                    (msg.kind not in WITH_ERROR or isinstance(msg.meta.get("error"), str)):
+            if is_event(msg.kind, msg.meta, self.workers):
                 return msg
             self.malformed += 1
 

@@ -25,6 +25,7 @@ import numpy as np
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.layout import integer, number
 
 
 @dataclass
@@ -34,26 +35,30 @@ class Request:
     obs: np.ndarray
     received_at: float
     shm: shared_memory.SharedMemory | None = None  # set when the arrays live in the client's shared memory
+    slots: dict[str, np.ndarray] | None = None  # then: where each reply field goes in it
 
 
 class InferenceServer:
-    """Requests carry observations of `obs_shape` and the `meta` keys the policy reads; anything else that
-    reaches the port (a foreign client, a damaged frame) is dropped and counted in `malformed`."""
+    """Requests carry observations of `obs_shape`, a number for each `meta` key the policy reads and, through
+    shared memory, reply slots for the `reply` fields; anything else that reaches the port (a foreign
+    client, a damaged frame) is dropped and counted in `malformed`."""
 
-    def __init__(self, socket: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = ()):
+    def __init__(self, socket: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
+                 reply: tuple[tuple[str, str], ...] | None = None):
         self.socket = socket
-        self.obs_shape, self.meta = obs_shape, ("group", *meta)
+        self.obs_shape, self.meta = obs_shape, meta
+        self.reply_fields = None if reply is None else dict(reply)
         self.malformed = 0
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
 
     @classmethod
-    def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None,
-             meta: tuple[str, ...] = ()) -> tuple["InferenceServer", int]:
+    def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
+             reply: tuple[tuple[str, str], ...] | None = None) -> tuple["InferenceServer", int]:
         """A ROUTER on a free port of every interface; returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        return cls(sock, obs_shape, meta), endpoints.bind(sock)
+        return cls(sock, obs_shape, meta, reply), endpoints.bind(sock)
 
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
@@ -84,9 +89,8 @@ class InferenceServer:
             self.socket.send_multipart([request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)],
                                        copy=False)
             return
-        rows = request.meta["rows"]
-        for name, (offset, dtype) in request.meta["reply"].items():
-            np.ndarray((rows,), dtype, buffer=request.shm.buf, offset=offset)[:] = arrays[name]
+        for name, slot in request.slots.items():
+            slot[:] = arrays[name]
         self.socket.send_multipart([request.client, *wire.pack("reply", {"group": request.meta["group"], **meta})])
 
     def close(self) -> None:
@@ -108,19 +112,34 @@ class InferenceServer:
 
     def _request(self, frames) -> Request:
         msg = wire.unpack(frames[1:])
-        if msg.kind != "infer" or not all(k in msg.meta for k in self.meta):
+        meta = msg.meta
+        if msg.kind != "infer" or not integer()(meta.get("group")) or not all(number(meta.get(k)) for k in self.meta):
             raise wire.WireError(f"not an inference request: {msg.kind!r}")
-        if "shm" not in msg.meta:
-            obs, shm = msg.arrays["obs"], None
+        if "shm" not in meta:
+            if msg.arrays.keys() != {"obs"}:
+                raise wire.WireError("an inference request carries exactly one array, obs")
+            obs, shm, slots = msg.arrays["obs"], None, None
         else:
-            if not str(msg.meta["shm"]).startswith(SHM_PREFIX):
-                raise wire.WireError("not one of srl-hpc's shared-memory segments")
-            shm = self._attach(msg.meta["shm"])
-            offset, dtype, shape = msg.meta["obs"]
-            obs = np.ndarray((msg.meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
-        if obs.ndim < 1 or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape):
-            raise wire.WireError(f"observations of shape {obs.shape[1:]}, expected {self.obs_shape}")
-        return Request(frames[0].bytes, msg.meta, obs, time.monotonic(), shm)
+            if not str(meta["shm"]).startswith(SHM_PREFIX) or msg.arrays or not integer(1)(meta.get("rows")):
+                raise wire.WireError("not a request through one of srl-hpc's shared-memory segments")
+            shm = self._attach(meta["shm"])
+            offset, dtype, shape = meta["obs"]
+            obs = np.ndarray((meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
+            slots = self._reply_slots(meta["reply"], meta["rows"], shm)
+        if obs.ndim < 1 or obs.dtype.kind not in "biuf" or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape):
+            raise wire.WireError(f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, expected {self.obs_shape}")
+        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            raise wire.WireError("observations that are not finite")
+        return Request(frames[0].bytes, meta, obs, time.monotonic(), shm, slots)
+
+    def _reply_slots(self, reply, rows: int, shm) -> dict[str, np.ndarray]:
+        """Where each reply field goes in the client's segment: the fields this policy answers, at offsets inside it."""
+        if not isinstance(reply, dict):
+            raise wire.WireError("no reply slots")
+        fields = self.reply_fields if self.reply_fields is not None else {k: v[1] for k, v in reply.items()}
+        if reply.keys() != fields.keys() or any(reply[k][1] != dt for k, dt in fields.items()):
+            raise wire.WireError("reply slots for other fields than this policy answers")
+        return {k: np.ndarray((rows,), dt, buffer=shm.buf, offset=reply[k][0]) for k, dt in fields.items()}
 
     def _attach(self, name: str) -> shared_memory.SharedMemory:
         if name not in self._attached:

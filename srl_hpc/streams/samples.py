@@ -9,6 +9,7 @@ from __future__ import annotations
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.layout import Layout
 
 
 class SampleProducer:
@@ -28,15 +29,14 @@ class SampleProducer:
 
 
 class SampleConsumer:
-    """Receives messages of one `kind` carrying the `arrays` and `meta` keys its handler reads. Anything else
-    that reaches the port (a foreign client, a damaged frame) is dropped and counted in `malformed`."""
+    """Receives the messages of one `layout`. Anything else that reaches the port (a foreign client, a
+    damaged frame, a message of the right kind with the wrong shapes) is dropped and counted in `malformed`."""
 
-    def __init__(self, ctx: zmq.Context, kind: str, arrays: tuple[str, ...] = (), meta: tuple[str, ...] = (),
-                 high_water_mark: int = 4):
+    def __init__(self, ctx: zmq.Context, layout: Layout, high_water_mark: int = 4):
         self.socket = ctx.socket(zmq.PULL)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)  # per producer
-        self.kind, self.arrays, self.meta = kind, arrays, meta
+        self.layout = layout
         self.malformed = 0
 
     def bind(self) -> int:
@@ -57,6 +57,6 @@ class SampleConsumer:
             except wire.WireError:
                 self.malformed += 1
                 continue
-            if msg.kind == self.kind and all(k in msg.arrays for k in self.arrays) and all(k in msg.meta for k in self.meta):
+            if self.layout.accepts(msg):
                 return msg
             self.malformed += 1
