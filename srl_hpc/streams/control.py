@@ -19,14 +19,14 @@ WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error
 
 
 def is_event(kind: str, meta: dict, workers) -> bool:
-    """An event a worker of this run sends: its name, then for "failed"/"restarting" texts only (the error,
-    a traceback); for reports (heartbeat, final) finite numbers only, besides the episodes' (return,
+    """An event a worker of this run sends: its name, then for "failed"/"restarting" an error text, and
+    texts or numbers besides (a traceback, a restart count); for reports (heartbeat, final) finite numbers only, besides the episodes' (return,
     length) pairs and the named losses. The controller sums what reports carry: nothing else may get in."""
     worker = meta.get("worker")
     if kind not in EVENT_KINDS or not isinstance(worker, str) or worker not in workers:
         return False
     if kind in WITH_ERROR:
-        return "error" in meta and all(isinstance(v, str) for v in meta.values())
+        return isinstance(meta.get("error"), str) and all(isinstance(v, str) or number(v) for v in meta.values())
     for key, value in meta.items():
         if key == "returns":
             ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(number, p))
