@@ -31,10 +31,11 @@ def segment_layout(algorithm_spec, obs_shape: tuple[int, ...], actions: int, seg
                    actors: list[str]) -> Layout:
     """What a segment consumer accepts: exactly the segments RingGroup makes (any observation dtype: the env's)."""
     dtypes = {**STEP_DTYPES, **dict(algorithm_spec.reply)}
+    actions_ok, versions_ok = within("actions", 0, actions), within("versions", 0, 2 ** 62)  # made once, not per message
     arrays = {"obs": (None, (BATCH, segment_length, *obs_shape))}
     arrays.update({k: (dtypes[k], (BATCH, segment_length)) for k in BASE_FIELDS[1:] + algorithm_spec.segment})
     return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer()},
-                  values=lambda a: within("actions", 0, actions)(a) and within("versions", 0, 2 ** 62)(a))
+                  values=lambda a: actions_ok(a) and versions_ok(a))
 
 
 def segment_frames(segment: dict, frames_per_step: int) -> int:

@@ -38,7 +38,7 @@ def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str]) 
     return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH,)), "returns": ("<f4", (BATCH,)),
                              "discounts": ("<f4", (BATCH,)), "weights": ("<f4", (BATCH,)),
                              "indices": ("<i8", (BATCH,))},
-                  {"buffer": one_of(buffers)}, values=lambda a: within("actions", 0, actions)(a))
+                  {"buffer": one_of(buffers)}, values=within("actions", 0, actions))
 
 
 def priorities_layout(capacity: int) -> Layout:
