@@ -1,6 +1,7 @@
 """Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -138,7 +139,6 @@ def requeue_run(tmp_path):
 
 
 def assert_resumed_to_the_end(run):
-    # (Slurm keeps a requeued job ineligible for about 2 minutes, so that its last instance can end)
     assert run.wait(timeout=400) == "completed"
     first = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
     summary = json.loads((run.run_dir / "summary.json").read_text())
@@ -151,12 +151,31 @@ def assert_resumed_to_the_end(run):
     assert "(attempt 2)" in srl("status", run.run_dir).stdout
 
 
-def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(tmp_path):
-    run = requeue_run(tmp_path)
+def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its_stop(tmp_path):
+    # A real 2-minute limit: Slurm itself sends USR1 45 s before it (checked every 30 s, so 45-75 s into the
+    # attempt). CartPole's return target falls in 16-33 s, before any signal, so the run stops on a budget of
+    # 100 s of the whole run's wall time instead, which only a resumed attempt can reach.
+    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
+                          overrides=['slurm.time="00:02:00"', "slurm.requeue={signal_seconds: 45, max_requeues: 2}",
+                                     "stop.target_return=null", "stop.wall_time=100",
+                                     "workers.trainer.checkpoint_interval=10"])
+    assert run.wait(timeout=540) == "completed"
     job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
-    # what Slurm's --signal=B:USR1@60 sends to the batch script near the time limit, sent now
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
-    assert_resumed_to_the_end(run)
+    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    assert "Restarts=0" not in show and "TimeLimit=00:02:00" in show  # Slurm requeued it
+    first = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert first["status"] == "cancelled" and first["reason"] == "stopped by signal", first
+    assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time"), summary
+    assert summary["attempt"] >= 2 and summary["env_frames"] > first["env_frames"]
+    assert summary["mean_return"] >= 200, summary  # trained on from the checkpoint (a random policy gets ~22)
+    # frames trained in attempt 1 but missing from the checkpoint attempt 2 resumed from
+    version, trained = re.search(r"resumed from \S+: version (\d+), ([\d,]+) frames trained",
+                                 (run.run_dir / "logs" / "trainer-0.log").read_text()).groups()
+    assert int(version) == first["policy_version"]
+    lost = first["frames_consumed"] - int(trained.replace(",", ""))
+    one_interval = first["frames_consumed"] / first["wall_time"] * 10
+    assert 0 <= lost <= one_interval, (lost, one_interval)
 
 
 def test_a_job_requeued_by_scontrol_resumes(tmp_path):
