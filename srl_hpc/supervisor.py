@@ -1,12 +1,12 @@
 """Workers that come back: the process started for a restartable task supervises the worker it runs.
 
 A Slurm task cannot be respawned inside its job step, so the task's own process does it, the same way
-locally and under Slurm. For a restartable worker (an actor: it binds no port, so a replacement is
-reachable exactly as the first one was), `python -m srl_hpc.worker` becomes a small supervisor that
-does the task's rendezvous once (MPI or files) and runs the worker as a child process. A child that
-dies (an error, a kill) or hangs (alive, but no heartbeat for half the monitor's heartbeat_timeout) is
-replaced by a new incarnation that gets the same rendezvous table, up to `workers.actor.max_restarts`
-times; past that budget the supervisor tells the controller the worker failed and why, and the run
+locally and under Slurm. For a restartable worker (an actor, a buffer worker), `python -m srl_hpc.worker`
+becomes a small supervisor that does the task's rendezvous once (MPI or files) and runs the worker as a
+child process. A child that dies (an error, a kill) or hangs (alive, but no heartbeat for half the
+monitor's heartbeat_timeout) is replaced by a new incarnation that gets the same rendezvous table and
+binds the ports its predecessor bound (so every peer reaches it at the address it already has), up to
+`workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller the worker failed and why, and the run
 stops cleanly. The controller hears of each restart too (it keeps the lost incarnation's counters).
 
 Child and supervisor talk over two pipes, one JSON line at a time: the child's rendezvous entry up and
@@ -31,10 +31,14 @@ from srl_hpc.streams import control, endpoints
 from srl_hpc.streams.inference import remove_segment, shm_name
 
 
+RESTARTABLE = ("actor", "buffer")  # kinds whose lost state the run rebuilds by itself: env episodes, replay
+
+
 def restart_budget(exp, worker: str) -> int | None:
-    """How many times `worker` may be replaced; None: it is not supervised (it binds ports, or holds state
-    a replacement could not rebuild: trainers, policy workers, buffers, the controller)."""
-    return exp.workers.actor.max_restarts if worker.partition("/")[0] == "actor" else None
+    """How many times `worker` may be replaced; None: it is not supervised (it holds state a replacement
+    could not rebuild, or that every other worker depends on: trainers, policy workers, the controller)."""
+    kind = worker.partition("/")[0]
+    return getattr(exp.workers, kind).max_restarts if kind in RESTARTABLE else None
 
 
 def describe_exit(code: int) -> str:
@@ -113,10 +117,12 @@ class Supervisor:
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         kind = "file" if self.rendezvous.local else "mpi"
+        ports = self.table[self.name]["ports"] if self.table is not None else {}  # the predecessor's
         self.child = subprocess.Popen(
             [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(self.run_dir.root), "--task-id",
              str(self.task_id), "--rendezvous", kind, "--local-rank", str(self.rendezvous.local_rank),
-             "--incarnation", str(incarnation), "--supervised", f"{up_write},{down_read}"],
+             "--incarnation", str(incarnation), "--supervised", f"{up_write},{down_read}",
+             *([f"--ports={json.dumps(ports)}"] if ports else [])],
             pass_fds=(up_write, down_read), preexec_fn=die_with_parent)
         os.close(up_write)
         os.close(down_read)

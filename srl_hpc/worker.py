@@ -53,7 +53,7 @@ def process_age() -> float:
 
 class Worker:
     def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, local_rank: int = 0, incarnation: int = 0,
-                 link: ChildLink | None = None):
+                 link: ChildLink | None = None, ports: dict[str, int] | None = None):
         self.exp = exp
         self.graph = graph
         self.name = name
@@ -63,6 +63,7 @@ class Worker:
         self.attempt = self.run_dir.attempt  # > 1: a resumed run (the trainer loads its checkpoint)
         self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.supervisor)
         self.link = link
+        self.ports = ports or {}  # a replacement binds its predecessor's ports: its peers know those
         # a resumed attempt and a replacement draw new episodes
         self.seed = exp.seed + 1_000 * (self.attempt - 1) + 1_000_000 * incarnation
         # every socket speaks CURVE with the run's keys (or none does: curve false, for a benchmark)
@@ -85,6 +86,8 @@ class Worker:
         ports = {}
         for handler in self.handlers.values():
             ports.update(handler.bind())
+        if self.ports and ports != self.ports:  # a handler of a restartable kind ignored its predecessor's ports
+            raise RuntimeError(f"{self.name} bound {ports}, not its predecessor's {self.ports}")
         return ports
 
     def record_startup(self) -> None:
@@ -198,6 +201,7 @@ def main(argv=None) -> int:
     child.add_argument("--supervised", metavar="UP,DOWN", help="the pipe fds to its supervisor")
     child.add_argument("--incarnation", type=int, default=0)
     child.add_argument("--local-rank", type=int, default=0)
+    child.add_argument("--ports", type=json.loads, default={}, help="JSON: bind these (a predecessor's ports)")
     args = parser.parse_args(argv)
     task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
 
@@ -225,7 +229,7 @@ def main(argv=None) -> int:
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank, incarnation=args.incarnation,
-                    link=rendezvous if args.supervised else None)
+                    link=rendezvous if args.supervised else None, ports=args.ports)
     try:
         ports = worker.bind()
         worker.record_startup()

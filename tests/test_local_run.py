@@ -135,6 +135,47 @@ def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     assert checksums[0] == checksums[1]  # and bit-identical weights after them
 
 
+def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
+                             str(run_dir), "--set", "stop.wall_time=60", "--set", "stop.target_return=null",
+                             "--set", "algorithm.learning_starts=500", "--set", "monitor.status_interval=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+
+    def version_after(text):
+        """Read on to the first status line after a line with `text`; its trained version."""
+        seen = False
+        for line in proc.stdout:
+            lines.append(line)
+            seen = seen or text in line
+            if seen and "| version" in line:
+                return int(line.rsplit("| version", 1)[1].split()[0])
+        raise AssertionError(f"the run ended before printing {text!r}:\n{''.join(lines)}")
+
+    at_kill = 0
+    while at_kill == 0:  # training under way
+        at_kill = version_after("| sample")
+    entry = json.loads((run_dir / "rendezvous" / "buffer-0.json").read_text())
+    os.kill(entry["pid"], signal.SIGKILL)
+    back = version_after("buffer/0 is back (replacement 1)")
+    out, _ = proc.communicate(timeout=120)
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out
+    assert "buffer/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and [r["error"] for r in summary["restarts"]["buffer/0"]] == [
+        "was killed by SIGKILL"]
+    assert summary["policy_version"] > back >= at_kill > 0  # the trainer trained on from the new replay
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert table["buffer/0"]["ports"] == entry["ports"]  # the replacement serves where the actors send
+    with h5py.File(run_dir / "traces" / "buffer-0.restart-1.h5") as f:
+        steps = f["buffer_step"]
+        assert steps["size"][:].max() >= 500 and steps["sent"][:].sum() > 0  # refilled, and sampled from
+    counters = summary["counters"]
+    assert summary["frames_sent"] >= summary["frames_received"] > 0 and counters["priority_updates"] > 0
+
+
 def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
@@ -224,17 +265,17 @@ def fuzz_ports(run_dir) -> dict[str, Port]:
     }
     assert is_event(ports["events"].template.kind, ports["events"].template.meta, graph.names)
     if buffers:
-        replay = wire.Message("replay", {"buffer": buffers[0]}, {
+        replay = wire.Message("replay", {"buffer": buffers[0], "incarnation": 0}, {
             "obs": np.zeros((2, 4), np.float32), "next_obs": np.zeros((2, 4), np.float32),
             "actions": np.zeros(2, np.int64), "returns": np.zeros(2, np.float32), "discounts": np.ones(2, np.float32),
             "weights": np.ones(2, np.float32), "indices": np.zeros(2, np.int64)})
         assert replay_layout((4,), 2, buffers).accepts(replay)
-        ports["replay"] = Port(replay, {"buffer": not_in(buffers)}, fixed_dtypes=tuple(k for k in replay.arrays if "obs" not in k),
+        ports["replay"] = Port(replay, {"buffer": not_in(buffers), "incarnation": not_a_count()}, fixed_dtypes=tuple(k for k in replay.arrays if "obs" not in k),
                                out_of_range=actions_refused)
-        priorities = wire.Message("priorities", {}, {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)})
+        priorities = wire.Message("priorities", {"incarnation": 0}, {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)})
         capacity = exp.algorithm.replay_capacity
         assert priorities_layout(capacity).accepts(priorities)
-        ports["priorities"] = Port(priorities, {}, fixed_dtypes=("indices",),
+        ports["priorities"] = Port(priorities, {"incarnation": not_a_count()}, fixed_dtypes=("indices",),
                                    out_of_range={"indices": st.sampled_from([-1, capacity, 2 ** 62])})
     return ports
 

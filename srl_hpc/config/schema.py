@@ -202,9 +202,12 @@ class TrainerConfig:
 class BufferConfig:
     """Replay buffer workers (off-policy algorithms): actors spread their segments over them."""
     count: int = 0
+    # a buffer worker that dies or hangs is replaced (on the same ports, with an empty replay that the
+    # actors refill), at most this many times per buffer; once more and the run stops, naming it and why
+    max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
-        return [("count", f"must be >= 0, got {self.count}")] if self.count < 0 else []
+        return [(k, f"must be >= 0, got {getattr(self, k)}") for k in ("count", "max_restarts") if getattr(self, k) < 0]
 
 
 MAX_WORKERS_PER_KIND = 100_000  # several times the paper's largest run (15k actor cores)

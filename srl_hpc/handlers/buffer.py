@@ -6,6 +6,9 @@ transition exactly once (replay.nstep_transitions). Transitions enter a Prioriti
 highest priority so far. Once `learning_starts` are stored, the buffer samples batches and pushes them
 to the trainers, at most `max_replay_ratio` transitions sampled per transition stored (actors faster
 than the learner do not make it overfit a small replay); trainers send |TD error| priorities back.
+A buffer worker that dies is replaced (srl_hpc.supervisor) with an empty replay: batches and priorities
+carry the incarnation that sampled them, so priorities meant for the lost replay are not applied to
+the new one's items.
 
 Frame accounting: every frame received is stored (as a transition) or dropped at stop (the last n
 steps of each sequence, which never got their n-step future), and counted either way.
@@ -24,7 +27,7 @@ from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers.actor import segment_frames, segment_layout
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.layout import BATCH, Layout, one_of, within
+from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
@@ -38,13 +41,13 @@ def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str]) 
     return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH,)), "returns": ("<f4", (BATCH,)),
                              "discounts": ("<f4", (BATCH,)), "weights": ("<f4", (BATCH,)),
                              "indices": ("<i8", (BATCH,))},
-                  {"buffer": one_of(buffers)}, values=within("actions", 0, actions))
+                  {"buffer": one_of(buffers), "incarnation": integer()}, values=within("actions", 0, actions))
 
 
 def priorities_layout(capacity: int) -> Layout:
     """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
     return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
-                  values=within("indices", 0, capacity))
+                  {"incarnation": integer()}, values=within("indices", 0, capacity))
 
 
 class BufferHandler(Handler):
@@ -59,6 +62,7 @@ class BufferHandler(Handler):
         self.frames_received = self.frames_consumed = self.frames_dropped = 0
         self.batches_sent = 0
         self.priority_updates = 0  # transitions whose priority a trainer's TD error set
+        self.priorities_stale = 0  # priority messages for a predecessor's replay (this worker was replaced)
         self.lags: list[int] = []
         self.version = 0  # newest policy version seen in a segment (the lag of stored data)
         index = self.graph.worker(self.name).index
@@ -71,7 +75,9 @@ class BufferHandler(Handler):
             spec(self.exp.algorithm), obs_space.shape, action_space.n, self.exp.workers.actor.segment_length, actors))
         self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
                                          high_water_mark=16)
-        return {"samples": self.samples.bind(), "priorities": self.priorities.bind()}
+        reuse = self.worker.ports  # a replacement's: its predecessor's ports
+        return {"samples": self.samples.bind(reuse.get("samples")),
+                "priorities": self.priorities.bind(reuse.get("priorities"))}
 
     def connect(self, table):
         self.batches = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "replay")
@@ -128,6 +134,10 @@ class BufferHandler(Handler):
     def _apply_priorities(self) -> None:
         msg = self.priorities.receive()
         while msg is not None:
+            if msg.meta["incarnation"] != self.worker.incarnation:
+                self.priorities_stale += 1
+                msg = self.priorities.receive()
+                continue
             if self.replay is None or int(msg.arrays["indices"].max()) >= len(self.replay):
                 self.priorities.malformed += 1  # not for an item this buffer has handed out
                 msg = self.priorities.receive()
@@ -146,7 +156,8 @@ class BufferHandler(Handler):
         if self._ratio_reached():
             return False
         indices, items, weights = self.replay.sample(self.cfg.batch_size, self.cfg.priority_beta)
-        msg = wire.pack("replay", {"buffer": self.name}, {**items, "weights": weights, "indices": indices})
+        msg = wire.pack("replay", {"buffer": self.name, "incarnation": self.worker.incarnation},
+                        {**items, "weights": weights, "indices": indices})
         sent = self.batches.try_send(msg, 0)
         self.batches_sent += sent
         return sent
@@ -175,6 +186,6 @@ class BufferHandler(Handler):
         return {"frames_received": self.frames_received, "frames_consumed": self.frames_consumed,
                 "frames_dropped": self.frames_dropped, "transitions_stored": replay.added if replay else 0,
                 "transitions_sampled": replay.sampled if replay else 0, "replay_batches": self.batches_sent,
-                "priority_updates": self.priority_updates,
+                "priority_updates": self.priority_updates, "priorities_stale": self.priorities_stale,
                 "malformed_dropped": self.samples.malformed + self.priorities.malformed,
                 "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags)}

@@ -18,6 +18,7 @@ import time
 
 from srl_hpc.handlers import Handler
 from srl_hpc.streams.control import ControlServer
+from srl_hpc.supervisor import restart_budget
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 PING_INTERVAL = 1.0
@@ -168,7 +169,7 @@ class ControllerHandler(Handler):
     def _restarting(self, worker: str, error: str) -> None:
         self.restarts.setdefault(worker, []).append({"error": error, "at": round(self._elapsed(time.monotonic()), 2)})
         self._print(f"{worker} {error}: restarting it ({len(self.restarts[worker])} of "
-                    f"{self.exp.workers.actor.max_restarts})")
+                    f"{restart_budget(self.exp, worker)})")
 
     def _retire_if_replaced(self, worker: str, meta: dict) -> None:
         """The first report of a replacement: its predecessor's counters stay in the run's totals."""

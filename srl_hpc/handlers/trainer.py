@@ -120,7 +120,7 @@ class ReplayReceiver:
             return None
         a = msg.arrays
         return {"tensors": self.prepare(a), "frames": 0, "transitions": len(a["actions"]),
-                "source": msg.meta["buffer"], "indices": np.array(a["indices"])}
+                "source": msg.meta["buffer"], "incarnation": msg.meta["incarnation"], "indices": np.array(a["indices"])}
 
 
 def ddp_backend(gpus: list[str]) -> str:
@@ -317,7 +317,8 @@ class TrainerHandler(Handler):
         self.last_losses, feedback = self.algorithm.update(tensors, self.frames_consumed)
         if "source" in batch:  # new priorities for the buffer that sampled this batch
             self.feedback[batch["source"]].try_send(
-                wire.pack("priorities", {}, {"indices": batch["indices"], **feedback}), POLL_MS)
+                wire.pack("priorities", {"incarnation": batch["incarnation"]}, {"indices": batch["indices"], **feedback}),
+                POLL_MS)
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.transitions_trained += batch.get("transitions", 0)

@@ -25,11 +25,15 @@ def same_node(table: dict, a: str, b: str) -> bool:
     return table[a]["node"] == table[b]["node"]
 
 
-def bind(sock: zmq.Socket) -> int:
-    """Bind on a free port of every interface; returns the port. A socket of a CURVE context (every run's:
-    srl_hpc.streams.security) serves with the run's key, and a worker's context counts what it refuses."""
+def bind(sock: zmq.Socket, port: int | None = None) -> int:
+    """Bind on `port` (a replaced worker's) or a free port of every interface; returns the port. A socket of
+    a CURVE context (every run's: srl_hpc.streams.security) serves with the run's key, and a worker's
+    context counts what it refuses."""
     if sock.mechanism == zmq.CURVE:
         sock.curve_server = True
         if isinstance(sock.context, PrivateContext):
             sock.context.watch(sock)
-    return sock.bind_to_random_port("tcp://*")
+    if port is None:
+        return sock.bind_to_random_port("tcp://*")
+    sock.bind(f"tcp://*:{port}")
+    return port

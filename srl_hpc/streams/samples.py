@@ -39,8 +39,8 @@ class SampleConsumer:
         self.layout = layout
         self.malformed = 0
 
-    def bind(self) -> int:
-        return endpoints.bind(self.socket)
+    def bind(self, port: int | None = None) -> int:
+        return endpoints.bind(self.socket, port)
 
     def wait(self, timeout_ms: int) -> bool:
         return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
