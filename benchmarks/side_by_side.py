@@ -4,6 +4,7 @@ and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians a
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --seconds 60 --repeats 3
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --systems ours,ours-impala,ours-sync,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,ours-bf16,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env pong --systems ours,ours@28f88e3,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
 
 The baselines run in their own virtualenvs, benchmarks/.venvs/{sample_factory,rllib}, which this
@@ -32,7 +33,10 @@ OURS: choices of our system that leave the matched settings alone: "ours-impala"
 actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
 "ours-sync" (env.backend=sync: gymnasium envs stepped one by one in a loop, as the baselines do; "ours"
 uses env.backend=auto, i.e. gymnasium's numpy CartPoleVectorEnv or ALE's C++ AtariVectorEnv with the
-same preprocessing settings). Each variant is compared with each baseline. What cannot be matched exactly:
+same preprocessing settings). Each variant is compared with each baseline. "ours@REV" is our system as
+it was at git revision REV (a worktree under benchmarks/.worktrees, run by that revision's own
+benchmarks/throughput.py with the same overrides), so a change is measured against the code before it
+and against the baselines in the same invocation; the ratio "ours/ours@REV" says what the change did. What cannot be matched exactly:
 Sample Factory is asynchronous APPO (ours is asynchronous too; RLlib's PPO is synchronous); RLlib's
 value and policy heads each get their own 512 layer on Pong (ours and Sample Factory's share one);
 RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
@@ -41,12 +45,13 @@ gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop sta
 
 The last line on stdout is JSON: {"env", "seconds", "repeats", "settings", "systems": {name:
 {"median_training_fps", "median_sampling_fps", "runs": [...]}}, "ratios": {key: ours/theirs},
-"ratios_per_repeat": {...}, "notes"}; ratio keys are "VARIANT/BASELINE".
+"ratios_per_repeat": {...}, "notes"}; ratio keys are "VARIANT/BASELINE" (and "ours/ours@REV").
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -71,6 +76,11 @@ OURS = {"ours": [],
         "ours-bf16": ["workers.trainer.precision=bf16", "workers.policy.precision=bf16"],  # bf16 autocast forwards
         "ours-sync": ["env.backend=sync"]}  # gymnasium envs stepped one by one, as the baselines step them
 SYSTEMS = (*OURS, "sample_factory", "rllib")
+WORKTREES = HERE / ".worktrees"  # ours@REV: one git worktree per revision, made on first use
+
+
+def is_ours(system: str) -> bool:
+    return system in OURS or system.startswith("ours@")
 RUNNERS = {"sample_factory": BASELINES / "sample_factory_run.py", "rllib": BASELINES / "rllib_run.py"}
 
 # One dict per env. num_workers x envs_per_worker x rollout == batch_size, so synchronous samplers
@@ -139,6 +149,29 @@ def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out:
                       else "whole run (too few metrics rows after warmup)") + "; overrides: " + " ".join(overrides)}
 
 
+def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
+    """ours@REV: that revision's throughput.py in its own worktree (its srl_hpc first on the path), with
+    today's matched overrides (a revision whose config lacks one of them fails, with its error)."""
+    rev = system.split("@", 1)[1]
+    tree = WORKTREES / rev
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
+                       capture_output=True)
+    overrides = our_overrides(s) + extra
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "benchmarks/throughput.py", s["experiment"], "--seconds", str(seconds),
+                           "--warmup", str(warmup), "--run-dir", str(out), *(f"--set={o}" for o in overrides)],
+                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"system": system, "env": env, "training_fps": None, "error": (proc.stdout + proc.stderr)[-2000:]}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    steady = r.get("steady_training_fps")
+    return {"system": system, "env": env, "training_fps": steady if steady is not None else r["training_fps"],
+            "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"], "whole_run_training_fps": r["training_fps"],
+            "seconds": r["seconds"], "run_dir": r["run_dir"], "frames_dropped": r.get("frames_dropped"),
+            "notes": f"revision {rev} in {tree}; overrides: " + " ".join(overrides)}
+
+
 def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path) -> dict:
     python = VENVS / system / "bin" / "python"
     out.mkdir(parents=True, exist_ok=True)
@@ -199,9 +232,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     systems = [x.strip() for x in args.systems.split(",") if x.strip()]
-    bad = [x for x in systems if x not in SYSTEMS]
+    bad = [x for x in systems if x not in SYSTEMS and not x.startswith("ours@")]
     if bad or not systems:
-        p.error(f"unknown system(s) {bad}; choose from {','.join(SYSTEMS)}")
+        p.error(f"unknown system(s) {bad}; choose from {','.join(SYSTEMS)} or ours@REV (a git revision)")
     s = dict(SETTINGS[args.env])
     for key in s:
         if getattr(args, key, None) is not None:
@@ -219,7 +252,7 @@ def main(argv=None) -> int:
             print(f"{system}: {VENVS / system / 'bin/python'} {RUNNERS[system]} "
                   + " ".join(runner_args(args.env, s, args.seconds, warmup)))
         return 0
-    if any(x in OURS for x in systems) and not (ROOT / s["experiment"]).exists():
+    if any(is_ours(x) for x in systems) and not (ROOT / s["experiment"]).exists():
         raise SystemExit(f"{s['experiment']} does not exist (yet): run without 'ours' or add it")
     ensure_venvs(systems)
 
@@ -235,6 +268,8 @@ def main(argv=None) -> int:
             t = time.time()
             if system in OURS:
                 r = run_ours(system, args.env, s, args.seconds, warmup, where, args.set)
+            elif is_ours(system):
+                r = run_ours_at(system, args.env, s, args.seconds, warmup, where, args.set)
             else:
                 r = run_baseline(system, args.env, s, args.seconds, warmup, where)
             r["repeat"] = rep + 1
@@ -257,15 +292,15 @@ def main(argv=None) -> int:
     for system, rs in runs.items():
         result["systems"][system] = {"median_training_fps": median(r.get("training_fps") for r in rs),
                                      "median_sampling_fps": median(r.get("sampling_fps") for r in rs), "runs": rs}
-    for mine in (x for x in systems if x in OURS):
-        ours = result["systems"][mine]["median_training_fps"]
-        for system in (x for x in systems if x not in OURS):
-            key = f"{mine}/{system}"
-            theirs = result["systems"][system]["median_training_fps"]
-            result["ratios"][key] = round(ours / theirs, 2) if ours and theirs else None
-            result["ratios_per_repeat"][key] = [
-                round(a["training_fps"] / b["training_fps"], 2) if a.get("training_fps") and b.get("training_fps")
-                else None for a, b in zip(runs[mine], runs[system])]
+    pairs = [(mine, other) for mine in systems if is_ours(mine) for other in systems if not is_ours(other)]
+    pairs += [("ours", x) for x in systems if x.startswith("ours@") and "ours" in systems]  # what a change did
+    for mine, other in pairs:
+        key = f"{mine}/{other}"
+        ours, theirs = (result["systems"][x]["median_training_fps"] for x in (mine, other))
+        result["ratios"][key] = round(ours / theirs, 2) if ours and theirs else None
+        result["ratios_per_repeat"][key] = [
+            round(a["training_fps"] / b["training_fps"], 2) if a.get("training_fps") and b.get("training_fps")
+            else None for a, b in zip(runs[mine], runs[other])]
 
     # the table (stderr keeps stdout to the one JSON line... plus this table, which people read)
     print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), "
