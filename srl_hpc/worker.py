@@ -203,6 +203,9 @@ def main(argv=None) -> int:
     child.add_argument("--local-rank", type=int, default=0)
     child.add_argument("--ports", type=json.loads, default={}, help="JSON: bind these (a predecessor's ports)")
     args = parser.parse_args(argv)
+    # submitit's time-limit signal reaches every process of a sweep member's Slurm step: the member's
+    # launcher acts on it (launcher.sweep), a worker must not die of it
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
 
     run_dir = RunDir(args.run_dir)

@@ -111,6 +111,25 @@ def test_a_three_seed_sweep_through_submitit(tmp_path):
     assert srl("status", sweep_dir).stdout.count("outcome: succeeded") == 3
 
 
+def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    # submitit's USR2 comes 45 s before the 2-minute limit (Slurm checks every 30 s); a 100 s budget of the
+    # whole run's wall time is reached by a resumed attempt only
+    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--seeds", "1", "--follow", "--run-dir", sweep_dir,
+               "--set", 'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:02:00"}',
+               "--set", "slurm.requeue={signal_seconds: 45, max_requeues: 2}",
+               "--set", "stop.target_return=null", "--set", "stop.wall_time=100", timeout=540)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    member = Path(json.loads((sweep_dir / "sweep.json").read_text())["members"][0]["run_dir"])
+    first = json.loads((member / "summary.attempt-1.json").read_text())
+    summary = json.loads((member / "summary.json").read_text())
+    assert first["status"] == "cancelled" and first["policy_version"] > 0, first
+    assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time") and summary["attempt"] >= 2
+    assert f"version {first['policy_version']}, " in (member / "logs" / "trainer-0.log").read_text()  # resumed
+    logs = "".join(p.read_text() for p in (sweep_dir / "submitit").glob("*_log.out"))  # submitit INFO lines
+    assert "Requeued job" in logs, logs[-3000:]
+
+
 def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     run_dir = tmp_path / "run"
     proc = srl(ROOT / "experiments" / "cartpole_dqn.yaml", "--slurm", "--follow", "--run-dir", run_dir,

@@ -353,6 +353,10 @@ class SlurmConfig:
         elif self.requeue and self.requeue.signal_seconds >= 60 * minutes:
             problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
                                                        f"{self.time} job leaves no time to run"))
+        sweep_minutes = parse_minutes(self.sweep.time)
+        if self.requeue and sweep_minutes is not None and self.requeue.signal_seconds >= 60 * sweep_minutes:
+            problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
+                                                       f"{self.sweep.time} sweep member leaves no time to run"))
         for option in self.sbatch_options:
             if not option.startswith("--"):
                 problems.append(("sbatch_options", f"each option must start with '--', got {option!r}"))
