@@ -34,7 +34,8 @@ def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: s
 
 def _requeue_lines(plan: Plan) -> tuple[str, str]:
     """With slurm.requeue: on Slurm's signal the run stops cleanly (SIGTERM to every task: the trainer
-    checkpoints), then the job requeues itself while it has requeues left."""
+    checkpoints), then the job requeues itself while it has requeues left. A run that ended by itself as
+    the signal came (its summary says succeeded or failed) is not requeued, and its outcome is the job's."""
     if plan.requeue is None:
         return "", ""
     _, max_requeues = plan.requeue
@@ -42,7 +43,13 @@ def _requeue_lines(plan: Plan) -> tuple[str, str]:
             "requeue=0\n"
             'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
             "trap on_time_limit USR1\n")
-    check = (f'if [ "$requeue" = 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_requeues} ]; then\n'
+    run_dir = shlex.quote(plan.run_dir)
+    check = (f"outcome=$({shlex.quote(plan.python)} -m srl_hpc.rundir {run_dir} --outcome)\n"
+             f'case "$outcome" in  # a run that ended by itself as the signal came is done: its outcome is the job\'s\n'
+             f"    succeeded) exit 0 ;;\n"
+             f"    failed) exit 1 ;;\n"
+             f"esac\n"
+             f'if [ "$requeue" = 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_requeues} ]; then\n'
              f'    scontrol requeue "$SLURM_JOB_ID"  # runs this script again: the next attempt resumes\n'
              f"fi\n")
     return trap, check

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from dataclasses import dataclass
@@ -133,12 +134,22 @@ class RunDir:
 
 
 def main(argv=None) -> int:
-    """`python -m srl_hpc.rundir RUN --next-attempt`: what a requeued Slurm job runs before its workers."""
+    """What a Slurm job script asks of its run directory: `--next-attempt` (a requeued job, before its
+    workers start) and `--outcome` (after them: the attempt's status from summary.json, or nothing)."""
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.rundir")
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--next-attempt", action="store_true", required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--next-attempt", action="store_true")
+    action.add_argument("--outcome", action="store_true")
     args = parser.parse_args(argv)
-    print(f"{args.run_dir}: attempt {RunDir(args.run_dir).begin_next_attempt()}", flush=True)
+    run = RunDir(args.run_dir)
+    if args.outcome:
+        try:
+            print(json.loads(run.summary.read_text())["status"])
+        except (OSError, ValueError, KeyError):  # no summary: the controller never concluded
+            print("")
+        return 0
+    print(f"{args.run_dir}: attempt {run.begin_next_attempt()}", flush=True)
     return 0
 
 

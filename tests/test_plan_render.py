@@ -71,6 +71,8 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
     assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@90" in text
     assert "trap on_time_limit USR1" in text and '-lt 2 ]; then' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
     assert "-m srl_hpc.rundir /scratch/runs/golden --next-attempt" in text
+    # a run that ended by itself as the signal came is not requeued: its outcome is the job's
+    assert "-m srl_hpc.rundir /scratch/runs/golden --outcome)" in text and "    succeeded) exit 0 ;;" in text
     (tmp_path / "job.sbatch").write_text(text)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0
     plain = render.render(make(EXPERIMENT.replace("  requeue: {signal_seconds: 90, max_requeues: 2}\n", "")), "cmd")
@@ -162,3 +164,16 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(str(tmp_path / "site" / "launcher" / "job_templates"))
     assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --mpi=pmix" in proc.stdout
+
+
+def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path, capsys):
+    from srl_hpc import rundir
+
+    rundir.main([str(tmp_path), "--outcome"])
+    assert capsys.readouterr().out == "\n"  # no summary: the controller never concluded
+    (tmp_path / "summary.json").write_text('{"status": "succeeded", "reason": "wall time reached: 100s"}')
+    rundir.main([str(tmp_path), "--outcome"])
+    assert capsys.readouterr().out == "succeeded\n"
+    rundir.main([str(tmp_path), "--next-attempt"])  # the summary becomes attempt 1's
+    rundir.main([str(tmp_path), "--outcome"])
+    assert capsys.readouterr().out.splitlines()[-1] == ""
