@@ -3,6 +3,7 @@
     RUN/experiment.yaml       the resolved experiment (every default filled in)
     RUN/summary.json          the controller's outcome and frame accounting
     RUN/metrics.csv           one row per progress line
+    RUN/tb/                   TensorBoard event files, one scalar set per progress line (monitor.tensorboard)
     RUN/workers.json          where each worker ran (host, node, ports, pid)
     RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
     RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N,
@@ -49,6 +50,10 @@ class RunDir:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.csv"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tb"
 
     @property
     def workers(self) -> Path:

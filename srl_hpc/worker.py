@@ -158,7 +158,7 @@ class Worker:
             for handler in self.handlers.values():
                 depths.update(handler.queue_depths())
             self.trace.record("heartbeat", rss_mb=rss_mb(), **depths)
-            self.send_event("heartbeat", self.stats())
+            self.send_event("heartbeat", {**self.stats(), "queues": depths})
             if self.link is not None:
                 self.link.beat()
 

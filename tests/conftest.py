@@ -20,6 +20,17 @@ def script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+def tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series in a TensorBoard log directory, read by tensorboard's own reader: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(directory), size_guidance={"tensors": 0})  # 0: keep every point
+    events.Reload()
+    return {tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+            for tag in events.Tags()["tensors"]}
+
+
 def processes_mentioning(text: str) -> list[tuple[int, str]]:
     """(pid, command line) of every live process whose command line contains `text`."""
     found = []

@@ -12,7 +12,7 @@ import zmq
 
 from hypothesis import strategies as st
 
-from conftest import ROOT, script
+from conftest import ROOT, script, tensorboard_scalars
 from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
 from srl_hpc.streams import wire
 from srl_hpc.streams.inference import shm_name
@@ -28,6 +28,13 @@ workers:
 stop: {{wall_time: {wall_time}}}
 monitor: {{status_interval: 1, heartbeat_timeout: 30}}
 """
+
+
+PPO_BOARD = ["episode/return_mean", "episode/return", "episode/length", "episode/count", "throughput/sample_fps",
+             "throughput/train_fps", "policy/version", "policy/lag", "frames/dropped", "frames/malformed_dropped",
+             "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
+             "train/explained_variance", "train/lr", "queue/ready_batches", "queue/held_segments",
+             "queue/held_requests", "queue/unsent_segments"]
 
 
 def write_experiment(tmp_path, env_id="CartPole-v1", kwargs="{}", wall_time=6, checkpoint_interval=1):
@@ -68,6 +75,18 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     assert "frames" in proc.stdout and "succeeded" in proc.stdout
     pids, alive = alive_worker_pids(run_dir)
     assert len(pids) == 5 and alive == []
+    # TensorBoard: every progress line's scalars, by tensorboard's own reader, with env frames as the step
+    scalars = tensorboard_scalars(run_dir / "tb")
+    assert set(PPO_BOARD) <= set(scalars), sorted(set(PPO_BOARD) - set(scalars))
+    steps = [step for step, _ in scalars["throughput/sample_fps"]]
+    assert steps == sorted(steps) and 0 < steps[-1] <= summary["env_frames"]
+    assert max(v for _, v in scalars["policy/version"]) <= summary["policy_version"]
+    assert scalars["episode/count"][-1][1] <= summary["episodes"]
+    # CartPole pays 1 per step: the mean return of the episodes of each line is their mean length
+    assert scalars["episode/return"] == scalars["episode/length"]
+    assert all(v >= 8 for _, v in scalars["episode/length"])  # no CartPole episode ends sooner
+    assert all(0 <= v <= 1 for _, v in scalars["train/clip_fraction"])
+    assert all(v <= 1 for _, v in scalars["train/explained_variance"])
 
 
 @pytest.mark.parametrize("placement", ["impala", "seed"])
@@ -196,6 +215,10 @@ def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     assert counters["priority_updates"] > 0  # the trainer's TD errors came back to the buffer
     with h5py.File(run_dir / "traces" / "trainer-0.h5") as f:
         assert len(f["train_step"]["td_abs_mean"]) == summary["policy_version"]
+    scalars = tensorboard_scalars(run_dir / "tb")
+    assert {"train/loss", "train/q_mean", "train/td_abs_mean", "queue/replay_size"} <= set(scalars)
+    ratios = [v for _, v in scalars["replay/ratio"]]  # transitions trained per transition stored
+    assert ratios and all(0 <= r <= 2 + 128 / 500 for r in ratios) and ratios[-1] > 0  # (the last batch may cross it, as above)
 
 
 def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):

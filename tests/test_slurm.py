@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import launcher
-from conftest import ROOT, processes_mentioning, script
+from conftest import ROOT, processes_mentioning, script, tensorboard_scalars
 from launcher import slurm
 
 pytestmark = pytest.mark.slurm
@@ -68,6 +68,8 @@ def test_cartpole_reaches_its_target_as_one_heterogeneous_job(tmp_path):
     table = json.loads((run_dir / "workers.json").read_text())  # found each other over MPI
     assert len({entry["node"] for entry in table.values()}) >= 2
     assert "target reached" in proc.stdout and "completed" in proc.stdout
+    scalars = tensorboard_scalars(run_dir / "tb")  # written by the controller on its compute node
+    assert scalars["episode/return_mean"] and scalars["train/approx_kl"] and scalars["queue/held_requests"]
 
 
 def test_status_and_cancel_a_running_job(tmp_path):

@@ -53,6 +53,13 @@ def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, cli
             "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
 
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target): 1 for a perfect value function, 0 for a constant one, below
+    0 for one worse than a constant (nan when the targets do not vary)."""
+    var = target.var().item() if target.numel() > 1 else 0.0
+    return 1.0 - (target - predicted).var().item() / var if var > 0 else float("nan")
+
+
 class PPO:
     act = staticmethod(act)
 
@@ -75,6 +82,7 @@ class PPO:
             "logp": seg["logp"].reshape(-1).astype(np.float32),
             "advantages": adv.reshape(-1),
             "returns": ret.reshape(-1),
+            "values": np.asarray(seg["values"], np.float32).reshape(-1),  # what the actors' policy predicted
         }
         valid = seg["valid"].reshape(-1)
         if not valid.all():  # (a mask copies: 58 MB of Pong frames per batch, so only when needed)
@@ -116,6 +124,7 @@ class PPO:
                     sums[k] = sums.get(k, 0.0) + float(v.detach())
                 steps += 1
         stats = {k: v / steps for k, v in sums.items()}
+        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         return stats, {}
 

@@ -268,6 +268,7 @@ class MonitorConfig:
     status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
     heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops (a hung actor is replaced at half)
     trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
+    tensorboard: bool = True  # the controller writes every progress line's scalars to RUN/tb/ (tensorboard --logdir)
 
     def check(self) -> list[tuple[str, str]]:
         return [(k, f"must be > 0, got {getattr(self, k)}")

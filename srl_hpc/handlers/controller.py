@@ -6,7 +6,8 @@ SIGTERM. Stopping is two phases, read off the graph: "stop" (every worker ends, 
 sample stream: they checkpoint and keep receiving) and, once the drainers have received every frame that
 was sent, "finish". Counters are summed by name over all workers, whatever their kind, and over every
 incarnation of a worker that was replaced (its supervisor says "restarting"; the replacement's counters
-start again from zero). The outcome goes to RUN/summary.json; progress rows to RUN/metrics.csv.
+start again from zero). The outcome goes to RUN/summary.json; progress rows to RUN/metrics.csv and, with
+more (losses, episode lengths, queue depths, replay ratio), to TensorBoard in RUN/tb/.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import sys
 import time
 
+from srl_hpc.board import Board
 from srl_hpc.handlers import Handler
 from srl_hpc.streams.control import ControlServer
 from srl_hpc.supervisor import restart_budget
@@ -47,6 +49,8 @@ class ControllerHandler(Handler):
         self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
+        self.ended: list[tuple[float, int]] = []  # (return, length) of the episodes since the last progress line
+        self.board: Board | None = None
         self.lag_sum = self.lag_count = 0
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
         self.exit_code = 1
@@ -71,6 +75,9 @@ class ControllerHandler(Handler):
         if not resumed:
             self.metrics.writerow(METRICS_COLUMNS)
         self._print(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
+        if self.exp.monitor.tensorboard:
+            self.board = Board(self.run_dir.tensorboard)
+            self._print(f"TensorBoard: tensorboard --logdir {self.run_dir.tensorboard}")
         if self.attempt > 1:
             self._print(f"attempt {self.attempt}: resuming after {self.before['wall_time']:.1f}s, "
                         f"{self.before['env_frames']:,} env frames, {self.before['episodes']:,} episodes")
@@ -121,6 +128,8 @@ class ControllerHandler(Handler):
         at_stop = self._mean_return()  # the figure the decision saw; episodes still end while the run stops
         accounting = self._stop()
         self._metrics_file.close()
+        if self.board is not None:
+            self.board.close()
         self.exit_code = self._conclude(status, reason, {"mean_return_at_stop": at_stop, **accounting})
 
     def _decide(self, now: float) -> tuple[str, str] | None:
@@ -155,8 +164,9 @@ class ControllerHandler(Handler):
             elif msg.kind == "restarting":
                 self._restarting(worker, msg.meta["error"])
             else:
-                for ret, _length in msg.meta.pop("returns", []):
+                for ret, length in msg.meta.pop("returns", []):
                     self.returns.append(ret)
+                    self.ended.append((ret, length))
                     self.episodes += 1
                 self.lag_sum += msg.meta.pop("lag_sum", 0)
                 self.lag_count += msg.meta.pop("lag_count", 0)
@@ -273,13 +283,45 @@ class ControllerHandler(Handler):
                                self.episodes, "" if mean_return is None else round(mean_return, 3), version,
                                round(lag, 3), self._sum("frames_dropped"), self._malformed()])
         self._metrics_file.flush()
+        ended, self.ended = self.ended, []
+        if self.board is not None:
+            self.board.write(frames, {
+                "episode/return_mean": mean_return,  # over the last stop.return_window episodes (the stop rule's)
+                "episode/return": _mean([r for r, _ in ended]), "episode/length": _mean([n for _, n in ended]),
+                "episode/count": self.episodes, "throughput/sample_fps": sample_fps, "throughput/train_fps": train_fps,
+                "policy/version": version, "policy/lag": lag, "frames/dropped": self._sum("frames_dropped"),
+                "frames/malformed_dropped": self._malformed(), "replay/ratio": self._replay_ratio(),
+                **{f"train/{k}": v for k, v in self._losses().items()},
+                **{f"queue/{k}": v for k, v in self._queue_depths().items()}})
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,
                           mean_return=float("nan") if mean_return is None else mean_return,
                           policy_version=version, policy_lag=lag)
 
+    def _losses(self) -> dict[str, float]:
+        """Each loss averaged over the trainers that report it (data-parallel trainers report alike)."""
+        reports = [m["losses"] for m in self.latest.values() if m.get("losses")]
+        names = sorted({k for r in reports for k in r})
+        return {k: _mean([r[k] for r in reports if k in r]) for k in names}
+
+    def _queue_depths(self) -> dict[str, int]:
+        """Items waiting in each kind of queue, summed over the workers that have one."""
+        depths = collections.Counter()
+        for meta in self.latest.values():
+            depths.update(meta.get("queues", {}))
+        return dict(sorted(depths.items()))
+
+    def _replay_ratio(self) -> float | None:
+        """Transitions trained per transition stored (runs with buffer workers)."""
+        stored = self._sum("transitions_stored")
+        return self._sum("transitions_trained") / stored if stored else None
+
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _counts(meta: dict) -> dict[str, float]:

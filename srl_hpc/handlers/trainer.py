@@ -123,6 +123,27 @@ class ReplayReceiver:
                 "source": msg.meta["buffer"], "incarnation": msg.meta["incarnation"], "indices": np.array(a["indices"])}
 
 
+class LossMeans:
+    """The mean of each loss over the updates since the last report (the last report's again when none came
+    since): what TensorBoard and the summary show, smoother than one update's."""
+
+    def __init__(self):
+        self._sums: dict[str, float] = {}
+        self._count = 0
+        self._last: dict[str, float] = {}
+
+    def add(self, losses: dict[str, float]) -> None:
+        for k, v in losses.items():
+            self._sums[k] = self._sums.get(k, 0.0) + v
+        self._count += 1
+
+    def report(self) -> dict[str, float]:
+        if self._count:
+            self._last = {k: round(v / self._count, 6) for k, v in self._sums.items()}
+            self._sums, self._count = {}, 0
+        return self._last
+
+
 def ddp_backend(gpus: list[str]) -> str:
     """NCCL between GPUs, one per trainer; gloo where two trainers landed on one GPU (a node with fewer GPUs
     than trainers, as on a one-GPU workstation): NCCL refuses two ranks on one device."""
@@ -153,7 +174,7 @@ class TrainerHandler(Handler):
         self.transitions_trained = 0
         self.train_seconds = 0.0
         self.wait_seconds = 0.0
-        self.last_losses: dict = {}
+        self.losses = LossMeans()  # the heartbeats' losses: means over the updates since the previous one
         self._last_checkpoint = time.monotonic()
         self._ready_since = None
         self._batches: queue.Queue = queue.Queue(maxsize=1)
@@ -314,7 +335,8 @@ class TrainerHandler(Handler):
             main.wait_event(ready)
             for t in tensors.values():
                 t.record_stream(main)  # the allocator must not hand this memory to the next copy too early
-        self.last_losses, feedback = self.algorithm.update(tensors, self.frames_consumed)
+        losses, feedback = self.algorithm.update(tensors, self.frames_consumed)
+        self.losses.add(losses)
         if "source" in batch:  # new priorities for the buffer that sampled this batch
             self.feedback[batch["source"]].try_send(
                 wire.pack("priorities", {"incarnation": batch["incarnation"]}, {"indices": batch["indices"], **feedback}),
@@ -329,7 +351,7 @@ class TrainerHandler(Handler):
         self.train_seconds += t3 - t1
         self._ready_since = t3
         self.trace.record("train_step", wait_seconds=t1 - t0, compute_seconds=t2 - t1, publish_seconds=t3 - t2,
-                          frames=batch["frames"], version=self.version, **self.last_losses)
+                          frames=batch["frames"], version=self.version, **losses)
         if self.leader and time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
             self.save_checkpoint()
 
@@ -385,7 +407,7 @@ class TrainerHandler(Handler):
     def stats(self):
         out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
                "malformed_dropped": self.consumer.malformed,
-               "wait_seconds": round(self.wait_seconds, 3), "losses": {k: round(v, 5) for k, v in self.last_losses.items()}}
+               "wait_seconds": round(self.wait_seconds, 3), "losses": self.losses.report()}
         if isinstance(self.source, ReplayReceiver):
             return {**out, "transitions_trained": self.transitions_trained}
         lags, self.source.lags = self.source.lags, []

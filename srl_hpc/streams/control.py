@@ -21,7 +21,8 @@ WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error
 def is_event(kind: str, meta: dict, workers) -> bool:
     """An event a worker of this run sends: its name, then for "failed"/"restarting" an error text, and
     texts or numbers besides (a traceback, a restart count); for reports (heartbeat, final) finite numbers only, besides the episodes' (return,
-    length) pairs and the named losses. The controller sums what reports carry: nothing else may get in."""
+    length) pairs, the named losses and the named queue depths. The controller sums what reports carry:
+    nothing else may get in."""
     worker = meta.get("worker")
     if kind not in EVENT_KINDS or not isinstance(worker, str) or worker not in workers:
         return False
@@ -33,6 +34,8 @@ def is_event(kind: str, meta: dict, workers) -> bool:
                                                  for p in value)
         elif key == "losses":  # (shown, never summed: a diverged loss is reported as it is)
             ok = isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values())
+        elif key == "queues":  # items waiting in a worker's queues, by name
+            ok = isinstance(value, dict) and all(number(v) and v >= 0 for v in value.values())
         else:
             ok = key == "worker" or number(value)
         if not ok:
