@@ -39,13 +39,13 @@ def check_fits(exp) -> None:
     """Refuse, before anything starts, a run that would start more processes than this machine can hold."""
     w = exp.workers
     counts = {"actor": w.actor.count, "policy": w.policy.count, "trainer": w.trainer.count,
-              "buffer": w.buffer.count, "controller": 1}
+              "buffer": w.buffer.count, "eval": w.eval.count, "controller": 1}
     total = sum(counts.values())
     cores = os.cpu_count() or 1
     available_mb = _mem_available_mb()
     fits = min(PROCESSES_PER_CORE * cores, available_mb // PROCESS_MB)
     if total > fits:
-        biggest = max(("actor", "policy", "trainer", "buffer"), key=counts.get)
+        biggest = max(("actor", "policy", "trainer", "buffer", "eval"), key=counts.get)
         listed = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
         raise TooBigForThisMachine(
             f"local mode would start {total:,} worker processes ({listed}); this machine ({cores} CPU cores, "

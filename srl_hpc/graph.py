@@ -20,7 +20,7 @@ from srl_hpc.config import Experiment
 
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
-GROUPS = ("trainer", "policy", "buffer", "actor")
+GROUPS = ("trainer", "policy", "buffer", "actor", "eval")
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Stream:
     kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments, or actor ->
     buffer with replay), replay (buffer -> trainer sampled batches), priorities (trainer -> buffer new
     priorities), parameters (trainer -> policy versioned weights), control (worker heartbeats up,
-    controller commands down)."""
+    controller commands down). Evaluation workers subscribe to the parameters like policy handlers."""
     kind: str
     server: str
     clients: tuple[str, ...]
@@ -95,6 +95,7 @@ def build(exp: Experiment) -> Graph:
     policies = [f"policy/{i}" for i in range(w.policy.count)]
     buffers = [f"buffer/{i}" for i in range(w.buffer.count)]
     actors = [f"actor/{i}" for i in range(w.actor.count)]
+    evaluators = [f"eval/{i}" for i in range(w.eval.count)]
 
     actor_handlers = ("actor", "policy") if w.placement == "impala" else ("actor",)
     trainer0_handlers = ("trainer", "policy") if w.placement == "seed" else ("trainer",)
@@ -105,6 +106,7 @@ def build(exp: Experiment) -> Graph:
     workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
     workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
                 for a in actors]
+    workers += [WorkerNode(e, ("eval",), "eval", "cpu") for e in evaluators]
 
     streams = []
     if w.placement == "srl":  # actors spread evenly over the policy workers
@@ -122,7 +124,11 @@ def build(exp: Experiment) -> Graph:
     else:  # PUSH/PULL: any actor to any trainer
         streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]
     subscribers = tuple(n.name for n in workers if "policy" in n.handlers)
-    streams.append(Stream("parameters", trainers[0], subscribers, "inline" if w.placement == "seed" else "zmq"))
+    if w.placement == "seed":  # trainer/0's own policy handler reads the weights in-process
+        streams.append(Stream("parameters", trainers[0], subscribers, "inline"))
+        subscribers = ()
+    if subscribers or evaluators:
+        streams.append(Stream("parameters", trainers[0], subscribers + tuple(evaluators), "zmq"))
     streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))
     return Graph(tuple(workers), tuple(streams))
 

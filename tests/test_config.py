@@ -91,6 +91,12 @@ def test_missing_stop_condition():
     assert any(path == "stop" for path, _ in problems("env:\n  id: CartPole-v1\nstop: {}\n"))
 
 
+def test_an_evaluation_target_needs_evaluation_workers():
+    assert ("stop.target_eval_return", 6) in problems(GOOD + "  target_eval_return: 475\n")
+    assert ("workers.eval.episodes", 8) in problems(GOOD + "workers:\n  eval:\n    episodes: 0\n")
+    config.loads(GOOD + "  target_eval_return: 475\nworkers:\n  eval: {count: 1}\n")  # fine with one
+
+
 def test_name_defaults_to_file_stem(tmp_path):
     path = tmp_path / "my_run.yaml"
     path.write_text("stop: {wall_time: 10}\n")

@@ -27,6 +27,17 @@ def test_placements_move_the_policy_handler():
     assert [g for g, _ in seed.groups()] == ["trainer", "actor"]
 
 
+def test_evaluation_workers_are_a_het_group_that_subscribes_to_the_weights():
+    g = build(BASE + "  eval: {count: 2}\n")
+    assert [name for name, _ in g.groups()] == ["trainer", "policy", "actor", "eval"]
+    assert g.served_by("parameters", "trainer/0").clients == ("policy/0", "eval/0", "eval/1")
+    assert {"eval/0", "eval/1"} <= set(g.served_by("control", "controller/0").clients)
+    seed = build(BASE + "  placement: seed\n  policy: {count: 0}\n  eval: {count: 1}\n")  # inline for its own policy
+    assert [(s.clients, s.transport) for s in seed.streams if s.kind == "parameters"] == [
+        (("trainer/0",), "inline"), (("eval/0",), "zmq")]
+    assert seed.servers_for("parameters", "eval/0")[0].transport == "zmq"
+
+
 def test_replay_puts_buffers_between_actors_and_trainers():
     g = build("algorithm: {name: dqn}\nstop: {wall_time: 1}\n"
               "workers: {actor: {count: 3}, buffer: {count: 2}, trainer: {count: 2}}\n")

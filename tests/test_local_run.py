@@ -463,6 +463,42 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert report.returncode == 0 and "2 attempts (a resumed run)" in report.stdout
 
 
+EVAL_CARTPOLE = """\
+name: evaluated
+env: {id: CartPole-v1}
+workers:
+  actor: {count: 2, ring_size: 16, inference_splits: 1, segment_length: 64}
+  trainer: {batch_segments: 16}
+  eval: {count: 1, interval: 3, episodes: 5}
+stop: {target_eval_return: 475, wall_time: 300}
+monitor: {status_interval: 2}
+"""
+
+
+def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_return(tmp_path):
+    run_dir = tmp_path / "run"
+    exp = tmp_path / "eval.yaml"
+    exp.write_text(EVAL_CARTPOLE)
+    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("evaluation target reached"), summary["reason"]
+    evaluation = summary["evaluation"]
+    latest = evaluation["latest"]
+    assert latest["worker"] == "eval/0" and latest["mean_return"] >= 475
+    assert 0 < latest["version"] <= summary["policy_version"]  # trained weights, as published
+    # one whole episode on each of the 5 envs; CartPole pays 1 a step, so every return is its length
+    assert len(latest["returns"]) == 5 and latest["returns"] == [float(n) for n in latest["lengths"]]
+    assert all(n <= 500 for n in latest["lengths"])
+    assert evaluation["rounds"] == summary["counters"]["eval_rounds"]  # every round the worker played came in
+    versions = [v for _, v in tensorboard_scalars(run_dir / "tb")["eval/version"]]
+    assert versions and versions == sorted(set(versions))  # a round only for weights newer than the last round's
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert any(row["eval_return"] for row in csv.DictReader(f))
+    assert "| eval " in proc.stdout
+
+
 def test_resume_needs_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

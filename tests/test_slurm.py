@@ -56,15 +56,19 @@ def wait_for(condition, timeout, what):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def test_cartpole_reaches_its_target_as_one_heterogeneous_job(tmp_path):
+def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow", "--run-dir", run_dir)
+    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "workers.eval.count=1", "--set", "workers.eval.interval=5", "--set", "stop.target_return=null",
+               "--set", "stop.target_eval_return=475")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
     nodes = het_nodes(job_id)
-    assert len(nodes) == 3 and len(set(nodes)) >= 2  # three het groups, on different virtual nodes
+    assert len(nodes) == 4 and len(set(nodes)) >= 2  # four het groups (the evaluation worker's its own)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["mean_return_at_stop"] >= 475  # what the stop decision saw
+    assert summary["status"] == "succeeded" and summary["reason"].startswith("evaluation target reached")
+    latest = summary["evaluation"]["latest"]
+    assert latest["worker"] == "eval/0" and latest["mean_return"] >= 475 and len(latest["returns"]) == 10
     table = json.loads((run_dir / "workers.json").read_text())  # found each other over MPI
     assert len({entry["node"] for entry in table.values()}) >= 2
     assert "target reached" in proc.stdout and "completed" in proc.stdout

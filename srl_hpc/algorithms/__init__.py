@@ -11,8 +11,9 @@ do), is its spec below:
   - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them).
 A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
 hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
-YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, and `prepare`,
-`update`, `state_dict`, `load_state_dict` for trainer handlers.
+YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, optionally `greedy(model, obs)`
+for evaluation workers (workers.eval.greedy), and `prepare`, `update`, `state_dict`, `load_state_dict` for
+trainer handlers.
 """
 from __future__ import annotations
 

@@ -26,6 +26,11 @@ def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Gen
     return {"actions": torch.where(explore_now, random, greedy)}
 
 
+def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """The action of the highest value (evaluation workers)."""
+    return model(obs).argmax(-1)
+
+
 def td_targets(online: nn.Module, target: nn.Module, next_obs, returns, discounts, double: bool) -> torch.Tensor:
     """n-step targets: R + gamma^m * Q_target(s', a*), a* from the online net (double) or the target net.
     `discounts` is gamma^m, or 0 where the episode terminated within the n steps."""
@@ -47,6 +52,7 @@ def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 
 class DQN:
     act = staticmethod(act)
+    greedy = staticmethod(greedy)
 
     def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None):
         self.model = model  # the trainer may swap in its DDP wrapper

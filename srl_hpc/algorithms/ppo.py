@@ -22,6 +22,11 @@ def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Gen
     return {"actions": actions.squeeze(1), "logp": logp_all.gather(1, actions).squeeze(1), "values": values.float()}
 
 
+def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """The most likely action (evaluation workers)."""
+    return model(obs)[0].argmax(-1)
+
+
 def gae(rewards, values, next_values, dones, gamma: float, lam: float):
     """Generalised advantage estimation over segments of shape (N, T).
 
@@ -62,6 +67,7 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
 
 class PPO:
     act = staticmethod(act)
+    greedy = staticmethod(greedy)
 
     def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None):
         self.model = model  # the trainer may swap in its DDP wrapper

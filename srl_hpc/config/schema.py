@@ -210,6 +210,22 @@ class BufferConfig:
         return [(k, f"must be >= 0, got {getattr(self, k)}") for k in ("count", "max_restarts") if getattr(self, k) < 0]
 
 
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation workers: whole episodes with the newest published weights, for a score a researcher can
+    report (training returns mix policy versions and exploration)."""
+    count: int = 0
+    interval: float = 30.0  # seconds from the start of one evaluation round to the start of the next (at least)
+    episodes: int = 10  # per round: one episode on each of this many envs, with seeds no actor uses
+    # the most likely action (PPO: argmax of the logits; DQN: of the Q values); false: actions as the least
+    # exploring actor chooses them (PPO: sampled; DQN: that actor's epsilon)
+    greedy: bool = True
+
+    def check(self) -> list[tuple[str, str]]:
+        return _check_non_negative(self, ("count",)) + _check_counts(self, ("episodes",)) + \
+            _check_positive(self, ("interval",))
+
+
 MAX_WORKERS_PER_KIND = 100_000  # several times the paper's largest run (15k actor cores)
 
 
@@ -222,9 +238,10 @@ class WorkersConfig:
     policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def check(self) -> list[tuple[str, str]]:
-        for kind in ("actor", "policy", "trainer", "buffer"):
+        for kind in ("actor", "policy", "trainer", "buffer", "eval"):
             if getattr(self, kind).count > MAX_WORKERS_PER_KIND:
                 return [(f"{kind}.count", f"{getattr(self, kind).count:,} is more than one job can hold "
                                           f"(at most {MAX_WORKERS_PER_KIND:,} per kind)")]
@@ -249,11 +266,12 @@ class StopConfig:
     wall_time: Optional[float] = None  # seconds
     target_return: Optional[float] = None  # mean return of the last `return_window` episodes
     return_window: int = 20
+    target_eval_return: Optional[float] = None  # mean return of an evaluation round (needs workers.eval.count >= 1)
 
     def check(self) -> list[tuple[str, str]]:
         problems = []
-        if self.env_frames is None and self.wall_time is None and self.target_return is None:
-            problems.append(("", "set at least one of env_frames, wall_time, target_return"))
+        if (self.env_frames, self.wall_time, self.target_return, self.target_eval_return) == (None,) * 4:
+            problems.append(("", "set at least one of env_frames, wall_time, target_return, target_eval_return"))
         if self.env_frames is not None and self.env_frames <= 0:
             problems.append(("env_frames", f"must be > 0, got {self.env_frames}"))
         if self.wall_time is not None and self.wall_time <= 0:
@@ -330,7 +348,7 @@ class RequeueConfig:
 @dataclass(frozen=True)
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
-    buffer, actor), and for sweeps."""
+    buffer, actor, eval), and for sweeps."""
     time: str = "01:00:00"
     account: Optional[str] = None
     qos: Optional[str] = None
@@ -339,6 +357,7 @@ class SlurmConfig:
     policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     buffer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
+    eval: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
     setup: tuple[str, ...] = ()  # shell lines run before the workers start: module load, source venv/bin/activate
     env: dict = field(default_factory=dict)  # environment variables for every worker
@@ -427,6 +446,8 @@ class Experiment:
             problems.append(("workers.buffer.count", f"{alg.name} needs at least one buffer worker (its replay)"))
         if not spec(alg).replay and workers.buffer.count:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
+        if self.stop.target_eval_return is not None and workers.eval.count < 1:
+            problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         if isinstance(alg, DQNConfig):
             if workers.actor.segment_length <= alg.n_step:
                 problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))

@@ -1,4 +1,4 @@
-"""Task handlers: the roles a worker hosts (actor, policy, trainer, buffer, controller).
+"""Task handlers: the roles a worker hosts (actor, policy, trainer, buffer, eval, controller).
 
 A handler is built by the generic worker (srl_hpc.worker) from the graph, and uses the worker's
 plumbing: its ZMQ context, its trace, its rendezvous table, the handlers hosted beside it. The worker
@@ -17,6 +17,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
     "policy": "srl_hpc.handlers.policy:PolicyHandler",
     "trainer": "srl_hpc.handlers.trainer:TrainerHandler",
     "buffer": "srl_hpc.handlers.buffer:BufferHandler",
+    "eval": "srl_hpc.handlers.evaluation:EvalHandler",
 }
 
 

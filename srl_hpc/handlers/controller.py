@@ -29,7 +29,8 @@ REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repe
 NOT_COUNTS = {"version", "policy_version", "incarnation"}  # numbers in a report that are states, not counts
 
 METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
-                   "mean_return", "policy_version", "policy_lag", "frames_dropped", "malformed_dropped")
+                   "mean_return", "policy_version", "policy_lag", "frames_dropped", "malformed_dropped",
+                   "eval_return")  # the mean return of the latest evaluation round (workers.eval)
 
 
 class ControllerHandler(Handler):
@@ -50,6 +51,8 @@ class ControllerHandler(Handler):
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
         self.ended: list[tuple[float, int]] = []  # (return, length) of the episodes since the last progress line
+        self.evaluations: list[dict] = []  # evaluation rounds, in the order they came
+        self.new_evaluations = 0  # how many of them came since the last progress line
         self.board: Board | None = None
         self.lag_sum = self.lag_count = 0
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
@@ -143,6 +146,12 @@ class ControllerHandler(Handler):
             self.failed[silent[0]] = f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
             return "failed", f"worker {silent[0]} failed: no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
         frames, mean_return = self._env_frames(), self._mean_return()
+        if stop.target_eval_return is not None and self.evaluations \
+                and self.evaluations[-1]["mean_return"] >= stop.target_eval_return:
+            latest = self.evaluations[-1]
+            return "succeeded", (f"evaluation target reached: mean return {latest['mean_return']:.1f} >= "
+                                 f"{stop.target_eval_return:g} over {len(latest['returns'])} episodes of version "
+                                 f"{latest['version']} ({latest['worker']})")
         if stop.target_return is not None and mean_return is not None and len(self.returns) == stop.return_window \
                 and mean_return >= stop.target_return:
             return "succeeded", (f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
@@ -168,6 +177,7 @@ class ControllerHandler(Handler):
                     self.returns.append(ret)
                     self.ended.append((ret, length))
                     self.episodes += 1
+                self._evaluated(worker, msg.meta.pop("eval_episodes", []))
                 self.lag_sum += msg.meta.pop("lag_sum", 0)
                 self.lag_count += msg.meta.pop("lag_count", 0)
                 self._retire_if_replaced(worker, msg.meta)
@@ -175,6 +185,16 @@ class ControllerHandler(Handler):
                 if msg.kind == "final":
                     self.finals.add(worker)
             msg = self.control.next_event(0)
+
+    def _evaluated(self, worker: str, episodes: list[list[float]]) -> None:
+        """Evaluation rounds from a report: the (version, return, length) of each episode, one version a round."""
+        for version in sorted({int(v) for v, _, _ in episodes}):
+            returns = [r for v, r, _ in episodes if v == version]
+            self.evaluations.append({"worker": worker, "version": version, "mean_return": sum(returns) / len(returns),
+                                     "returns": returns, "lengths": [int(n) for v, _, n in episodes if v == version],
+                                     "env_frames": self._env_frames(),
+                                     "wall_time": round(self._elapsed(time.monotonic()), 2)})
+            self.new_evaluations += 1
 
     def _restarting(self, worker: str, error: str) -> None:
         self.restarts.setdefault(worker, []).append({"error": error, "at": round(self._elapsed(time.monotonic()), 2)})
@@ -224,7 +244,7 @@ class ControllerHandler(Handler):
                    "env_frames": frames,
                    "episodes": self.episodes, "mean_return": self._mean_return(),
                    "policy_version": self._version(), **accounting,
-                   "failed_workers": self.failed, "restarts": self.restarts,
+                   "failed_workers": self.failed, "restarts": self.restarts, **self._evaluation_summary(),
                    "counters": {**self._counters(), **self._refused_or_dropped()}}
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
@@ -276,12 +296,16 @@ class ControllerHandler(Handler):
         self.lag_sum = self.lag_count = 0
         version = self._version()
         ret = f"{mean_return:7.1f}" if mean_return is not None else "      -"
+        evaluated = self.evaluations[-1]["mean_return"] if self.evaluations else None
+        shown = "" if not self.exp.workers.eval.count else \
+            " | eval " + (f"{evaluated:7.1f}" if evaluated is not None else "      -")
         self._print(f"[{self._elapsed(now):7.1f}s] frames {frames:>11,} | sample {sample_fps:8,.0f} fps | train "
                     f"{train_fps:8,.0f} fps | episodes {self.episodes:>7,} | return {ret} | version {version:>5} | "
-                    f"lag {lag:4.1f}")
+                    f"lag {lag:4.1f}{shown}")
         self.metrics.writerow([round(self._elapsed(now), 2), frames, consumed, round(sample_fps, 1), round(train_fps, 1),
                                self.episodes, "" if mean_return is None else round(mean_return, 3), version,
-                               round(lag, 3), self._sum("frames_dropped"), self._malformed()])
+                               round(lag, 3), self._sum("frames_dropped"), self._malformed(),
+                               "" if evaluated is None else round(evaluated, 3)])
         self._metrics_file.flush()
         ended, self.ended = self.ended, []
         if self.board is not None:
@@ -293,10 +317,22 @@ class ControllerHandler(Handler):
                 "frames/malformed_dropped": self._malformed(), "replay/ratio": self._replay_ratio(),
                 **{f"train/{k}": v for k, v in self._losses().items()},
                 **{f"queue/{k}": v for k, v in self._queue_depths().items()}})
+            for e in self.evaluations[len(self.evaluations) - self.new_evaluations:]:  # at the frames each came at
+                self.board.write(e["env_frames"], {"eval/return": e["mean_return"], "eval/length": _mean(e["lengths"]),
+                                                   "eval/version": e["version"]})
+        self.new_evaluations = 0
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,
                           mean_return=float("nan") if mean_return is None else mean_return,
                           policy_version=version, policy_lag=lag)
+
+    def _evaluation_summary(self) -> dict:
+        """summary.json's "evaluation": the latest and the best round, every episode of each (runs with eval workers)."""
+        if not self.exp.workers.eval.count:
+            return {}
+        best = max(self.evaluations, key=lambda e: e["mean_return"], default=None)
+        return {"evaluation": {"rounds": len(self.evaluations), "latest": self.evaluations[-1] if self.evaluations else None,
+                               "best": best}}
 
     def _losses(self) -> dict[str, float]:
         """Each loss averaged over the trainers that report it (data-parallel trainers report alike)."""

@@ -16,22 +16,23 @@ from srl_hpc.streams.security import secure_context
 
 EVENT_KINDS = ("heartbeat", "failed", "final", "restarting")
 WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]; the others are reports
+EPISODE_FIELDS = {"returns": 2, "eval_episodes": 3}  # lists of episodes: (return, length), (version, return, length)
 
 
 def is_event(kind: str, meta: dict, workers) -> bool:
     """An event a worker of this run sends: its name, then for "failed"/"restarting" an error text, and
-    texts or numbers besides (a traceback, a restart count); for reports (heartbeat, final) finite numbers only, besides the episodes' (return,
-    length) pairs, the named losses and the named queue depths. The controller sums what reports carry:
-    nothing else may get in."""
+    texts or numbers besides (a traceback, a restart count); for reports (heartbeat, final) finite numbers
+    only, besides lists of episodes (EPISODE_FIELDS), the named losses and the named queue depths. The
+    controller sums what reports carry: nothing else may get in."""
     worker = meta.get("worker")
     if kind not in EVENT_KINDS or not isinstance(worker, str) or worker not in workers:
         return False
     if kind in WITH_ERROR:
         return isinstance(meta.get("error"), str) and all(isinstance(v, str) or number(v) for v in meta.values())
     for key, value in meta.items():
-        if key == "returns":
-            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(number, p))
-                                                 for p in value)
+        if key in EPISODE_FIELDS:
+            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == EPISODE_FIELDS[key] and
+                                                 all(map(number, p)) for p in value)
         elif key == "losses":  # (shown, never summed: a diverged loss is reported as it is)
             ok = isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values())
         elif key == "queues":  # items waiting in a worker's queues, by name

@@ -1,0 +1,109 @@
+"""Eval handler (workers.eval): whole episodes with the newest published weights, for a score a researcher
+can report. Training returns mix many policy versions and exploration; an evaluation round plays one
+version, greedy by default, on envs whose seeds no actor uses.
+
+A round takes the newest weights (newer than the previous round's), resets `episodes` envs, plays each
+env's first episode to its end and reports every (version, return, length) to the controller, which shows
+them in the progress line, metrics.csv, TensorBoard and summary.json, and may stop the run on them
+(stop.target_eval_return). A round starts `interval` seconds after the previous one started, or when it
+ends if it took longer; in between the worker waits on the parameter stream, using no CPU.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from srl_hpc.algorithms import spec
+from srl_hpc.envs.backends import make_env_group, spaces
+from srl_hpc.handlers import Handler
+from srl_hpc.handlers.policy import InferenceEngine
+from srl_hpc.models import build_model, resolve_device
+from srl_hpc.services.parameters import ParameterSubscriber
+from srl_hpc.streams import endpoints
+
+SEED_OFFSET = 2 ** 30  # evaluation seeds sit this far above the actors' (seed * 1_000_003 + actor envs)
+
+
+class EvalHandler(Handler):
+    kind = "eval"
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        exp, self.cfg = self.exp, self.exp.workers.eval
+        torch.set_num_threads(1)
+        index = self.graph.worker(self.name).index
+        algorithm = spec(exp.algorithm)
+        implementation = algorithm.load()
+        if self.cfg.greedy:
+            if not hasattr(implementation, "greedy"):
+                raise ValueError(f"algorithm {exp.algorithm.name!r} has no greedy(model, obs) for workers.eval.greedy; "
+                                 "set workers.eval.greedy: false to evaluate with its own act()")
+            act, explore = (lambda model, obs, _explore, _generator: {"actions": implementation.greedy(model, obs)}), {}
+        else:
+            actors = exp.workers.actor.count
+            act, explore = implementation.act, algorithm.explore(exp.algorithm, actors - 1, actors)
+        n = self.cfg.episodes
+        self.explore = {k: np.full(n, v, np.float32) for k, v in explore.items()}
+        obs_space, action_space = spaces(exp.env)
+        device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
+        self.seed = (SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000) % 2 ** 31  # (envpool: 32-bit seeds)
+        self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
+        self.envs = make_env_group(exp.env, n, self.seed)
+        self.rounds = 0
+        self.evaluated_version = -1
+        self.next_round_at = 0.0
+        self.playing = False
+        self.finished: list[list[float]] = []  # [version, return, length] of complete rounds, until reported
+
+    def connect(self, table):
+        (stream,) = self.graph.servers_for("parameters", self.name)
+        self.parameters = ParameterSubscriber.connect(self.worker.ctx, endpoints.address(table, stream.server,
+                                                                                         "parameters"))
+
+    def poll(self, timeout_ms):
+        if self.playing:
+            self._step()
+            return
+        wait = self.next_round_at - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, timeout_ms / 1000))
+            return
+        self.engine.pull(self.parameters, self.trace)
+        if self.engine.version <= self.evaluated_version:  # nothing new to evaluate: wait for the next weights
+            self.parameters.socket.poll(timeout_ms)
+            return
+        self._begin()
+
+    def _begin(self) -> None:
+        n = self.cfg.episodes
+        self.obs = np.asarray(self.envs.reset(seed=(self.seed + self.rounds * n) % 2 ** 31)[0])
+        self.returns, self.lengths = np.zeros(n), np.zeros(n, np.int64)
+        self.done = np.zeros(n, bool)
+        self.version = self.evaluated_version = self.engine.version
+        self.started = time.monotonic()
+        self.next_round_at = self.started + self.cfg.interval
+        self.playing = True
+
+    def _step(self) -> None:
+        actions = self.engine.infer(self.obs, self.explore)["actions"]
+        obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        self.obs = np.asarray(obs)
+        playing = ~self.done  # an env past its episode has auto-reset: what it does now is not counted
+        self.returns[playing] += rewards[playing]
+        self.lengths[playing] += 1
+        self.done |= playing & (terminated | truncated)
+        if self.done.all():
+            self.playing = False
+            self.rounds += 1
+            self.finished += [[self.version, float(r), int(n)] for r, n in zip(self.returns, self.lengths)]
+            self.trace.record("eval_round", version=self.version, mean_return=float(self.returns.mean()),
+                              mean_length=float(self.lengths.mean()), seconds=time.monotonic() - self.started)
+
+    def close(self):
+        self.envs.close()
+
+    def stats(self):
+        finished, self.finished = self.finished, []
+        return {"eval_rounds": self.rounds, "eval_episodes": finished}
