@@ -22,7 +22,8 @@ srl-launch graph EXPERIMENT.yaml            print the workers, their handlers an
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
-srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory"""
+srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
+srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -248,8 +249,26 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def cmd_enjoy(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch enjoy", description="Play whole episodes with a run's checkpoint "
+                                "(on this machine), print each return, optionally write them as an MP4.")
+    p.add_argument("run_dir", type=RunDir)
+    p.add_argument("--episodes", type=int, default=3)
+    p.add_argument("--video", type=Path, help="write the episodes to this MP4 file")
+    p.add_argument("--greedy", action="store_true", help="the most likely action, instead of actions as the "
+                   "least exploring actor chooses them (PPO: sampled from the policy; DQN: its tiny epsilon)")
+    p.add_argument("--seed", type=int, default=0, help="env seeds: this, this + 1, ... (offset from every actor's)")
+    args = p.parse_args(argv)
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    from srl_hpc.enjoy import enjoy  # torch and the envs, only for this command
+
+    enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed)
+    return 0
+
+
 COMMANDS = {"validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
-            "resume": cmd_resume}
+            "resume": cmd_resume, "enjoy": cmd_enjoy}
 
 
 def main(argv=None) -> int:

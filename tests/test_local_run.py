@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -35,6 +36,24 @@ PPO_BOARD = ["episode/return_mean", "episode/return", "episode/length", "episode
              "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
              "train/explained_variance", "train/lr", "queue/ready_batches", "queue/held_segments",
              "queue/held_requests", "queue/unsent_segments"]
+
+
+def watch(run_dir, video, size: tuple[int, int], *options) -> list[int]:
+    """`srl-launch enjoy` two episodes into `video`; checks what it printed against the MP4 (OpenCV reads it
+    back: one frame per step plus the one each episode ends on, at `size`), returns the episode lengths."""
+    import cv2
+
+    proc = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--episodes", "2", "--video", str(video),
+                           *options], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    episodes = re.findall(r"episode \d+: return (-?[\d.]+), length (\d+)", proc.stdout)
+    assert len(episodes) == 2 and "mean return" in proc.stdout, proc.stdout
+    capture = cv2.VideoCapture(str(video))
+    frames, width, height = (int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH,
+                                                              cv2.CAP_PROP_FRAME_HEIGHT))
+    lengths = [int(n) for _, n in episodes]
+    assert (width, height) == size and frames == sum(lengths) + 2
+    return lengths
 
 
 def write_experiment(tmp_path, env_id="CartPole-v1", kwargs="{}", wall_time=6, checkpoint_interval=1):
@@ -87,6 +106,9 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     assert all(v >= 8 for _, v in scalars["episode/length"])  # no CartPole episode ends sooner
     assert all(0 <= v <= 1 for _, v in scalars["train/clip_fraction"])
     assert all(v <= 1 for _, v in scalars["train/explained_variance"])
+    # watching it: whole episodes with the checkpoint, every frame of them in the MP4
+    lengths = watch(run_dir, tmp_path / "cartpole.mp4", (600, 400), "--greedy")
+    assert all(8 <= n <= 500 for n in lengths)
 
 
 @pytest.mark.parametrize("placement", ["impala", "seed"])
@@ -119,6 +141,7 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
     assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
     with h5py.File(run_dir / "traces" / "actor-0.h5") as f:
         assert set(f["env_step"]["envs"][:].tolist()) == {2}
+    watch(run_dir, tmp_path / "pong.mp4", (160, 210))  # the full-colour screen, not the 84x84 observations
 
 
 def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_path):

@@ -1,0 +1,101 @@
+"""Watch a trained agent: a run's checkpoint plays whole episodes in one env, prints each return, and
+optionally writes them as an MP4 (`srl-launch enjoy RUN --video out.mp4`).
+
+Frames come from the env's own rgb_array rendering (Atari: the full-colour screen, one frame per agent
+step, so the video plays at the game's rate over the frame skip); OpenCV writes the MP4.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from srl_hpc import config
+from srl_hpc.algorithms import spec
+from srl_hpc.envs.backends import make_env, spaces
+from srl_hpc.models import build_model
+from srl_hpc.rundir import RunDir
+
+ATARI_HZ = 60
+SEED_OFFSET = 2 ** 29  # watched episodes' seeds: apart from the actors' and the evaluation workers'
+
+
+def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | None = None, seed: int = 0,
+          out=sys.stdout) -> list[float]:
+    """Play `episodes` episodes with the run's checkpoint; returns their returns."""
+    if not run.checkpoint.exists():
+        raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
+    exp = config.load(run.experiment)
+    checkpoint = torch.load(run.checkpoint, map_location="cpu")
+    obs_space, action_space = spaces(exp.env)
+    model = build_model(exp, obs_space, action_space)
+    model.load_state_dict(checkpoint["model"])
+    model.eval()
+    choose = _policy(exp, greedy)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # classic-control renders with pygame: no display here
+    env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
+                                                                                "render_mode": "rgb_array"})
+    env = make_env(env_cfg)
+    writer = None
+    returns = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=SEED_OFFSET + seed + episode)
+            total, length, done = 0.0, 0, False
+            while not done:
+                if video is not None:
+                    writer = _write(writer, video, env.render(), _fps(env, exp))
+                with torch.inference_mode():
+                    action = int(choose(model, torch.as_tensor(np.asarray(obs)[None])))
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, length, done = total + float(reward), length + 1, terminated or truncated
+            if video is not None:
+                writer = _write(writer, video, env.render(), _fps(env, exp))  # the frame it ended on
+            returns.append(total)
+            print(f"episode {episode + 1}: return {total:g}, length {length}", file=out, flush=True)
+    finally:
+        env.close()
+        if writer is not None:
+            writer.release()
+    how = "greedy" if greedy else "sampled as the least exploring actor"
+    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): checkpoint version {checkpoint['version']}, "
+          f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
+    return returns
+
+
+def _policy(exp, greedy: bool):
+    """model, obs -> action: the algorithm's greedy choice, or its act() as the least exploring actor."""
+    algorithm = spec(exp.algorithm)
+    implementation = algorithm.load()
+    if greedy:
+        if not hasattr(implementation, "greedy"):
+            raise ValueError(f"algorithm {exp.algorithm.name!r} has no greedy(model, obs); leave out --greedy")
+        return lambda model, obs: implementation.greedy(model, obs)[0]
+    actors = exp.workers.actor.count
+    explore = {k: torch.tensor([v], dtype=torch.float32)
+               for k, v in algorithm.explore(exp.algorithm, actors - 1, actors).items()}
+    generator = torch.Generator().manual_seed(exp.seed)
+    return lambda model, obs: implementation.act(model, obs, explore, generator)["actions"][0]
+
+
+def _fps(env, exp) -> float:
+    """Real time: an Atari agent step is frame_skip frames of the console's 60 Hz."""
+    if exp.env.atari is not None:
+        return ATARI_HZ / exp.env.atari.frame_skip
+    return env.metadata.get("render_fps") or 30
+
+
+def _write(writer, path: Path, frame: np.ndarray, fps: float):
+    import cv2  # only for videos
+
+    if writer is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frame.shape[1], frame.shape[0]))
+        if not writer.isOpened():
+            raise OSError(f"OpenCV cannot write an MP4 to {path}")
+    writer.write(np.ascontiguousarray(frame[..., ::-1]))  # RGB -> OpenCV's BGR
+    return writer
