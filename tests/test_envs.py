@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from srl_hpc import config
+from srl_hpc.envs import backends, pool
 from srl_hpc.envs.backends import make_env_group, resolve_backend, spaces
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
@@ -45,12 +46,62 @@ def test_atari_backends_serve_the_same_preprocessed_frames(backend):
     envs.close()
 
 
+# a fixed policy per id that plays whole, varied episodes (balance; pump energy; swing with the velocity)
+FIXED_POLICIES = {"CartPole-v1": lambda obs, rng: (obs[:, 3] > 0).astype(np.int64),
+                  "Acrobot-v1": lambda obs, rng: np.where(obs[:, 4] > 0, 0, 2),
+                  "MountainCar-v0": lambda obs, rng: np.where(obs[:, 1] > 0, 2, 0)}
+
+
+def play(env_id: str, backend: str, policy, steps: int = 2000, n: int = 8) -> dict:
+    """Episode lengths and returns, and observation statistics, of `policy` on `n` envs from seed 0."""
+    envs = make_env_group(config.EnvConfig(id=env_id, backend=backend), n, seed=0)
+    obs, _ = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    episode_return, episode_length = np.zeros(n), np.zeros(n, np.int64)
+    returns, lengths, seen = [], [], []
+    resetting = np.zeros(n, bool)  # the step after an episode ends is its auto-reset: not counted
+    for _ in range(steps):
+        seen.append(obs[~resetting])
+        obs, reward, terminated, truncated, _ = envs.step(policy(obs, rng))
+        episode_return += np.where(resetting, 0.0, reward)
+        episode_length += ~resetting
+        resetting = terminated | truncated
+        returns += episode_return[resetting].tolist()
+        lengths += episode_length[resetting].tolist()
+        episode_return[resetting], episode_length[resetting] = 0.0, 0
+    envs.close()
+    seen = np.concatenate(seen)
+    return {"length": np.mean(lengths), "return": np.mean(returns), "obs_mean": seen.mean(0), "obs_std": seen.std(0)}
+
+
+@pytest.mark.parametrize("env_id", sorted(pool.SAME_TASK))
+def test_backends_that_auto_may_pick_play_the_same_task_as_gymnasium(env_id):
+    """What env.backend auto relies on (pool.SAME_TASK): each other backend of the id, from the same seeds,
+    plays episodes as long, pays the same returns and sees the same observations as gymnasium's own env,
+    under a fixed policy and a random one."""
+    others = [b for b in ("vector", "envpool") if b == "vector" and backends._vector_entry_point(env_id) or
+              b == "envpool" and pool.unavailable(config.EnvConfig(id=env_id)) is None]
+    assert others or not HAS_ENVPOOL
+    n_actions = spaces(config.EnvConfig(id=env_id))[1].n
+    for name, policy in (("fixed", FIXED_POLICIES[env_id]), ("random", lambda obs, rng: rng.integers(0, n_actions, len(obs)))):
+        reference = play(env_id, "sync", policy)
+        for backend in others:
+            got = play(env_id, backend, policy)
+            where = f"{env_id} {backend} vs gymnasium, {name} policy"
+            # (the same task differs here by up to 7% in lengths, 0.16 std in means, 10% in stds; another task by far more)
+            assert got["length"] == pytest.approx(reference["length"], rel=0.15), where
+            assert got["return"] == pytest.approx(reference["return"], rel=0.15, abs=1.0), where
+            assert np.all(np.abs(got["obs_mean"] - reference["obs_mean"]) <= 0.25 * reference["obs_std"] + 0.01), where
+            assert got["obs_std"] == pytest.approx(reference["obs_std"], rel=0.2, abs=0.005), where
+
+
 def test_auto_picks_the_fastest_backend_that_serves_the_id():
     assert resolve_backend(config.EnvConfig(id="CartPole-v1")) == "vector"
     assert resolve_backend(config.EnvConfig(id="ALE/Pong-v5", atari=config.AtariConfig())) == "vector"
     assert resolve_backend(config.EnvConfig(id="srl_hpc/SlowStep-v0")) == "sync"  # none of the others has it
     if HAS_ENVPOOL:
-        assert resolve_backend(config.EnvConfig(id="Acrobot-v1")) == "envpool"  # no vector entry point; envpool has it
+        assert resolve_backend(config.EnvConfig(id="Acrobot-v1")) == "envpool"  # no vector entry point; same task
+        assert resolve_backend(config.EnvConfig(id="Pendulum-v1")) == "sync"  # envpool has it, no parity shown
 
 
 def test_a_backend_that_cannot_serve_the_id_names_the_setting():

@@ -515,8 +515,8 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     assert len(latest["returns"]) == 5 and latest["returns"] == [float(n) for n in latest["lengths"]]
     assert all(n <= 500 for n in latest["lengths"])
     assert evaluation["rounds"] == summary["counters"]["eval_rounds"]  # every round the worker played came in
-    versions = [v for _, v in tensorboard_scalars(run_dir / "tb")["eval/version"]]
-    assert versions and versions == sorted(set(versions))  # a round only for weights newer than the last round's
+    versions = [v for _, v in tensorboard_scalars(run_dir / "tb")["eval/version"]]  # a point per round, as it came
+    assert len(versions) == evaluation["rounds"] and versions == sorted(set(versions))  # each with newer weights
     with open(run_dir / "metrics.csv", newline="") as f:
         assert any(row["eval_return"] for row in csv.DictReader(f))
     assert "| eval " in proc.stdout

@@ -8,7 +8,8 @@ An actor steps its envs in groups, and a group is one gymnasium VectorEnv, built
 - vector:  the id's own vectorised implementation (gymnasium's `vector_entry_point`): CartPole in numpy,
            ALE's C++ AtariVectorEnv for ALE/* ids; one call steps the whole group;
 - envpool: envpool's C++ envs, when envpool is installed (`pip install -e '.[envpool]'`);
-- auto:    vector if the id has a vector entry point, else envpool if installed and it has the id, else sync.
+- auto:    vector if the id has a vector entry point, else envpool if installed and the parity test shows its
+           implementation of the id to be the same task (pool.SAME_TASK), else sync.
            (Measured here, one thread: CartPole 525k steps/s vector, 328k envpool, 183k sync for 16 envs;
            Pong 4.0k agent steps/s vector, 3.8k envpool, 3.2k sync for 8.)
 
@@ -23,6 +24,7 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
+from srl_hpc.envs import pool
 from srl_hpc.dotted import load_object
 
 
@@ -50,9 +52,7 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
 
             kwargs.update(vector_kwargs(env_cfg.atari))
         return gymnasium.make_vec(env_cfg.id, num_envs, vectorization_mode="vector_entry_point", **kwargs)
-    from srl_hpc.envs.pool import make_pool
-
-    return make_pool(env_cfg, num_envs, seed)
+    return pool.make_pool(env_cfg, num_envs, seed)
 
 
 def resolve_backend(env_cfg) -> str:
@@ -68,9 +68,7 @@ def resolve_backend(env_cfg) -> str:
                          "(no vector_entry_point in its gymnasium registration); use 'sync'")
     if backend == "auto" and has_vector:
         return "vector"
-    if backend in ("auto", "envpool"):
-        from srl_hpc.envs import pool
-
+    if backend == "envpool" or (backend == "auto" and env_cfg.id in pool.SAME_TASK):
         problem = pool.unavailable(env_cfg)
         if problem is None:
             return "envpool"

@@ -10,6 +10,12 @@ import warnings
 warnings.filterwarnings("ignore", message="EnvPool seeds are fixed when the environment is created")
 
 
+# ids whose envpool implementation is the same task as gymnasium's, shown by tests/test_envs.py's parity
+# test (fixed and random policies: episode lengths, returns, observation statistics): the only ones
+# env.backend auto hands to envpool. env.backend: envpool serves any id envpool has.
+SAME_TASK = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+
+
 def task_id(env_id: str) -> str:
     """envpool names Atari games without the ALE/ namespace: ALE/Pong-v5 -> Pong-v5."""
     return env_id.removeprefix("ALE/")

@@ -52,7 +52,6 @@ class ControllerHandler(Handler):
         self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
         self.ended: list[tuple[float, int]] = []  # (return, length) of the episodes since the last progress line
         self.evaluations: list[dict] = []  # evaluation rounds, in the order they came
-        self.new_evaluations = 0  # how many of them came since the last progress line
         self.board: Board | None = None
         self.lag_sum = self.lag_count = 0
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
@@ -190,11 +189,13 @@ class ControllerHandler(Handler):
         """Evaluation rounds from a report: the (version, return, length) of each episode, one version a round."""
         for version in sorted({int(v) for v, _, _ in episodes}):
             returns = [r for v, r, _ in episodes if v == version]
+            lengths = [int(n) for v, _, n in episodes if v == version]
             self.evaluations.append({"worker": worker, "version": version, "mean_return": sum(returns) / len(returns),
-                                     "returns": returns, "lengths": [int(n) for v, _, n in episodes if v == version],
-                                     "env_frames": self._env_frames(),
+                                     "returns": returns, "lengths": lengths, "env_frames": self._env_frames(),
                                      "wall_time": round(self._elapsed(time.monotonic()), 2)})
-            self.new_evaluations += 1
+            if self.board is not None:
+                self.board.write(self._env_frames(), {"eval/return": self.evaluations[-1]["mean_return"],
+                                                      "eval/length": _mean(lengths), "eval/version": version})
 
     def _restarting(self, worker: str, error: str) -> None:
         self.restarts.setdefault(worker, []).append({"error": error, "at": round(self._elapsed(time.monotonic()), 2)})
@@ -317,10 +318,6 @@ class ControllerHandler(Handler):
                 "frames/malformed_dropped": self._malformed(), "replay/ratio": self._replay_ratio(),
                 **{f"train/{k}": v for k, v in self._losses().items()},
                 **{f"queue/{k}": v for k, v in self._queue_depths().items()}})
-            for e in self.evaluations[len(self.evaluations) - self.new_evaluations:]:  # at the frames each came at
-                self.board.write(e["env_frames"], {"eval/return": e["mean_return"], "eval/length": _mean(e["lengths"]),
-                                                   "eval/version": e["version"]})
-        self.new_evaluations = 0
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,
                           mean_return=float("nan") if mean_return is None else mean_return,
