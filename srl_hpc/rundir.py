@@ -4,6 +4,7 @@
     RUN/summary.json          the controller's outcome and frame accounting
     RUN/metrics.csv           one row per progress line
     RUN/tb/                   TensorBoard event files, one scalar set per progress line (monitor.tensorboard)
+    RUN/wandb/                the W&B run (monitor.wandb), written by wandb itself
     RUN/workers.json          where each worker ran (host, node, ports, pid)
     RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
     RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N,

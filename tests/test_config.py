@@ -97,6 +97,12 @@ def test_an_evaluation_target_needs_evaluation_workers():
     config.loads(GOOD + "  target_eval_return: 475\nworkers:\n  eval: {count: 1}\n")  # fine with one
 
 
+def test_weights_and_biases_needs_its_package(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None if name == "wandb" else object())
+    found = problems(GOOD + "monitor:\n  wandb: {project: p}\n")
+    assert "pip install wandb" in found[("monitor.wandb", 7)]
+
+
 def test_name_defaults_to_file_stem(tmp_path):
     path = tmp_path / "my_run.yaml"
     path.write_text("stop: {wall_time: 10}\n")

@@ -1,5 +1,6 @@
 """Local mode end to end: real processes, real ZMQ, real torch."""
 import csv
+import importlib.util
 import json
 import os
 import re
@@ -484,6 +485,18 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert (run_dir / "traces" / "trainer-0.attempt-2.h5").exists()
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0 and "2 attempts (a resumed run)" in report.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
+                    reason="wandb is not installed (pip install wandb): monitor.wandb is optional")
+def test_weights_and_biases_offline_gets_the_same_scalars_in_the_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
+                           "--set", "monitor.wandb={project: srl-test}"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (history,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")  # one W&B run, kept in the run directory
+    logged = history.read_bytes()
+    assert all(tag.encode() in logged for tag in PPO_BOARD)  # (the records hold each key as text)
 
 
 EVAL_CARTPOLE = """\

@@ -7,6 +7,7 @@ the loader (srl_hpc.config.loader) attaches YAML key paths and lines to their pr
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -282,11 +283,26 @@ class StopConfig:
 
 
 @dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases, beside TensorBoard: the same scalars, in a W&B run (offline by default: `wandb sync
+    RUN/wandb/offline-run-*` uploads it later, e.g. from a login node when compute nodes have no internet)."""
+    project: str
+    entity: Optional[str] = None
+    mode: Literal["offline", "online"] = "offline"
+
+    def check(self) -> list[tuple[str, str]]:
+        if importlib.util.find_spec("wandb") is None:
+            return [("", "needs the wandb package on every node (pip install wandb); or leave monitor.wandb out")]
+        return [] if self.project else [("project", "must be a W&B project name")]
+
+
+@dataclass(frozen=True)
 class MonitorConfig:
     status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
     heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops (a hung actor is replaced at half)
     trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
     tensorboard: bool = True  # the controller writes every progress line's scalars to RUN/tb/ (tensorboard --logdir)
+    wandb: Optional[WandbConfig] = None  # e.g. {project: my-project}: the same scalars to Weights & Biases too
 
     def check(self) -> list[tuple[str, str]]:
         return [(k, f"must be > 0, got {getattr(self, k)}")

@@ -77,9 +77,10 @@ class ControllerHandler(Handler):
         if not resumed:
             self.metrics.writerow(METRICS_COLUMNS)
         self._print(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
-        if self.exp.monitor.tensorboard:
-            self.board = Board(self.run_dir.tensorboard)
-            self._print(f"TensorBoard: tensorboard --logdir {self.run_dir.tensorboard}")
+        if self.exp.monitor.tensorboard or self.exp.monitor.wandb is not None:
+            self.board = Board(self.exp, self.run_dir)
+            for line in self.board.where:
+                self._print(line)
         if self.attempt > 1:
             self._print(f"attempt {self.attempt}: resuming after {self.before['wall_time']:.1f}s, "
                         f"{self.before['env_frames']:,} env frames, {self.before['episodes']:,} episodes")
