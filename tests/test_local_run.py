@@ -533,6 +533,10 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     with open(run_dir / "metrics.csv", newline="") as f:
         assert any(row["eval_return"] for row in csv.DictReader(f))
     assert "| eval " in proc.stdout
+    traced = subprocess.run([script("srl-trace"), str(run_dir), "--json"], capture_output=True, text=True, timeout=60)
+    rounds = json.loads(traced.stdout)["evaluation"]  # the eval worker's own trace of its rounds
+    assert rounds["rounds"] == evaluation["rounds"] and rounds["last"]["version"] == latest["version"]
+    assert rounds["last"]["mean_return"] == pytest.approx(latest["mean_return"])
 
 
 def test_resume_needs_a_checkpoint(tmp_path):

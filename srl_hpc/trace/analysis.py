@@ -328,6 +328,23 @@ def returns_over_time(run: RunTrace, bins: int = 10) -> dict:
     return out
 
 
+def evaluation(run: RunTrace) -> dict:
+    """Evaluation rounds of every eval worker, in time order: the version played, mean return and length."""
+    rounds = []
+    for worker in run.hosting("eval"):
+        tab = worker.table("eval_round")
+        if "mean_return" in tab:
+            rounds += [{"worker": worker.name, "t": float(t) - run.t0, "version": int(v), "mean_return": float(r),
+                        "mean_length": float(n), "seconds": float(d)}
+                       for t, v, r, n, d in zip(tab["t"], tab["version"], tab["mean_return"], tab["mean_length"],
+                                                tab["seconds"])]
+    rounds.sort(key=lambda e: e["t"])
+    out = {"rounds": len(rounds)}
+    if rounds:
+        out.update(last=rounds[-1], best=max(rounds, key=lambda e: e["mean_return"]), all=rounds)
+    return out
+
+
 def summarize(run: RunTrace) -> dict:
     """Everything srl-trace reports about one run, as plain JSON-ready data."""
     t0 = run.t0
@@ -369,6 +386,7 @@ def summarize(run: RunTrace) -> dict:
         "batch_size": batch_sizes(run),
         "policy_lag": lag,
         "returns": returns_over_time(run),
+        "evaluation": evaluation(run),
         "verdict": {"stage": found.stage, "evidence": found.evidence},
     }
 

@@ -114,6 +114,12 @@ def format_summary(s: dict) -> str:
                       f"of the last {n} {r['last']:.1f}",
                   "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
                                     for b in r["over_time"] if b["mean_return"] is not None)]
+    e = s["evaluation"]
+    if e["rounds"]:
+        shown = e["all"][::max(1, len(e["all"]) // 10)][:10]  # about ten rounds across the run
+        lines += ["", f"evaluation: {e['rounds']} rounds; last: version {e['last']['version']} mean return "
+                      f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} {e['best']['mean_return']:.1f}",
+                  "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown)]
     v = s["verdict"]
     lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
               f"  {v['evidence']}"]
