@@ -6,7 +6,8 @@ A round takes the newest weights (newer than the previous round's), resets `epis
 env's first episode to its end and reports every (version, return, length) to the controller, which shows
 them in the progress line, metrics.csv, TensorBoard and summary.json, and may stop the run on them
 (stop.target_eval_return). A round starts `interval` seconds after the previous one started, or when it
-ends if it took longer; in between the worker waits on the parameter stream, using no CPU.
+ends if it took longer; in between the worker waits on the parameter stream, using no CPU. Weights that
+come during a round wait for the next one (only the newest is kept: a Pong model is 6.5 MB a version).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import build_model, resolve_device
+from srl_hpc.models import build_model, load_arrays, resolve_device
 from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
 
@@ -55,6 +56,7 @@ class EvalHandler(Handler):
         self.evaluated_version = -1
         self.next_round_at = 0.0
         self.playing = False
+        self.newest = None  # the newest weights received and not loaded yet
         self.finished: list[list[float]] = []  # [version, return, length] of complete rounds, until reported
 
     def connect(self, table):
@@ -63,6 +65,7 @@ class EvalHandler(Handler):
                                                                                          "parameters"))
 
     def poll(self, timeout_ms):
+        self.newest = self.parameters.poll_newest() or self.newest  # drained every time: nothing piles up
         if self.playing:
             self._step()
             return
@@ -70,7 +73,12 @@ class EvalHandler(Handler):
         if wait > 0:
             time.sleep(min(wait, timeout_ms / 1000))
             return
-        self.engine.pull(self.parameters, self.trace)
+        if self.newest is not None:
+            t0, version = time.perf_counter(), self.newest.meta["version"]
+            load_arrays(self.engine.model, self.newest.arrays)
+            self.trace.record("param_pull", version=version, seconds=time.perf_counter() - t0,
+                              lag=version - self.engine.version)
+            self.engine.version, self.newest = version, None
         if self.engine.version <= self.evaluated_version:  # nothing new to evaluate: wait for the next weights
             self.parameters.socket.poll(timeout_ms)
             return
