@@ -346,9 +346,10 @@ class ControllerHandler(Handler):
         return dict(sorted(depths.items()))
 
     def _replay_ratio(self) -> float | None:
-        """Transitions trained per transition stored (runs with buffer workers)."""
+        """Transitions sampled per transition stored (runs with buffer workers; what max_replay_ratio caps).
+        Both counters come from the buffers' own reports, so each report's pair is consistent."""
         stored = self._sum("transitions_stored")
-        return self._sum("transitions_trained") / stored if stored else None
+        return self._sum("transitions_sampled") / stored if stored else None
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
