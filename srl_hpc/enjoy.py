@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import watching_policy
 from srl_hpc.envs.backends import make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
@@ -68,18 +68,11 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
 
 
 def _policy(exp, greedy: bool):
-    """model, obs -> action: the algorithm's greedy choice, or its act() as the least exploring actor."""
-    algorithm = spec(exp.algorithm)
-    implementation = algorithm.load()
-    if greedy:
-        if not hasattr(implementation, "greedy"):
-            raise ValueError(f"algorithm {exp.algorithm.name!r} has no greedy(model, obs); leave out --greedy")
-        return lambda model, obs: implementation.greedy(model, obs)[0]
-    actors = exp.workers.actor.count
-    explore = {k: torch.tensor([v], dtype=torch.float32)
-               for k, v in algorithm.explore(exp.algorithm, actors - 1, actors).items()}
+    """model, obs -> action, as evaluation workers choose it."""
+    act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
+    explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
     generator = torch.Generator().manual_seed(exp.seed)
-    return lambda model, obs: implementation.act(model, obs, explore, generator)["actions"][0]
+    return lambda model, obs: act(model, obs, explore, generator)["actions"][0]
 
 
 def _fps(env, exp) -> float:

@@ -44,6 +44,20 @@ SPECS = {
 }
 
 
+def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
+    """How evaluation workers and `srl-launch enjoy` choose actions: (act(model, obs, explore, generator),
+    explore settings), either the algorithm's greedy() or its act() as the least exploring of `actors`
+    actors chooses (PPO: sampled; DQN: that actor's epsilon)."""
+    algorithm = spec(cfg)
+    implementation = algorithm.load()
+    if not greedy:
+        return implementation.act, algorithm.explore(cfg, actors - 1, actors)
+    if not hasattr(implementation, "greedy"):
+        raise ValueError(f"algorithm {cfg.name!r} has no greedy(model, obs): evaluate it with its own act() "
+                         "(workers.eval.greedy: false, or srl-launch enjoy without --greedy)")
+    return (lambda model, obs, _explore, _generator: {"actions": implementation.greedy(model, obs)}), {}
+
+
 def spec(cfg) -> AlgorithmSpec:
     """The spec of an experiment's `algorithm` section: a shipped algorithm's by name; a user's algorithm
     (`name: "my_pkg.algos:MyConfig"`) is its config class, which carries its spec as a class attribute."""

@@ -16,11 +16,11 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import watching_policy
 from srl_hpc.envs.backends import make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import build_model, load_arrays, resolve_device
+from srl_hpc.models import build_model, resolve_device
 from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
 
@@ -35,16 +35,7 @@ class EvalHandler(Handler):
         exp, self.cfg = self.exp, self.exp.workers.eval
         torch.set_num_threads(1)
         index = self.graph.worker(self.name).index
-        algorithm = spec(exp.algorithm)
-        implementation = algorithm.load()
-        if self.cfg.greedy:
-            if not hasattr(implementation, "greedy"):
-                raise ValueError(f"algorithm {exp.algorithm.name!r} has no greedy(model, obs) for workers.eval.greedy; "
-                                 "set workers.eval.greedy: false to evaluate with its own act()")
-            act, explore = (lambda model, obs, _explore, _generator: {"actions": implementation.greedy(model, obs)}), {}
-        else:
-            actors = exp.workers.actor.count
-            act, explore = implementation.act, algorithm.explore(exp.algorithm, actors - 1, actors)
+        act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, self.cfg.greedy)
         n = self.cfg.episodes
         self.explore = {k: np.full(n, v, np.float32) for k, v in explore.items()}
         obs_space, action_space = spaces(exp.env)
@@ -74,11 +65,8 @@ class EvalHandler(Handler):
             time.sleep(min(wait, timeout_ms / 1000))
             return
         if self.newest is not None:
-            t0, version = time.perf_counter(), self.newest.meta["version"]
-            load_arrays(self.engine.model, self.newest.arrays)
-            self.trace.record("param_pull", version=version, seconds=time.perf_counter() - t0,
-                              lag=version - self.engine.version)
-            self.engine.version, self.newest = version, None
+            self.engine.load(self.newest, self.trace)
+            self.newest = None
         if self.engine.version <= self.evaluated_version:  # nothing new to evaluate: wait for the next weights
             self.parameters.socket.poll(timeout_ms)
             return

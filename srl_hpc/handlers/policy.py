@@ -45,11 +45,16 @@ class InferenceEngine:
         t0 = time.perf_counter()
         newest = subscriber.poll_newest()
         if newest is not None and newest.meta["version"] > self.version:
-            load_arrays(self.model, newest.arrays)
-            if trace is not None:
-                trace.record("param_pull", version=newest.meta["version"], seconds=time.perf_counter() - t0,
-                             lag=newest.meta["version"] - self.version)
-            self.version = newest.meta["version"]
+            self.load(newest, trace, t0)
+
+    def load(self, params, trace=None, t0: float | None = None) -> None:
+        """Load a parameter-service message's weights (recorded in the trace, timed from t0)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        load_arrays(self.model, params.arrays)
+        if trace is not None:
+            trace.record("param_pull", version=params.meta["version"], seconds=time.perf_counter() - t0,
+                         lag=params.meta["version"] - self.version)
+        self.version = params.meta["version"]
 
 
 class PolicyHandler(Handler):
