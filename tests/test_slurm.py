@@ -47,13 +47,19 @@ def het_nodes(job_id):
     return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
 
 
-def wait_for(condition, timeout, what):
+def wait_for(condition, timeout, what, details=lambda: ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} {details()}")
+
+
+def no_process_left(run_dir, timeout=30):
+    """Every process of the job ends; if one does not, the failure lists the ones left (pid, command line)."""
+    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
+             lambda: f"(still running: {processes_mentioning(str(run_dir))})")
 
 
 def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_path):
@@ -83,7 +89,7 @@ def test_status_and_cancel_a_running_job(tmp_path):
     assert proc.returncode == 0 and "state: running" in proc.stdout and "last progress" in proc.stdout
     assert srl("cancel", run.run_dir).returncode == 0
     assert run.wait(timeout=60) == "cancelled"
-    wait_for(lambda: not processes_mentioning(str(run.run_dir)), 30, "the job's processes to end")
+    no_process_left(run.run_dir)
     assert (run.run_dir / "checkpoints" / "latest.pt").exists()
     assert "state: cancelled" in srl("status", run.run_dir).stdout
 
@@ -99,7 +105,7 @@ def test_a_failing_worker_fails_the_job_and_status_names_it(tmp_path):
     assert "state: failed" in out
     assert "worker actor/" in out and "RuntimeError: CrashAfter env crashed on purpose" in out
     assert "last lines of" in out and "srl_hpc/envs/testing.py" in out  # the tail of the failed worker's log
-    wait_for(lambda: not processes_mentioning(str(run_dir)), 30, "the job's processes to end")
+    no_process_left(run_dir)
 
 
 def test_a_three_seed_sweep_through_submitit(tmp_path):
