@@ -2,7 +2,10 @@
 
 ZMQ PUSH/PULL, many-to-many: a producer connects to every consumer of its stream and ZMQ spreads its
 messages over them. High-water marks are small on both sides, so a consumer that falls behind slows its
-producers down (back-pressure) instead of letting stale segments queue up.
+producers down (back-pressure) instead of letting stale segments queue up. The kernel's TCP buffers are
+kept small too: ZMQ's marks count messages, but Linux grows each connection's buffers to megabytes, which
+held about a hundred CartPole-sized messages per actor on top of the marks (a policy lag of ~100
+versions at the trainer, on Acrobot; with these buffers about 10).
 """
 from __future__ import annotations
 
@@ -11,12 +14,15 @@ import zmq
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.layout import Layout
 
+KERNEL_BUFFER_BYTES = 64 * 1024  # per connection and side (Linux doubles it); larger messages stream through
+
 
 class SampleProducer:
     def __init__(self, ctx: zmq.Context, addresses: list[str]):
         self.socket = ctx.socket(zmq.PUSH)
         self.socket.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach their consumer
         self.socket.setsockopt(zmq.SNDHWM, 2)
+        self.socket.setsockopt(zmq.SNDBUF, KERNEL_BUFFER_BYTES)
         for address in addresses:
             self.socket.connect(address)
 
@@ -36,6 +42,7 @@ class SampleConsumer:
         self.socket = ctx.socket(zmq.PULL)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)  # per producer
+        self.socket.setsockopt(zmq.RCVBUF, KERNEL_BUFFER_BYTES)
         self.layout = layout
         self.malformed = 0
 
