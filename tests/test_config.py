@@ -97,6 +97,13 @@ def test_an_evaluation_target_needs_evaluation_workers():
     config.loads(GOOD + "  target_eval_return: 475\nworkers:\n  eval: {count: 1}\n")  # fine with one
 
 
+def test_a_separate_critic_needs_a_built_in_actor_critic_model():
+    assert ("model.separate_critic", 6) in problems(
+        "name: t\nenv: {id: CartPole-v1}\nalgorithm: {name: dqn}\nworkers: {buffer: {count: 1}}\nstop: {wall_time: 1}\n"
+        "model: {separate_critic: true}\n")
+    assert ("model.separate_critic", 8) in problems(GOOD + "model:\n  name: mine.models:Net\n  separate_critic: true\n")
+
+
 def test_weights_and_biases_needs_its_package(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None if name == "wandb" else object())
     found = problems(GOOD + "monitor:\n  wandb: {project: p}\n")

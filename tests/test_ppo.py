@@ -131,3 +131,20 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
     with torch.no_grad():
         probs = torch.softmax(heads(torch.ones(1, 1))[0], -1)[0]
     assert probs[0] > 0.55  # action 0 was rewarded
+
+
+def test_a_separate_critic_keeps_the_value_loss_out_of_the_policys_torso():
+    import gymnasium
+
+    from srl_hpc import config
+    from srl_hpc.models import build_model
+
+    obs_space, actions = gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3)
+    obs = torch.randn(32, 6)
+    for separate in (False, True):
+        exp = config.loads(f"env: {{id: Acrobot-v1}}\nmodel: {{separate_critic: {str(separate).lower()}}}\nstop: {{wall_time: 1}}\n")
+        model = build_model(exp, obs_space, actions)
+        _, values = model(obs)
+        (values - 100.0).pow(2).mean().backward()  # a large value error, as Acrobot's -500 returns make
+        torso_grad = sum(p.grad.abs().sum().item() for p in model.torso.parameters() if p.grad is not None)
+        assert (torso_grad == 0.0) == separate, separate

@@ -57,6 +57,9 @@ class ModelConfig:
     under the head the algorithm needs, or "package.module:Class", a user's nn.Module (srl_hpc/models)."""
     name: str = "mlp"
     hidden_sizes: tuple[int, ...] = (64, 64)  # mlp only
+    # actor-critic heads: the value over a torso of its own. Where returns are large (Acrobot's -500) the
+    # value loss otherwise swamps the policy's share of a shared torso's clipped gradient
+    separate_critic: bool = False
     kwargs: dict = field(default_factory=dict)  # a user's model only: passed to its constructor
 
     def check(self) -> list[tuple[str, str]]:
@@ -68,6 +71,8 @@ class ModelConfig:
             problems.append(("hidden_sizes", "must be a non-empty list of positive integers"))
         if self.kwargs and ":" not in self.name:
             problems.append(("kwargs", "only a user's model (name 'package.module:Class') takes kwargs"))
+        if self.separate_critic and ":" in self.name:
+            problems.append(("separate_critic", "applies to the built-in models only; a user's model has its own heads"))
         return problems
 
 
@@ -462,6 +467,8 @@ class Experiment:
             problems.append(("workers.buffer.count", f"{alg.name} needs at least one buffer worker (its replay)"))
         if not spec(alg).replay and workers.buffer.count:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
+        if self.model.separate_critic and spec(alg).head != "actor_critic":
+            problems.append(("model.separate_critic", f"{alg.name} has no critic (its head is {spec(alg).head})"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         if isinstance(alg, DQNConfig):

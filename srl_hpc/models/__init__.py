@@ -69,15 +69,19 @@ class NatureCNN(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, torso: nn.Module, n_actions: int):
+    """Policy logits and state value over one shared torso, or (critic_torso) the value over its own."""
+
+    def __init__(self, torso: nn.Module, n_actions: int, critic_torso: nn.Module | None = None):
         super().__init__()
         self.torso = torso
+        self.critic_torso = critic_torso
         self.logits = _init(nn.Linear(torso.width, n_actions), 0.01)
-        self.value = _init(nn.Linear(torso.width, 1), 1.0)
+        self.value = _init(nn.Linear((critic_torso or torso).width, 1), 1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.torso(obs)
-        return self.logits(x), self.value(x).squeeze(-1)
+        v = x if self.critic_torso is None else self.critic_torso(obs)
+        return self.logits(x), self.value(v).squeeze(-1)
 
 
 class QHead(nn.Module):
@@ -107,11 +111,13 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) 
     torch.manual_seed(exp.seed)
     if ":" in cfg.name:
         return load_object(cfg.name)(obs_space, action_space, **cfg.kwargs)
-    torso = (MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp"
-             else NatureCNN(tuple(obs_space.shape)))
+
+    def torso():
+        return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp" else NatureCNN(tuple(obs_space.shape))
+
     if head == "actor_critic":
-        return ActorCritic(torso, n_actions)
-    return QHead(torso, n_actions, dueling=exp.algorithm.dueling)
+        return ActorCritic(torso(), n_actions, torso() if cfg.separate_critic else None)
+    return QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
 
 
 def resolve_device(device: str, local_rank: int) -> torch.device:
