@@ -9,13 +9,14 @@ travel as one message of shape (envs, T, ...)).
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 import zmq
 
 from srl_hpc.algorithms import spec
-from srl_hpc.envs.backends import make_env_group
+from srl_hpc.envs.backends import make_env_group, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, wire
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
@@ -128,6 +129,8 @@ class ActorHandler(Handler):
         per_group = a.ring_size // a.inference_splits
         fields = BASE_FIELDS + self.spec.segment
         self.groups = []
+        logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
+                                         exp.env.backend, resolve_backend(exp.env))  # what auto picked
         for g in range(a.inference_splits):
             envs = make_env_group(exp.env, per_group, seed + g * per_group)
             self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group, fields, dict(self.spec.reply)))
