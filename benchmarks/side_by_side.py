@@ -6,6 +6,7 @@ and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians a
     .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,ours-bf16,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env pong --systems ours,ours@28f88e3,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --metric time-to-target --seeds 1,2,3,4,5 --systems ours,sample_factory,rllib
 
 The baselines run in their own virtualenvs, benchmarks/.venvs/{sample_factory,rllib}, which this
 script creates on first use with benchmarks/baselines/setup.sh (torch==2.13.0 there too; about 2 min
@@ -33,7 +34,9 @@ OURS: choices of our system that leave the matched settings alone: "ours-impala"
 actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
 "ours-sync" (env.backend=sync: gymnasium envs stepped one by one in a loop, as the baselines do; "ours"
 uses env.backend=auto, i.e. gymnasium's numpy CartPoleVectorEnv or ALE's C++ AtariVectorEnv with the
-same preprocessing settings). Each variant is compared with each baseline. "ours@REV" is our system as
+same preprocessing settings), and one that does change a matched setting, said in its name:
+"ours-separate-critic" (model.separate_critic: the value head over a torso of its own; all three
+systems share one otherwise). Each variant is compared with each baseline. "ours@REV" is our system as
 it was at git revision REV (a worktree under benchmarks/.worktrees, run by that revision's own
 benchmarks/throughput.py with the same overrides), so a change is measured against the code before it
 and against the baselines in the same invocation; the ratio "ours/ours@REV" says what the change did. What cannot be matched exactly:
@@ -42,6 +45,15 @@ value and policy heads each get their own 512 layer on Pong (ours and Sample Fac
 RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
 gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop starts) and a stack of
 4, not RLlib's own 64x64 Atari wrapper.
+
+--metric time-to-target (CartPole): each system runs once per seed (--seeds; seed order outer, systems
+inner) until the mean return of its last 20 episodes reaches 475 (--target-return, --return-window),
+within a budget of --seconds (default 300 here) from when the system is up; the figure is the seconds
+from up to that moment (ours: the controller's wall time from rendezvous to the stop decision; Sample
+Factory: from its runner's start to the first learner iteration that sees the target; RLlib: from the
+built Algorithm to the first algo.train() result that does). Start-up is reported apart (startup_s).
+A run that misses the target counts as slower than the budget in the median. The ratio
+"VARIANT/BASELINE" is then the baseline's median seconds over ours (above 1: ours gets there sooner).
 
 The last line on stdout is JSON: {"env", "seconds", "repeats", "settings", "systems": {name:
 {"median_training_fps", "median_sampling_fps", "runs": [...]}}, "ratios": {key: ours/theirs},
@@ -74,7 +86,9 @@ import common  # noqa: E402  (benchmarks/baselines/common.py: standard library o
 OURS = {"ours": [],
         "ours-impala": ["workers.placement=impala", "workers.policy.count=0"],  # inference inside the actors
         "ours-bf16": ["workers.trainer.precision=bf16", "workers.policy.precision=bf16"],  # bf16 autocast forwards
-        "ours-sync": ["env.backend=sync"]}  # gymnasium envs stepped one by one, as the baselines step them
+        "ours-sync": ["env.backend=sync"],  # gymnasium envs stepped one by one, as the baselines step them
+        # NOT a matched setting: the value head over a torso of its own (the baselines share theirs)
+        "ours-separate-critic": ["model.separate_critic=true"]}
 SYSTEMS = (*OURS, "sample_factory", "rllib")
 WORKTREES = HERE / ".worktrees"  # ours@REV: one git worktree per revision, made on first use
 
@@ -93,6 +107,7 @@ SETTINGS = {
                  batch_size=2048, epochs=4, minibatch_size=512, hidden=None, lr=2.5e-4, gamma=0.99,
                  gae_lambda=0.95, clip=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5),
 }
+TARGETS = {"cartpole": 475.0}  # time-to-target: mean return over the last --return-window episodes
 NETWORK = {"cartpole": "MLP {hidden} tanh, shared actor-critic trunk",
            "pong": "NatureCNN (32x8/4, 64x4/2, 64x3/1) + fc 512, ReLU"}
 
@@ -149,6 +164,22 @@ def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out:
                       else "whole run (too few metrics rows after warmup)") + "; overrides: " + " ".join(overrides)}
 
 
+def run_ours_to_target(system: str, env: str, s: dict, seed: int, target: tuple[float, int], budget: float,
+                       out: Path, extra: list[str]) -> dict:
+    from srl_hpc import config
+    import time_to_target  # benchmarks/time_to_target.py
+
+    overrides = our_overrides(s) + OURS[system] + extra + [
+        f"stop.target_return={target[0]}", f"stop.return_window={target[1]}", f"stop.wall_time={budget}",
+        "stop.env_frames=null", "stop.target_eval_return=null"]
+    exp = config.with_overrides(config.load(ROOT / s["experiment"]), overrides)
+    r = time_to_target.run_seed(exp, seed, out)
+    return {"system": system, "env": env, "seed": seed, "seconds_to_target": r["seconds"] if r["reached"] else None,
+            "steps_to_target": r["env_frames"] if r["reached"] else None, "mean_return_at_stop": r["mean_return_at_stop"],
+            "run_dir": r["run_dir"], "notes": "seconds: the controller's wall time from rendezvous to the stop decision; "
+                                              "overrides: " + " ".join(overrides)}
+
+
 def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
     """ours@REV: that revision's throughput.py in its own worktree (its srl_hpc first on the path), with
     today's matched overrides (a revision whose config lacks one of them fails, with its error)."""
@@ -172,10 +203,11 @@ def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, o
             "notes": f"revision {rev} in {tree}; overrides: " + " ".join(overrides)}
 
 
-def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path) -> dict:
+def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path,
+                 more: list[str] = ()) -> dict:
     python = VENVS / system / "bin" / "python"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [str(python), str(RUNNERS[system])] + runner_args(env, s, seconds, warmup) + ["--work-dir", str(out)]
+    cmd = [str(python), str(RUNNERS[system])] + runner_args(env, s, seconds, warmup) + ["--work-dir", str(out), *more]
     log_path = out / "stderr.log"
     limit = seconds + 600  # start-up of Ray / Sample Factory and their shutdown
     with open(log_path, "w") as log:
@@ -207,18 +239,89 @@ def ensure_venvs(systems: list[str]) -> None:
             raise SystemExit("benchmarks/baselines/setup.sh failed")
 
 
+def describe(s: dict, network: str) -> str:
+    return (f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, batch {s['batch_size']}, "
+            f"{s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, lr {s['lr']:g}")
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return round(statistics.median(xs), 1) if xs else None
 
 
+def compare_time_to_target(args, systems: list[str], s: dict, network: str, out: Path) -> int:
+    """Each seed, each system in turn, until the target or the budget: seconds from up to target."""
+    if any(x.startswith("ours@") for x in systems):
+        raise SystemExit("time-to-target runs today's code only: drop the ours@REV systems")
+    target = args.target_return if args.target_return is not None else TARGETS.get(args.env)
+    if target is None:
+        raise SystemExit(f"no default target for {args.env}: pass --target-return")
+    seeds = [int(x) for x in args.seeds.split(",")]
+    common.log(f"{args.env}: time to mean return {target:g} over {args.return_window} episodes, {', '.join(systems)} "
+               f"x seeds {seeds}, budget {args.seconds:g}s each, settings {s}; output under {out}")
+    runs: dict[str, list[dict]] = {x: [] for x in systems}
+    for seed in seeds:
+        for system in systems:
+            where = out / f"{system}-seed{seed}"
+            t = time.time()
+            if system in OURS:
+                r = run_ours_to_target(system, args.env, s, seed, (target, args.return_window), args.seconds, where, args.set)
+            else:
+                r = run_baseline(system, args.env, s, args.seconds, 0.0, where,
+                                 ["--seed", str(seed), "--target-return", str(target),
+                                  "--return-window", str(args.return_window)])
+            r.setdefault("seed", seed)
+            runs[system].append(r)
+            took = r.get("seconds_to_target")
+            common.log(f"seed {seed}: {system}: " + (f"target in {took:.1f}s" if took is not None else
+                       f"NOT reached within {args.seconds:g}s {r.get('error', '')[:300]}") + f" ({time.time() - t:.0f}s wall)")
+            time.sleep(2.0)  # let the last run's processes go before the next one starts
+
+    def seconds(r):  # a run that missed the target took longer than the budget
+        return r["seconds_to_target"] if r.get("seconds_to_target") is not None else float("inf")
+
+    result = {"env": args.env, "metric": "time-to-target", "target_return": target, "return_window": args.return_window,
+              "budget_seconds": args.seconds, "seeds": seeds, "settings": s, "network": network, "systems": {},
+              "ratios": {}}
+    for system, rs in runs.items():
+        med = statistics.median(seconds(r) for r in rs)
+        result["systems"][system] = {"median_seconds_to_target": None if med == float("inf") else round(med, 1),
+                                     "reached": sum(r.get("seconds_to_target") is not None for r in rs), "runs": rs}
+    for mine in (x for x in systems if x in OURS):
+        for other in (x for x in systems if x not in OURS):
+            ours, theirs = (statistics.median(seconds(r) for r in runs[x]) for x in (mine, other))
+            ratio = theirs / ours if ours != float("inf") and theirs != float("inf") else None
+            result["ratios"][f"{mine}/{other}"] = None if ratio is None else round(ratio, 2)
+
+    print(f"\ntime to target: {args.env}, mean return >= {target:g} over {args.return_window} episodes, seeds {seeds}, "
+          f"budget {args.seconds:g}s; {describe(s, network)}")
+    print(f"{'system':<16}{'median s':>10}{'reached':>9}  per seed (s to target)")
+    for system in systems:
+        d = result["systems"][system]
+        each = ", ".join(f"{r['seconds_to_target']:.1f}" if r.get("seconds_to_target") is not None else "-"
+                         for r in d["runs"])
+        med = d["median_seconds_to_target"]
+        print(f"{system:<16}{(f'{med:.1f}' if med is not None else f'>{args.seconds:g}'):>10}"
+              f"{d['reached']:>6}/{len(seeds)}  {each}")
+    for key, ratio in result["ratios"].items():
+        print(f"{key}: " + (f"{ratio:.2f}x sooner" if ratio is not None else "n/a (a median missed the target)")
+              + " (their median seconds / ours)")
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", choices=sorted(SETTINGS), required=True)
-    p.add_argument("--seconds", type=float, default=60.0, help="timed window of each run")
+    p.add_argument("--seconds", type=float, help="timed window of each run (time-to-target: the budget of each run); "
+                                                   "default 60 (time-to-target 300)")
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds of each window left out of the figures (default: min(10, seconds/4))")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--metric", choices=("throughput", "time-to-target"), default="throughput")
+    p.add_argument("--seeds", default="1,2,3,4,5", help="time-to-target: one run per seed and system")
+    p.add_argument("--target-return", type=float, help="time-to-target: the target (default: the env's, CartPole 475)")
+    p.add_argument("--return-window", type=int, default=20, help="time-to-target: episodes in the mean return")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, help="keep run directories and logs here (default: a temporary directory)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -241,6 +344,8 @@ def main(argv=None) -> int:
             s[key] = getattr(args, key)
     if s["batch_size"] % s["minibatch_size"]:
         p.error("minibatch size must divide the batch size")
+    if args.seconds is None:
+        args.seconds = 300.0 if args.metric == "time-to-target" else 60.0
     warmup = args.warmup if args.warmup is not None else min(10.0, args.seconds / 4)
     network = NETWORK[args.env].format(hidden=s["hidden"])
     if args.show_settings:
@@ -258,6 +363,8 @@ def main(argv=None) -> int:
 
     out = args.out or Path(tempfile.mkdtemp(prefix=f"side-by-side-{args.env}-"))
     out.mkdir(parents=True, exist_ok=True)
+    if args.metric == "time-to-target":
+        return compare_time_to_target(args, systems, s, network, out)
     common.log(f"{args.env}: {', '.join(systems)} x {args.repeats} repeats of {args.seconds:g}s "
                f"(warmup {warmup:g}s), settings {s}; output under {out}")
     runs: dict[str, list[dict]] = {x: [] for x in systems}
@@ -303,9 +410,7 @@ def main(argv=None) -> int:
             else None for a, b in zip(runs[mine], runs[other])]
 
     # the table (stderr keeps stdout to the one JSON line... plus this table, which people read)
-    print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), "
-          f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, batch {s['batch_size']}, "
-          f"{s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, lr {s['lr']:g}")
+    print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), {describe(s, network)}")
     print(f"{'system':<16}{'median train fps':>18}{'median sample fps':>19}  per repeat (train fps)")
     for system in systems:
         d = result["systems"][system]

@@ -37,6 +37,11 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--value-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--work-dir", help="logs and the system's own output go here (default: a new temporary directory)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--target-return", type=float,
+                   help="time to target: stop as soon as the mean return of the last --return-window episodes "
+                        "reaches this (--seconds is then the budget) and report how long it took")
+    p.add_argument("--return-window", type=int, default=20)
 
 
 def check_matched(args) -> None:
@@ -60,6 +65,19 @@ def rates(samples: list[tuple[float, int, int]], t0: float, warmup: float, end: 
            "window": f"{what}: {ta - t0:.1f}s..{tb - t0:.1f}s after start, {len(part)} samples"}
     out["sampling_fps"] = round((sb - sa) * skip / dt, 1) if sb is not None and sa is not None else None
     return out
+
+
+def reached(progress: list[tuple[float, int, float | None, int]], t0: float, target: float, window: int) -> dict:
+    """progress: (time, learner agent steps, mean return of the last `window` episodes, episodes in that mean),
+    in time order. The first entry with a full window at or above `target`, as seconds after t0."""
+    best = None
+    for t, steps, mean, n in progress:
+        if mean is None or n < window:
+            continue
+        best = mean if best is None else max(best, mean)
+        if mean >= target:
+            return {"seconds_to_target": round(t - t0, 2), "steps_to_target": steps, "mean_return_at_target": round(mean, 1)}
+    return {"seconds_to_target": None, "steps_to_target": None, "best_mean_return": best}
 
 
 def emit(result: dict) -> None:

@@ -119,13 +119,15 @@ def main(argv=None) -> int:
                       clip_param=args.clip, entropy_coeff=args.entropy_coef, vf_loss_coeff=args.value_coef,
                       grad_clip=args.max_grad_norm, use_kl_loss=False)
             .rl_module(model_config=model)
-            .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0)
+            .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0,
+                       metrics_num_episodes_for_smoothing=args.return_window)  # the mean return's window
+            .debugging(seed=args.seed)
             .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=False)  # fail loudly
         )
         algo = config.build_algo()
         t0 = time.time()
         common.log(f"rllib: built in {t0 - t_launch:.1f}s, training for {args.seconds:g}s")
-        samples, phase = [], []
+        samples, phase, progress = [], [], []
         while time.time() - t0 < args.seconds:
             result = algo.train()
             now = time.time()
@@ -136,6 +138,12 @@ def main(argv=None) -> int:
             if sampled is None:
                 raise SystemExit(f"no num_env_steps_sampled_lifetime in RLlib's result; keys: {sorted(result)}")
             samples.append((now, int(sampled), int(sampled)))
+            runners = result.get("env_runners") or {}
+            progress.append((now, int(sampled), runners.get("episode_return_mean"),
+                             min(int(runners.get("num_episodes_lifetime") or 0), args.return_window)))
+            if args.target_return is not None and common.reached(
+                    progress, t0, args.target_return, args.return_window)["seconds_to_target"] is not None:
+                break
             timers = result.get("timers") or {}
             if "env_runner_sampling_timer" in timers:
                 phase.append(timers["env_runner_sampling_timer"])
@@ -165,7 +173,9 @@ def main(argv=None) -> int:
     if args.env == "pong":
         notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
                   "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs")
-    common.emit({"system": SYSTEM, "env": args.env, **r, "notes": notes, "work_dir": str(work)})
+    if args.target_return is not None:
+        r.update(common.reached(progress, t0, args.target_return, args.return_window), startup_s=round(t0 - t_launch, 1))
+    common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "work_dir": str(work)})
     return 0
 
 

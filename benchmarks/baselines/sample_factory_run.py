@@ -81,6 +81,7 @@ def sf_argv(args, train_dir: str) -> list[str]:
         f"--max_grad_norm={args.max_grad_norm}", "--normalize_input=False", "--normalize_returns=False",
         "--actor_critic_share_weights=True", "--summaries_use_frameskip=False", "--decorrelate_experience_max_seconds=0",
         "--save_every_sec=1000000", "--save_best_every_sec=1000000", "--with_wandb=False",
+        f"--seed={args.seed}", f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
     ]
     if args.env == "cartpole":
         argv += ["--encoder_mlp_layers", *map(str, args.hidden), "--nonlinearity=tanh", "--obs_scale=1.0"]
@@ -110,8 +111,11 @@ def child(args) -> int:
             self.f.write(json.dumps({"start": time.time()}) + "\n")
 
         def on_training_step(self, runner, training_iteration_since_resume):
+            returns = runner.policy_avg_stats.get("reward", [()])[0]  # the last --stats_avg episodes' returns
             self.f.write(json.dumps({"t": time.time(), "trained": int(sum(runner.env_steps.values())),
-                                     "sampled": int(sum(runner.samples_collected))}) + "\n")
+                                     "sampled": int(sum(runner.samples_collected)),
+                                     "mean_return": float(sum(returns) / len(returns)) if returns else None,
+                                     "episodes": len(returns)}) + "\n")
 
     cfg, runner = make_runner(cfg)
     runner.register_observer(Probe(args.samples))
@@ -124,7 +128,8 @@ def child(args) -> int:
 # ---------------------------------------------------------------------------------------- the parent
 
 def read_samples(path: Path):
-    start, samples = None, []
+    """(start time, [(time, trained, sampled)], [(time, trained, mean return, episodes in it)])"""
+    start, samples, progress = None, [], []
     if path.exists():
         for line in path.read_text().splitlines():
             try:
@@ -135,7 +140,8 @@ def read_samples(path: Path):
                 start = d["start"]
             else:
                 samples.append((d["t"], d["trained"], d["sampled"]))
-    return start, samples
+                progress.append((d["t"], d["trained"], d["mean_return"], d["episodes"]))
+    return start, samples, progress
 
 
 def parent(args) -> int:
@@ -161,15 +167,18 @@ def parent(args) -> int:
             if time.time() - t_launch > args.startup_timeout:
                 break
             time.sleep(0.5)
-            start, _ = read_samples(samples_path)
+            start, _, _ = read_samples(samples_path)
         if start is not None:
             end = start + args.seconds
             while time.time() < end and proc.poll() is None:
                 time.sleep(min(0.5, max(0.0, end - time.time())))
+                if args.target_return is not None and common.reached(
+                        read_samples(samples_path)[2], start, args.target_return, args.return_window)["seconds_to_target"] is not None:
+                    break
         end = time.time()
     finally:
         how = common.stop_group(pgid, proc)
-    start, samples = read_samples(samples_path)
+    start, samples, progress = read_samples(samples_path)
     tail = log_path.read_text(errors="replace")[-3000:]
     if start is None or not samples:
         common.log(f"sample_factory: no training progress recorded; log tail:\n{tail}")
@@ -183,7 +192,9 @@ def parent(args) -> int:
              f"start-up {start - t_launch:.1f}s not counted; {how}")
     if args.env == "pong":
         notes += "; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), convnet_atari+fc512"
-    common.emit({"system": SYSTEM, "env": args.env, **r, "notes": notes, "log": str(log_path)})
+    if args.target_return is not None:
+        r.update(common.reached(progress, start, args.target_return, args.return_window), startup_s=round(start - t_launch, 1))
+    common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "log": str(log_path)})
     return 0
 
 
