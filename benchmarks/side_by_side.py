@@ -25,7 +25,9 @@ trained on). Each baseline's runner docstring says exactly what it runs and meas
 
 Matched settings (SETTINGS below, any of them can be overridden by flag): 2 sampling processes,
 envs per process, rollout (our segment length), batch (agent steps per training batch), epochs,
-minibatch size, network, lr, gamma, GAE lambda, clip, entropy and value coefficients, grad-norm clip.
+minibatch size, network (and whether the value head shares the policy's torso: --separate-critic gives
+each system's critic a torso of its own, our model.separate_critic, Sample Factory's
+--actor_critic_share_weights=False, RLlib's vf_share_layers=False), lr, gamma, GAE lambda, clip, entropy and value coefficients, grad-norm clip.
 They translate into our overrides (workers.actor.count, .ring_size, .segment_length,
 workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches = batch /
 minibatch, model.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
@@ -34,9 +36,7 @@ OURS: choices of our system that leave the matched settings alone: "ours-impala"
 actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
 "ours-sync" (env.backend=sync: gymnasium envs stepped one by one in a loop, as the baselines do; "ours"
 uses env.backend=auto, i.e. gymnasium's numpy CartPoleVectorEnv or ALE's C++ AtariVectorEnv with the
-same preprocessing settings), and one that does change a matched setting, said in its name:
-"ours-separate-critic" (model.separate_critic: the value head over a torso of its own; all three
-systems share one otherwise). Each variant is compared with each baseline. "ours@REV" is our system as
+same preprocessing settings). Each variant is compared with each baseline. "ours@REV" is our system as
 it was at git revision REV (a worktree under benchmarks/.worktrees, run by that revision's own
 benchmarks/throughput.py with the same overrides), so a change is measured against the code before it
 and against the baselines in the same invocation; the ratio "ours/ours@REV" says what the change did. What cannot be matched exactly:
@@ -86,9 +86,7 @@ import common  # noqa: E402  (benchmarks/baselines/common.py: standard library o
 OURS = {"ours": [],
         "ours-impala": ["workers.placement=impala", "workers.policy.count=0"],  # inference inside the actors
         "ours-bf16": ["workers.trainer.precision=bf16", "workers.policy.precision=bf16"],  # bf16 autocast forwards
-        "ours-sync": ["env.backend=sync"],  # gymnasium envs stepped one by one, as the baselines step them
-        # NOT a matched setting: the value head over a torso of its own (the baselines share theirs)
-        "ours-separate-critic": ["model.separate_critic=true"]}
+        "ours-sync": ["env.backend=sync"]}  # gymnasium envs stepped one by one, as the baselines step them
 SYSTEMS = (*OURS, "sample_factory", "rllib")
 WORKTREES = HERE / ".worktrees"  # ours@REV: one git worktree per revision, made on first use
 
@@ -102,14 +100,21 @@ RUNNERS = {"sample_factory": BASELINES / "sample_factory_run.py", "rllib": BASEL
 SETTINGS = {
     "cartpole": dict(experiment="experiments/cartpole_ppo.yaml", num_workers=2, envs_per_worker=16, rollout=64,
                      batch_size=2048, epochs=4, minibatch_size=512, hidden=[64, 64], lr=1e-3, gamma=0.99,
-                     gae_lambda=0.95, clip=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5),
+                     gae_lambda=0.95, clip=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+                     separate_critic=False),
     "pong": dict(experiment="experiments/atari_pong_ppo.yaml", num_workers=2, envs_per_worker=8, rollout=128,
                  batch_size=2048, epochs=4, minibatch_size=512, hidden=None, lr=2.5e-4, gamma=0.99,
-                 gae_lambda=0.95, clip=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5),
+                 gae_lambda=0.95, clip=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
+                 separate_critic=False),
 }
 TARGETS = {"cartpole": 475.0}  # time-to-target: mean return over the last --return-window episodes
-NETWORK = {"cartpole": "MLP {hidden} tanh, shared actor-critic trunk",
+NETWORK = {"cartpole": "MLP {hidden} tanh",
            "pong": "NatureCNN (32x8/4, 64x4/2, 64x3/1) + fc 512, ReLU"}
+
+
+def network_of(env: str, s: dict) -> str:
+    return NETWORK[env].format(hidden=s["hidden"]) + (", a separate critic torso" if s["separate_critic"]
+                                                      else ", shared actor-critic torso")
 
 
 def our_overrides(s: dict) -> list[str]:
@@ -125,6 +130,8 @@ def our_overrides(s: dict) -> list[str]:
            f"algorithm.max_grad_norm={s['max_grad_norm']}", "workers.policy.count=1", "workers.trainer.count=1"]
     if s["hidden"]:
         out.append(f"model.hidden_sizes=[{','.join(map(str, s['hidden']))}]")
+    if s["separate_critic"]:  # the experiments share the torso by default (and ours@REV before it lack the key)
+        out.append("model.separate_critic=true")
     return out
 
 
@@ -137,6 +144,8 @@ def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
             "--value-coef", str(s["value_coef"]), "--max-grad-norm", str(s["max_grad_norm"])]
     if s["hidden"]:
         args += ["--hidden", *map(str, s["hidden"])]
+    if s["separate_critic"]:
+        args.append("--separate-critic")
     return args
 
 
@@ -332,6 +341,8 @@ def main(argv=None) -> int:
     for key in ("lr", "gamma", "gae_lambda", "clip", "entropy_coef", "value_coef", "max_grad_norm"):
         p.add_argument("--" + key.replace("_", "-"), type=float, help="override the matched setting")
     p.add_argument("--hidden", type=int, nargs="+", help="override the MLP widths (cartpole)")
+    p.add_argument("--separate-critic", action="store_true", default=None,
+                   help="every system's value head gets a torso of its own (default: shared with the policy)")
     args = p.parse_args(argv)
 
     systems = [x.strip() for x in args.systems.split(",") if x.strip()]
@@ -347,7 +358,7 @@ def main(argv=None) -> int:
     if args.seconds is None:
         args.seconds = 300.0 if args.metric == "time-to-target" else 60.0
     warmup = args.warmup if args.warmup is not None else min(10.0, args.seconds / 4)
-    network = NETWORK[args.env].format(hidden=s["hidden"])
+    network = network_of(args.env, s)
     if args.show_settings:
         print(json.dumps({"env": args.env, "settings": s, "network": network}, indent=1))
         for system in OURS:

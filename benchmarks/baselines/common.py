@@ -29,6 +29,8 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--minibatch-size", type=int, default=512, help="agent steps per SGD minibatch")
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64], help="MLP widths (cartpole)")
+    p.add_argument("--separate-critic", action="store_true",
+                   help="the value head over a torso of its own (default: one torso shared with the policy)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--gae-lambda", type=float, default=0.95)

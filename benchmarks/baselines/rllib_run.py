@@ -24,7 +24,8 @@ iteration is not interrupted); sampling_fps is the same
 figure (synchronous); RLlib's sampling-phase-only rate (its smoothed timer) is reported as
 sampling_phase_fps, for information.
 
-Envs: CartPole-v1 with an MLP (fcnet_hiddens --hidden, tanh, shared value layers); ALE/Pong-v5
+Envs: CartPole-v1 with an MLP (fcnet_hiddens --hidden, tanh, shared value layers; --separate-critic:
+vf_share_layers=False, an encoder of its own for the value); ALE/Pong-v5
 (sticky actions) + gymnasium AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, 30 noop
 starts) + FrameStackObservation 4, moved to channels-last (84, 84, 4) float32 in [0, 1] as RLlib's
 CNN wants (it does not take uint8; RLlib's own Atari wrapper also hands it floats),
@@ -100,13 +101,14 @@ def main(argv=None) -> int:
     try:
         if args.env == "cartpole":
             env = "CartPole-v1"
-            model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=True)
+            model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh",
+                                       vf_share_layers=not args.separate_critic)
         else:
             env = "sbs_pong"
             register_env(env, make_pong)
             model = DefaultModelConfig(
                 conv_filters=[[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]], conv_activation="relu",
-                head_fcnet_hiddens=[512], head_fcnet_activation="relu", vf_share_layers=True)
+                head_fcnet_hiddens=[512], head_fcnet_activation="relu", vf_share_layers=not args.separate_critic)
         config = (
             PPOConfig()
             .environment(env)

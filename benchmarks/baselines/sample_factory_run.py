@@ -21,7 +21,7 @@ inference workers' processed observations (reported every few seconds, so coarse
 
 Settings: APPO, asynchronous (--async_rl True, the default; --sync for synchronous PPO, which needs
 workers x envs x rollout == batch), no V-trace, no RNN (recurrence 1), no input or return
-normalisation, shared actor-critic weights, double-buffered sampling (worker_num_splits 2), one
+normalisation, shared actor-critic weights (--separate-critic: not shared), double-buffered sampling (worker_num_splits 2), one
 inference worker, CPU. Sample Factory's batch_size is the minibatch; num_batches_per_epoch = batch /
 minibatch. Envs: CartPole-v1 with an MLP (tanh); ALE/Pong-v5 (sticky actions) + gymnasium
 AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, 30 noop starts) + frame stack 4 with
@@ -79,7 +79,7 @@ def sf_argv(args, train_dir: str) -> list[str]:
         f"--gamma={args.gamma}", f"--gae_lambda={args.gae_lambda}", f"--ppo_clip_ratio={args.clip}",
         f"--exploration_loss_coeff={args.entropy_coef}", f"--value_loss_coeff={args.value_coef}",
         f"--max_grad_norm={args.max_grad_norm}", "--normalize_input=False", "--normalize_returns=False",
-        "--actor_critic_share_weights=True", "--summaries_use_frameskip=False", "--decorrelate_experience_max_seconds=0",
+        f"--actor_critic_share_weights={not args.separate_critic}", "--summaries_use_frameskip=False", "--decorrelate_experience_max_seconds=0",
         "--save_every_sec=1000000", "--save_best_every_sec=1000000", "--with_wandb=False",
         f"--seed={args.seed}", f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
     ]
