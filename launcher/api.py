@@ -39,7 +39,7 @@ class Run:
 
     def wait(self, timeout: float | None = None) -> str:
         if self.job_id is not None:
-            scheduler.wait(self.job_id, timeout=timeout)
+            scheduler.wait(self.job_id, timeout=timeout, ending=self.run.summary.exists)
         elif self._process is not None:
             self._process.wait(timeout=timeout)
         return self.state()

@@ -99,7 +99,7 @@ def _follow(run: RunDir, job_id: str) -> int:
         nonlocal position
         position = status.follow_file(log, position)
 
-    slurm.wait(job_id, on_poll=stream_progress)
+    slurm.wait(job_id, on_poll=stream_progress, ending=run.summary.exists)
     stream_progress()
     final, report = status.describe(run)
     print(report)
@@ -155,8 +155,10 @@ def cmd_status(argv) -> int:
     p.add_argument("run_dir", type=RunDir)
     args = p.parse_args(argv)
     if args.run_dir.sweep.exists():
-        for member in sweep.members_of(args.run_dir):
-            state, report = status.describe(RunDir(member["run_dir"]))
+        members = sweep.members_of(args.run_dir)
+        states = slurm.job_states([m["job_id"] for m in members])  # one squeue for the whole sweep
+        for member in members:
+            state, report = status.describe(RunDir(member["run_dir"]), states[member["job_id"]])
             print(f"== seed {member['seed']}: {state}\n{report}\n")
         return 0
     state, report = status.describe(args.run_dir)
@@ -177,14 +179,17 @@ def cmd_logs(argv) -> int:
                              f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})")
         print(log.read_text(errors="replace"), end="")
         return 0
-    status.tail_forever(log, stop=lambda: _run_finished(args.run_dir))
+    status.tail_forever(log, stop=_finished(args.run_dir))
     return 0
 
 
-def _run_finished(run: RunDir) -> bool:
-    if run.slurm.exists():
-        return slurm.job_state(slurm.job_id_of(run))[0] in slurm.FINISHED
-    return run.summary.exists()
+def _finished(run: RunDir):
+    """`logs -f`'s stop test: a local run has ended once its summary exists; a Slurm job's state is asked
+    for politely (slurm.Polite), every second again once the summary exists."""
+    if not run.slurm.exists():
+        return run.summary.exists
+    job_id, ask = slurm.job_id_of(run), slurm.Polite()
+    return lambda: ask.due(hurry=run.summary.exists()) and slurm.job_state(job_id)[0] in slurm.FINISHED
 
 
 def cmd_cancel(argv) -> int:
@@ -192,9 +197,9 @@ def cmd_cancel(argv) -> int:
     p.add_argument("run_dir", type=RunDir)
     args = p.parse_args(argv)
     if args.run_dir.sweep.exists():
-        for member in sweep.members_of(args.run_dir):
-            slurm.cancel(member["job_id"])
-        print(f"cancelled the sweep's {len(sweep.members_of(args.run_dir))} jobs")
+        members = sweep.members_of(args.run_dir)
+        slurm.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
+        print(f"cancelled the sweep's {len(members)} jobs")
         return 0
     if args.run_dir.slurm.exists():
         job_id = slurm.job_id_of(args.run_dir)
@@ -218,8 +223,9 @@ def cmd_resume(argv) -> int:
     run = args.run_dir
     if run.slurm.exists():
         job_id = slurm.job_id_of(run)
-        if slurm.job_state(job_id)[0] not in slurm.FINISHED:
-            raise UsageError(f"job {job_id} of {run.root} is still {slurm.job_state(job_id)[0]}; cancel it first")
+        state = slurm.job_state(job_id)[0]
+        if state not in slurm.FINISHED:
+            raise UsageError(f"job {job_id} of {run.root} is still {state}; cancel it first")
     elif local.launcher_pid(run) is not None:
         raise UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
     exp, run = runs.reopen(run.root)

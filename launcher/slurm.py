@@ -2,8 +2,10 @@
 
 `prepare` makes the request (plan, checked against the cluster when one answers, rendered script);
 `--dry-run` prints it and `submit` sends that very request. A submitted run directory holds job.sbatch
-(exactly what was submitted), experiment.yaml and slurm.json (job id, command). Job state comes from squeue/scontrol, which work on every cluster, and
-from sacct where accounting exists, all read through one table of Slurm states.
+(exactly what was submitted), experiment.yaml and slurm.json (job id, command). Job state comes from
+squeue, which works on every cluster, and from sacct where accounting exists, all read through one
+table of Slurm states; one question covers every job of a sweep, and a watched job is asked about
+with backoff (`Polite`), as cluster admins expect of tools that poll.
 """
 from __future__ import annotations
 
@@ -28,7 +30,6 @@ STATES = {
     "TIMEOUT": "timeout", "CANCELLED": "cancelled", "PREEMPTED": "cancelled", "REVOKED": "cancelled",
 }
 FINISHED = {"completed", "failed", "timeout", "cancelled"}
-# a het job's components may differ: report the one that matters most
 PRECEDENCE = ["failed", "timeout", "cancelled", "running", "suspended", "pending", "completed", "unknown"]
 
 
@@ -85,48 +86,83 @@ def job_id_of(run: RunDir) -> str:
         raise SlurmError(f"{run.root} is not a submitted run (no slurm.json)") from None
 
 
+def job_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """(run state from STATES, raw Slurm state) of each job, from one question to Slurm for all of them:
+    one squeue (slurmctld keeps a job MinJobAge after it ends), then one sacct for the jobs squeue no
+    longer knows (where accounting exists). A job neither knows is ("unknown", "UNKNOWN")."""
+    ids = list(dict.fromkeys(job_ids))
+    proc = _run(["squeue", "-h", "--states=all", "--array", "-j", ",".join(ids), "-o", "%i|%T"], check=False)
+    raw = parse_states(proc.stdout, ids) if proc.returncode == 0 else {}  # exits 1 when it knows none of them
+    missing = [i for i in ids if i not in raw]
+    if missing and shutil.which("sacct") is not None:
+        proc = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(missing), "-o", "JobID,State"], check=False)
+        if proc.returncode == 0:  # exits 1 where accounting is disabled
+            raw.update(parse_states(proc.stdout, missing))
+    return {i: combine(raw.get(i, [])) for i in ids}
+
+
 def job_state(job_id: str) -> tuple[str, str]:
-    """(run state from STATES, raw Slurm state). squeue first, then scontrol, then sacct."""
-    raw = _squeue_states(job_id) or _scontrol_states(job_id) or _sacct_states(job_id)
+    return job_states([job_id])[job_id]
+
+
+def parse_states(text: str, ids: list[str]) -> dict[str, list[str]]:
+    """`ID|STATE` lines (squeue -o %i|%T, sacct -o JobID,State -P) -> the raw states of each asked id; a
+    het job's components (123+0, 123+1) count for 123, an array task (123_4) for itself."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        slurm_id, _, state = line.strip().partition("|")
+        for owner in (slurm_id, slurm_id.split("+", 1)[0]):
+            if owner in ids and state:
+                out.setdefault(owner, []).append(state)
+                break
+    return out
+
+
+def combine(raw: list[str]) -> tuple[str, str]:
+    """A het job's components may differ: the state that matters most ("CANCELLED by 0" is CANCELLED)."""
     if not raw:
         return "unknown", "UNKNOWN"
     states = [(STATES.get(s.split()[0].rstrip("+"), "unknown"), s) for s in raw]
     return min(states, key=lambda st: PRECEDENCE.index(st[0]))
 
 
-def _squeue_states(job_id: str) -> list[str]:
-    proc = _run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T"], check=False)
-    return proc.stdout.split() if proc.returncode == 0 else []
+class Polite:
+    """When to ask Slurm next about a job being watched: at once, then after 1, 2, 4, 8 s and every
+    `most` (15) s after that, so that a run followed for hours costs its scheduler one squeue a quarter
+    minute. `due(hurry=True)` (the run has written its summary: the job is about to end) goes back to
+    asking every second."""
+
+    def __init__(self, first: float = 1.0, most: float = 15.0):
+        self.first, self.most, self.gap, self.next = first, most, first, time.monotonic()
+
+    def due(self, hurry: bool = False) -> bool:
+        now = time.monotonic()
+        if hurry:
+            self.gap = self.first
+            self.next = min(self.next, now + self.first)
+        if now < self.next:
+            return False
+        self.next = now + self.gap
+        self.gap = min(2 * self.gap, self.most)
+        return True
 
 
-def _scontrol_states(job_id: str) -> list[str]:
-    proc = _run(["scontrol", "-o", "show", "job", job_id], check=False)
-    if proc.returncode != 0:
-        return []
-    return [field.split("=", 1)[1] for line in proc.stdout.splitlines()
-            for field in line.split() if field.startswith("JobState=")]
+def cancel(*job_ids: str) -> None:
+    _run(["scancel", *job_ids])
 
 
-def _sacct_states(job_id: str) -> list[str]:
-    if shutil.which("sacct") is None:
-        return []
-    proc = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], check=False)
-    return proc.stdout.split() if proc.returncode == 0 else []  # exits 1 where accounting is disabled
-
-
-def cancel(job_id: str) -> None:
-    _run(["scancel", job_id])
-
-
-def wait(job_id: str, timeout: float | None = None, poll: float = 1.0, on_poll=None) -> str:
-    """Until the job reaches a finished state (returned). on_poll() runs every poll (e.g. to stream logs)."""
+def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None) -> str:
+    """Until the job reaches a finished state (returned), asking Slurm as Polite says (ending(): the
+    run says it is about to end). on_poll() runs every second (e.g. to stream a log)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    ask, state = Polite(), "unknown"
     while True:
-        state, _ = job_state(job_id)
         if on_poll:
             on_poll()
-        if state in FINISHED:
-            return state
+        if ask.due(hurry=bool(ending and ending())):
+            state, _ = job_state(job_id)
+            if state in FINISHED:
+                return state
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} still {state} after {timeout:.0f}s")
-        time.sleep(poll)
+        time.sleep(1.0)

@@ -15,15 +15,16 @@ from launcher.runs import tail
 from srl_hpc.rundir import RunDir
 
 
-def describe(run: RunDir) -> tuple[str, str]:
-    """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown."""
+def describe(run: RunDir, job_state: tuple[str, str] | None = None) -> tuple[str, str]:
+    """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown.
+    job_state: the Slurm job's (state, raw state) when the caller already asked (a sweep asks once)."""
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} is not a run directory (no experiment.yaml)")
     lines = [f"run {run.root}" + (f" (attempt {run.attempt})" if run.attempt > 1 else "")]
     summary = _read_json(run.summary)
     if run.slurm.exists():
         job_id = slurm.job_id_of(run)
-        state, raw = slurm.job_state(job_id)
+        state, raw = job_state or slurm.job_state(job_id)
         lines.append(f"slurm job {job_id}: {raw}")
     elif summary is None and local.launcher_pid(run) is not None:
         state = "running"

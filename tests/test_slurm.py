@@ -120,7 +120,9 @@ def test_a_three_seed_sweep_through_submitit(tmp_path):
         summary = json.loads((Path(m["run_dir"]) / "summary.json").read_text())
         assert summary["status"] == "succeeded" and summary["frames_consumed"] > 0
         assert f"seed: {m['seed']}" in (Path(m["run_dir"]) / "experiment.yaml").read_text()
-    assert srl("status", sweep_dir).stdout.count("outcome: succeeded") == 3
+    out = srl("status", sweep_dir).stdout  # one squeue for the three array tasks
+    assert out.count("outcome: succeeded") == 3
+    assert re.findall(r"== seed (\d): (\w+)", out) == [("1", "completed"), ("2", "completed"), ("3", "completed")]
 
 
 def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):
