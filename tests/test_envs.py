@@ -115,6 +115,28 @@ def test_a_backend_that_cannot_serve_the_id_names_the_setting():
             resolve_backend(config.EnvConfig(id="srl_hpc/SlowStep-v0", backend="envpool"))
 
 
+def test_the_synthetic_env_has_the_size_and_cost_it_is_given_and_rewards_the_argmax():
+    import time
+
+    env = make_env_group(config.EnvConfig(id="srl_hpc/Synthetic-v0", kwargs={
+        "obs_size": 64, "n_actions": 3, "step_seconds": 0.002, "episode_length": 10}), 2, seed=1)
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (2, 64) and obs.dtype == np.float32
+    greedy = random = 0.0
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        obs, reward, terminated, truncated, _ = env.step(np.argmax(obs[:, :3], axis=1))
+        greedy += reward.sum()
+    assert time.perf_counter() - t0 >= 10 * 0.002  # each step waited at least step_seconds
+    assert greedy == 20 and truncated.all() and not terminated.any()  # 10-step episodes, every reward earned
+    for _ in range(300):
+        obs, reward, *_ = env.step(rng.integers(0, 3, 2))
+        random += reward.sum()
+    assert 0.2 < random / 600 < 0.5  # a random policy earns about 1/3
+    env.close()
+
+
 def test_acrobot_with_backend_auto_reaches_its_target(tmp_path):
     """The task auto picks (envpool when installed, gymnasium's own env otherwise) is learnable: the shipped
     experiment reaches -100 (in about 11 s here; the limit leaves room for a loaded machine)."""

@@ -1,5 +1,6 @@
-"""Environments. Importing this package registers srl-hpc's own gymnasium ids (see testing.py)."""
+"""Environments. Importing this package registers srl-hpc's own gymnasium ids (testing.py, synthetic.py)."""
 import gymnasium
 
 gymnasium.register(id="srl_hpc/CrashAfter-v0", entry_point="srl_hpc.envs.testing:CrashAfter", max_episode_steps=500)
 gymnasium.register(id="srl_hpc/SlowStep-v0", entry_point="srl_hpc.envs.testing:SlowStep", max_episode_steps=500)
+gymnasium.register(id="srl_hpc/Synthetic-v0", entry_point="srl_hpc.envs.synthetic:Synthetic")  # episodes end themselves
