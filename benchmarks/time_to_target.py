@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher import local, runs
 from srl_hpc import config
+from srl_hpc.envs.backends import resolve_backend
 
 
 def run_seed(exp: config.Experiment, seed: int, out: Path) -> dict:
@@ -45,6 +46,11 @@ def main(argv=None) -> int:
         raise SystemExit(f"{args.experiment}: stop.target_return is not set: there is no target to time")
     out = Path(args.out or tempfile.mkdtemp(prefix=f"ttt-{exp.name}-"))
     backends = args.backends.split(",") if args.backends else [exp.env.backend]
+    for backend in backends:  # a backend that cannot serve the id says so now, not after the other runs
+        try:
+            resolve_backend(config.with_overrides(exp, [f"env.backend={backend}"]).env)
+        except ValueError as e:
+            raise SystemExit(f"--backends: {e}") from None
     rows, totals = [], {}
     for backend in backends:
         exp_b = config.with_overrides(exp, [f"env.backend={backend}"])
@@ -52,6 +58,9 @@ def main(argv=None) -> int:
         for seed in [int(s) for s in args.seeds.split(",")]:
             runs_b.append(run_seed(exp_b, seed, out / backend))
             r = runs_b[-1]
+            if r["seconds"] is None:  # no summary: the run failed before it could write one
+                print(f"{backend} seed {seed}: FAILED (exit code {r['exit_code']}), see {r['run_dir']}", flush=True)
+                continue
             print(f"{backend} seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in {r['seconds']}s, "
                   f"{r['env_frames']:,} env frames, mean return at stop {r['mean_return_at_stop']}", flush=True)
         reached = [r["seconds"] for r in runs_b if r["reached"]]
