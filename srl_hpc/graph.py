@@ -45,7 +45,8 @@ class Stream:
 
     kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments, or actor ->
     buffer with replay), replay (buffer -> trainer sampled batches), priorities (trainer -> buffer new
-    priorities), parameters (trainer -> policy versioned weights), control (worker heartbeats up,
+    priorities), credits (trainer -> actor leave to send a segment, on-policy flow control), parameters
+    (trainer -> policy versioned weights), control (worker heartbeats up,
     controller commands down). Evaluation workers subscribe to the parameters like policy handlers."""
     kind: str
     server: str
@@ -121,8 +122,9 @@ def build(exp: Experiment) -> Graph:
                     for k, b in enumerate(buffers)]
         streams += [Stream("replay", t, tuple(buffers), "zmq") for t in trainers]
         streams += [Stream("priorities", b, tuple(trainers), "zmq") for b in buffers]
-    else:  # PUSH/PULL: any actor to any trainer
+    else:  # any actor to any trainer, each segment with the leave of the trainer it goes to (flow control)
         streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]
+        streams += [Stream("credits", t, tuple(actors), "zmq") for t in trainers]
     subscribers = tuple(n.name for n in workers if "policy" in n.handlers)
     if w.placement == "seed":  # trainer/0's own policy handler reads the weights in-process
         streams.append(Stream("parameters", trainers[0], subscribers, "inline"))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from srl_hpc.streams import wire
 from srl_hpc.streams.layout import number
 
-KINDS = {"heartbeat", "failed", "final", "restarting", "segment", "infer", "reply", "replay", "priorities"}
+KINDS = {"heartbeat", "failed", "final", "restarting", "segment", "infer", "reply", "replay", "priorities", "want",
+         "credit"}
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.floats(), st.text(max_size=12))
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                         max_size=3), max_leaves=5)

@@ -196,9 +196,13 @@ class TrainerConfig:
     precision: Precision = "fp32"  # "bf16": forward passes under bf16 autocast; weights, optimizer and losses stay fp32
     train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
     checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
+    # flow control (on-policy): at most this many batches' worth of segments on their way to one trainer,
+    # from all actors together; beyond it actors wait for leave to send, so policy lag and the frames in
+    # queues stay bounded whatever the number of actors
+    queue_batches: int = 2
 
     def check(self) -> list[tuple[str, str]]:
-        problems = _check_counts(self, ("count", "batch_segments", "torch_threads")) + _check_device(self.device)
+        problems = _check_counts(self, ("count", "batch_segments", "torch_threads", "queue_batches")) + _check_device(self.device)
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))
         return problems

@@ -19,6 +19,7 @@ from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import make_env_group, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, wire
+from srl_hpc.streams.credits import GatedProducer
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
 from srl_hpc.streams.samples import SampleProducer
@@ -82,14 +83,24 @@ class RingGroup:
     def request_obs(self) -> np.ndarray:
         return self.obs
 
+    @property
+    def full(self) -> bool:
+        """Every step of the segment is taken; the next reply brings the last one's bootstrap values."""
+        return self._pending and self.t == self.T
+
+    def bootstrap(self, reply: dict[str, np.ndarray]) -> dict | None:
+        """Record the previous step's bootstrap values from `reply`; the segment if that finished it."""
+        finished = None
+        if "next_values" in self.segment:
+            self.segment["next_values"][:, self.t - 1] = np.where(self._terminated, 0.0, reply["values"])
+        if self.t == self.T:
+            finished, self.segment, self.t = self.segment, self._new_segment(), 0
+        self._pending = False
+        return finished
+
     def advance(self, reply: dict[str, np.ndarray], version: int) -> tuple[np.ndarray, dict | None]:
         """Apply one reply. Returns (next request's observations, a finished segment or None)."""
-        finished = None
-        if self._pending:
-            if "next_values" in self.segment:
-                self.segment["next_values"][:, self.t - 1] = np.where(self._terminated, 0.0, reply["values"])
-            if self.t == self.T:
-                finished, self.segment, self.t = self.segment, self._new_segment(), 0
+        finished = self.bootstrap(reply) if self._pending else None
         t, seg = self.t, self.segment
         valid = ~self._resetting
         seg["obs"][:, t] = self.obs
@@ -142,6 +153,8 @@ class ActorHandler(Handler):
         self.episodes = 0
         self._returns: list[tuple[float, int]] = []
         self._pending_segment = None  # packed, waiting for a consumer to take it (back-pressure)
+        self._parked: dict[int, tuple] = {}  # group -> (its next request, since when): waiting for leave
+        self._segments = [0] * a.inference_splits  # per group: the number of the segment being filled
 
     def connect(self, table):
         (stream,) = self.graph.servers_for("inference", self.name)
@@ -150,8 +163,12 @@ class ActorHandler(Handler):
         else:
             sock = inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference"))
             self.inference = self._client(sock, stream.transport, endpoints.same_node(table, stream.server, self.name))
-        self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "samples")
-                                                        for s in self.graph.servers_for("samples", self.name)])
+        servers = [s.server for s in self.graph.servers_for("samples", self.name)]
+        if self.graph.servers_for("credits", self.name):  # trainers: each segment with its trainer's leave
+            self.samples = GatedProducer(self.worker.ctx, self.name, [
+                (endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers])
+        else:  # buffers: any of them, as fast as they take it
+            self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers])
 
     def _client(self, sock: zmq.Socket, transport: str, same_node: bool) -> InferenceClient:
         if transport == "shm" and not same_node:
@@ -172,13 +189,27 @@ class ActorHandler(Handler):
         self._sent_at = [time.perf_counter()] * len(self.groups)
         self._waiting_since: float | None = None  # when the ring started waiting for the current group
         for g, group in enumerate(self.groups):
-            self.inference.send(g, group.request_obs(), self.explore)
+            self._parked[g] = (group.request_obs(), time.perf_counter())
+            self._unpark(g, 0)
+
+    def _unpark(self, g: int, timeout_ms: int) -> bool:
+        """Send group g's parked request once its next segment has leave to be sent (flow control)."""
+        if not self.samples.reserve((g, self._segments[g]), timeout_ms):
+            return False
+        request, since = self._parked.pop(g)
+        self.inference.send(g, request, self.explore)
+        self._sent_at[g] = time.perf_counter()
+        self.trace.record("leave", wait_seconds=self._sent_at[g] - since)
+        return True
 
     def poll(self, timeout_ms):
         if self._pending_segment is not None:  # a consumer was busy: retry before stepping on
             self._push(timeout_ms)
             return
         g = self.next_group
+        if g in self._parked:
+            self._unpark(g, timeout_ms)
+            return
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
         reply = self.inference.wait(g, timeout_ms)
@@ -187,6 +218,14 @@ class ActorHandler(Handler):
         t0, self._waiting_since = self._waiting_since, None
         t1 = time.perf_counter()
         group = self.groups[g]
+        self.next_group = (g + 1) % len(self.groups)
+        if group.full and not self.samples.reserve((g, self._segments[g] + 1), 0):
+            # No leave yet for the group's next segment: this reply only finishes the segment (bootstrap
+            # values), which goes now; the first step's actions are asked for again once leave comes, so
+            # that they are the policy's of then, not of before the wait.
+            self._send_segment(g, group.bootstrap(reply.arrays))
+            self._parked[g] = (group.request_obs(), t1)
+            return
         request, segment = group.advance(reply.arrays, reply.meta["version"])
         t2 = time.perf_counter()
         self.inference.send(g, request, self.explore)
@@ -200,16 +239,19 @@ class ActorHandler(Handler):
         self._returns += group.finished_episodes
         self.episodes += len(group.finished_episodes)
         group.finished_episodes = []
-        self.next_group = (g + 1) % len(self.groups)
         if segment is not None:
-            frames = segment_frames(segment, self.frames_per_step)
-            meta = {"actor": self.name, "group": g, "frames": frames}  # (actor, group): one stream of steps
-            self._pending_segment = (frames, wire.pack("segment", meta, segment), time.perf_counter())
-            self._push(0)
+            self._send_segment(g, segment)
+
+    def _send_segment(self, g: int, segment: dict) -> None:
+        frames = segment_frames(segment, self.frames_per_step)
+        meta = {"actor": self.name, "group": g, "frames": frames}  # (actor, group): one stream of steps
+        self._pending_segment = (frames, wire.pack("segment", meta, segment), time.perf_counter(), (g, self._segments[g]))
+        self._segments[g] += 1
+        self._push(0)
 
     def _push(self, timeout_ms: int) -> None:
-        frames, msg, since = self._pending_segment
-        if self.samples.try_send(msg, timeout_ms):
+        frames, msg, since, key = self._pending_segment
+        if self.samples.try_send(msg, timeout_ms, key=key):  # with the leave reserved when it began
             self.frames_sent += frames
             self.trace.record("segment", frames=frames, send_wait=time.perf_counter() - since)
             self._pending_segment = None

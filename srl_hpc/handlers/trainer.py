@@ -24,6 +24,7 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
+import zmq
 from torch.nn.parallel import DistributedDataParallel
 
 from srl_hpc.algorithms import spec
@@ -34,6 +35,7 @@ from srl_hpc.handlers.buffer import replay_layout
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
@@ -44,9 +46,13 @@ DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" whil
 class BatchAssembler:
     """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
 
-    def __init__(self, samples: SampleConsumer, fields: tuple[str, ...], batch_segments: int, max_lag: int | None,
-                 prepare, current_version, trace, frames_per_step: int = 1):
+    def __init__(self, samples: SampleConsumer, credits: CreditLedger, fields: tuple[str, ...], batch_segments: int,
+                 max_lag: int | None, prepare, current_version, trace, frames_per_step: int = 1):
         self.samples = samples
+        self.credits = credits
+        self.poller = zmq.Poller()
+        self.poller.register(samples.socket, zmq.POLLIN)
+        self.poller.register(credits.socket, zmq.POLLIN)
         self.fields = fields
         self.frames_per_step = frames_per_step
         self.trace = trace
@@ -61,13 +67,17 @@ class BatchAssembler:
         self.held_segments = 0
 
     def poll(self, timeout_ms: int) -> dict | None:
-        """Receive what is pending (waiting at most timeout_ms for the first message); a batch when one is full."""
-        if self.held_segments < self.batch_segments and self.samples.wait(timeout_ms):
-            while self.held_segments < self.batch_segments:
-                msg = self.samples.receive()
-                if msg is None:
-                    break
-                self._accept(msg)
+        """Receive what is pending (waiting at most timeout_ms for the first message); a batch when one is full.
+        Leave to send more is granted only here, so a trainer that is not receiving lets nothing more come."""
+        if self.held_segments < self.batch_segments:
+            self.credits.serve()
+            if self.poller.poll(timeout_ms):
+                while self.held_segments < self.batch_segments:
+                    msg = self.samples.receive()
+                    if msg is None:
+                        break
+                    self._accept(msg)
+                self.credits.serve()
         if self.held_segments < self.batch_segments:
             return None
         return self._cut()
@@ -76,6 +86,7 @@ class BatchAssembler:
         seg = msg.arrays
         frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
+        self.credits.used(msg.meta["actor"])
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
         self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=int(msg.meta["actor"].partition("/")[2]))
@@ -177,7 +188,8 @@ class TrainerHandler(Handler):
         self.losses = LossMeans()  # the heartbeats' losses: means over the updates since the previous one
         self._last_checkpoint = time.monotonic()
         self._ready_since = None
-        self._batches: queue.Queue = queue.Queue(maxsize=1)
+        self._batches: queue.Queue = queue.Queue(maxsize=1)  # the next batch, assembled while one trains
+        self._taken = threading.Event()  # the next batch was taken: the pre-fetch thread may assemble another
         self._thread_stop = threading.Event()
         self._thread = None
         self._thread_error: BaseException | None = None
@@ -210,13 +222,19 @@ class TrainerHandler(Handler):
             self.consumer = SampleConsumer(self.worker.ctx, replay_layout(self.obs_space.shape, self.action_space.n,
                                                                           buffers), high_water_mark=2)
             ports["replay"] = self.consumer.bind()
+            self.credits = None  # the buffers take what the actors send
             self.source = ReplayReceiver(self.consumer, prepare)
         else:
             actors = [w.name for w in self.graph.hosts("actor")]
             self.consumer = SampleConsumer(self.worker.ctx, segment_layout(
                 self.spec, self.obs_space.shape, self.action_space.n, self.exp.workers.actor.segment_length, actors))
             ports["samples"] = self.consumer.bind()
-            self.source = BatchAssembler(self.consumer, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
+            a = self.exp.workers.actor
+            per_message = a.ring_size // a.inference_splits  # env segments in one actor message
+            window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
+            self.credits = CreditLedger(self.worker.ctx, window, actors)
+            ports["credits"] = self.credits.bind()
+            self.source = BatchAssembler(self.consumer, self.credits, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
                                          getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:
@@ -273,17 +291,17 @@ class TrainerHandler(Handler):
         return {**tensors, "_ready": ready}
 
     def _prefetch_loop(self):
+        """The next batch is assembled while the current one trains, and no further: the one after waits
+        until the next is taken (its segments wait at the actors, unfilled, not here going stale)."""
         try:
             while not self._thread_stop.is_set():
+                if self._batches.full():
+                    self._taken.wait(POLL_MS / 1000)
+                    self._taken.clear()
+                    continue
                 batch = self.source.poll(POLL_MS)
-                while batch is not None and not self._thread_stop.is_set():
-                    try:
-                        self._batches.put(batch, timeout=POLL_MS / 1000)
-                        batch = None
-                    except queue.Full:
-                        pass
                 if batch is not None:
-                    self._drop(batch)
+                    self._batches.put(batch)  # never blocks: only this thread puts, and the queue had room
         except BaseException as e:  # surfaced by poll() in the main thread
             self._thread_error = e
 
@@ -293,9 +311,11 @@ class TrainerHandler(Handler):
         if self._thread is None:
             return self.source.poll(timeout_ms)
         try:
-            return self._batches.get(timeout=timeout_ms / 1000)
+            batch = self._batches.get(timeout=timeout_ms / 1000)
         except queue.Empty:
             return None
+        self._taken.set()
+        return batch
 
     def keep_running(self, stop_requested: bool) -> bool:
         """Distributed: one all-reduce decides for every trainer whether to stop and whether to train now."""
@@ -406,7 +426,7 @@ class TrainerHandler(Handler):
 
     def stats(self):
         out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
-               "malformed_dropped": self.consumer.malformed,
+               "malformed_dropped": self.consumer.malformed + (self.credits.malformed if self.credits else 0),
                "wait_seconds": round(self.wait_seconds, 3), "losses": self.losses.report()}
         if isinstance(self.source, ReplayReceiver):
             return {**out, "transitions_trained": self.transitions_trained}

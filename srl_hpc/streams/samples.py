@@ -5,7 +5,8 @@ messages over them. High-water marks are small on both sides, so a consumer that
 producers down (back-pressure) instead of letting stale segments queue up. The kernel's TCP buffers are
 kept small too: ZMQ's marks count messages, but Linux grows each connection's buffers to megabytes, which
 held about a hundred CartPole-sized messages per actor on top of the marks (a policy lag of ~100
-versions at the trainer, on Acrobot; with these buffers about 10).
+versions at the trainer, on Acrobot; with these buffers about 10). Toward trainers, what is in flight is
+bounded in total, whatever the number of actors, by flow control (srl_hpc/streams/credits.py).
 """
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ class SampleProducer:
         for address in addresses:
             self.socket.connect(address)
 
-    def try_send(self, frames: list, timeout_ms: int) -> bool:
+    def reserve(self, key, timeout_ms: int) -> bool:
+        """Always: here the high-water marks alone push back (GatedProducer: the trainers' flow control)."""
+        return True
+
+    def try_send(self, frames: list, timeout_ms: int, key=None) -> bool:
         """Send one packed message if a consumer takes it within timeout_ms; False if none did (back-pressure)."""
         if not self.socket.poll(timeout_ms, zmq.POLLOUT):
             return False

@@ -23,7 +23,8 @@ from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
 ACTIVITIES = {
     "actor": [("stepping", "env_step", "step_seconds", ("request_seconds",)),
               ("waiting_inference", "env_step", "wait_seconds", ("step_seconds", "request_seconds")),
-              ("sending", "segment", "send_wait", ())],
+              ("sending", "segment", "send_wait", ()),
+              ("waiting_leave", "leave", "wait_seconds", ())],
     "policy": [("computing", "inference", "compute_seconds", ("reply_seconds",)),
                ("replying", "inference", "reply_seconds", ()),
                ("pulling_params", "param_pull", "seconds", ())],
@@ -35,7 +36,7 @@ ACTIVITIES = {
                ("sampling", "buffer_step", "sample_seconds", ())],
 }
 ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "stepping envs",
-                   "sending": "blocked sending samples", "pulling_params": "loading weights",
+                   "sending": "blocked sending samples", "waiting_leave": "waiting for leave to sample", "pulling_params": "loading weights",
                    "computing": "computing", "replying": "replying", "waiting": "waiting for data",
                    "publishing": "publishing weights", "storing": "storing transitions",
                    "updating_priorities": "updating priorities", "sampling": "sampling batches", "other": "other"}

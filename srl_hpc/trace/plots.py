@@ -23,7 +23,8 @@ from srl_hpc.trace.reader import RunTrace  # noqa: E402
 ACTIVITY_COLORS = {"stepping": "tab:green", "waiting_inference": "tab:orange", "sending": "tab:red",
                    "computing": "tab:blue", "replying": "tab:cyan", "pulling_params": "tab:purple",
                    "waiting": "tab:gray", "publishing": "tab:purple", "storing": "tab:olive",
-                   "updating_priorities": "tab:pink", "sampling": "tab:brown"}
+                   "updating_priorities": "tab:pink", "sampling": "tab:brown",
+                   "waiting_leave": "gold"}
 KIND_COLORS = {"actor": "tab:green", "policy": "tab:orange", "trainer": "tab:blue", "buffer": "tab:brown"}
 
 

@@ -1,0 +1,83 @@
+"""Flow control on the sample stream over real ZMQ sockets (loopback): a trainer's leave bounds what its actors
+send, whatever their number."""
+import time
+
+import zmq
+
+from srl_hpc.streams import credits, wire
+from srl_hpc.streams.credits import CreditLedger, GatedProducer
+
+
+def until(condition, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def setup(ctx, n_actors, window):
+    actors = [f"actor/{i}" for i in range(n_actors)]
+    ledger = CreditLedger(ctx, window, actors)
+    credits_port = ledger.bind()
+    samples = ctx.socket(zmq.PULL)
+    samples_port = samples.bind_to_random_port("tcp://127.0.0.1")
+    gates = {a: GatedProducer(ctx, a, [(f"tcp://127.0.0.1:{samples_port}", f"tcp://127.0.0.1:{credits_port}")])
+             for a in actors}
+    return ledger, samples, gates
+
+
+def granted(ledger, gates, key):
+    """Serve the asks, then the actors that hold leave for `key` (each asks once when it has none)."""
+    ledger.serve()
+    return {a for a, g in gates.items() if g.reserve(key, 5)}
+
+
+def test_at_most_the_window_holds_leave_and_each_segment_received_frees_one():
+    ctx = zmq.Context()
+    try:
+        ledger, samples, gates = setup(ctx, n_actors=8, window=3)
+        holders: set = set()
+        until(lambda: holders.update(granted(ledger, gates, 0)) or len(holders) == 3, "three grants")
+        for _ in range(20):  # however long the others ask, nobody else gets leave
+            holders |= granted(ledger, gates, 0)
+        assert len(holders) == 3 and ledger.outstanding == 3
+        first = sorted(holders)[0]
+        assert gates[first].try_send(wire.pack("segment", {"actor": first}, {}), 1000, key=0)
+        msg = wire.unpack(samples.recv_multipart())
+        ledger.used(msg.meta["actor"])  # the trainer received it: one more actor may go
+        assert ledger.outstanding == 2
+        until(lambda: holders.update(granted(ledger, gates, 0)) or len(holders) == 4, "a fourth grant")
+        assert ledger.outstanding == 3
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_grant_left_unused_is_taken_back_so_a_lost_actor_cannot_shrink_the_window(monkeypatch):
+    ctx = zmq.Context()
+    try:
+        ledger, samples, gates = setup(ctx, n_actors=2, window=1)
+        holders: set = set()
+        until(lambda: holders.update(granted(ledger, gates, 0)) or holders, "a grant")
+        (lost,) = holders  # it never sends: it died, say
+        monkeypatch.setattr(credits, "GRANT_TIMEOUT", 0.0)
+        other = next(a for a in gates if a != lost)
+        until(lambda: other in granted(ledger, gates, 0), "the lost actor's grant to go to the other")
+        assert ledger.outstanding == 1
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_asks_that_are_not_an_actors_want_are_counted_and_grant_nothing():
+    ctx = zmq.Context()
+    try:
+        ledger, _, _ = setup(ctx, n_actors=1, window=4)
+        stranger = ctx.socket(zmq.DEALER)
+        stranger.connect(f"tcp://127.0.0.1:{ledger.socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}")
+        for frames in (wire.pack("want", {"actor": "actor/9"}), wire.pack("want", {"actor": ["actor/0"]}),
+                       wire.pack("credit", {"actor": "actor/0"}), [b"not a message"]):
+            stranger.send_multipart(frames)
+        until(lambda: ledger.serve() or ledger.malformed == 4, "the four asks to be read")
+        assert ledger.outstanding == 0 and not ledger.waiting
+    finally:
+        ctx.destroy(linger=0)
