@@ -1,16 +1,17 @@
-"""Flow control on the sample stream: a trainer lets at most `window` segments be on their way to it, from
-all its actors together, whatever their number.
+"""Flow control on the sample stream: a trainer lets at most `window` segments be filled for it or be on
+their way to it, from all its actors together, whatever their number.
 
 Without it, every actor's connection queues a few segments (ZMQ's high-water marks, the kernel's
 buffers), so the stale data waiting at a trainer grows with the number of actors: 32 CartPole actors
 gave a policy lag of ~45 versions and a third of the frames dropped unconsumed at the stop. With it, an
-actor holding a segment and no leave to send it asks every trainer of its stream ("want"); a trainer
-grants ("credit") to the askers in turn while fewer than `window` of its grants are unused, and each
-segment it receives uses up its sender's oldest grant. An actor without leave waits (the time shows in
-its trace as blocked sending), so with too many actors they slow down instead of queueing.
+actor about to fill a segment asks every trainer of its stream for leave ("want"); a trainer grants
+("credit") to the askers in turn while fewer than `window` of its grants are unused, and each segment
+it receives uses up its sender's oldest grant. The actor's envs wait until leave comes (its trace shows
+the time as waiting for leave), so with too many actors they slow down instead of queueing stale data.
 
-A grant not used within GRANT_TIMEOUT seconds (its actor died, hung or was replaced; or the grant was
-lost with a dead connection) is taken back, so a lost actor cannot shrink the window for good.
+A grant not used within GRANT_TIMEOUT seconds (its actor died, hung or was replaced; the grant was lost
+with a dead connection; or a segment took that long to fill) is taken back, so a lost actor cannot
+shrink the window for good; at worst one more segment is then in flight.
 """
 from __future__ import annotations
 
