@@ -68,6 +68,21 @@ def test_a_grant_left_unused_is_taken_back_so_a_lost_actor_cannot_shrink_the_win
         ctx.destroy(linger=0)
 
 
+def test_a_replaced_actors_grants_come_back_when_its_replacement_asks():
+    ctx = zmq.Context()
+    try:
+        ledger, samples, gates = setup(ctx, n_actors=2, window=2)
+        holders: set = set()
+        until(lambda: holders.update(granted(ledger, gates, 0)) or len(holders) == 2, "two grants")
+        address = [(f"tcp://127.0.0.1:{samples.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}",
+                    f"tcp://127.0.0.1:{ledger.socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}")]
+        replacement = GatedProducer(ctx, "actor/1", address)  # actor/1 died holding its grant, and is back
+        until(lambda: ledger.serve() or replacement.reserve(0, 5), "the replacement's leave")
+        assert ledger.outstanding == 2  # actor/0's grant and the replacement's; the dead one's was taken back
+    finally:
+        ctx.destroy(linger=0)
+
+
 def test_asks_that_are_not_an_actors_want_are_counted_and_grant_nothing():
     ctx = zmq.Context()
     try:

@@ -9,9 +9,11 @@ actor about to fill a segment asks every trainer of its stream for leave ("want"
 it receives uses up its sender's oldest grant. The actor's envs wait until leave comes (its trace shows
 the time as waiting for leave), so with too many actors they slow down instead of queueing stale data.
 
-A grant not used within GRANT_TIMEOUT seconds (its actor died, hung or was replaced; the grant was lost
-with a dead connection; or a segment took that long to fill) is taken back, so a lost actor cannot
-shrink the window for good; at worst one more segment is then in flight.
+The grants of an actor that was replaced are taken back when its replacement first asks (a new
+connection under the same name). Any other grant not used within GRANT_TIMEOUT seconds (an actor that
+died and is not replaced, a grant lost with a dead connection, a segment that took that long to fill) is
+taken back too, so a lost actor cannot shrink the window for good; at worst one more segment is then in
+flight.
 """
 from __future__ import annotations
 
@@ -109,6 +111,7 @@ class CreditLedger:
         self.actors = set(actors)
         self.waiting: collections.deque[tuple[bytes, str]] = collections.deque()  # (routing id, actor) in order
         self.granted: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self.identity: dict[str, bytes] = {}  # actor -> the routing id of its live incarnation
         self.malformed = 0
 
     def bind(self, port: int | None = None) -> int:
@@ -141,6 +144,10 @@ class CreditLedger:
                 self.malformed += 1
                 continue
             ident = frames[0].bytes
+            if self.identity.get(actor, ident) != ident:  # a new incarnation of the actor: the old one is gone,
+                self.granted.pop(actor, None)  # and so are the grants it held
+                self.waiting = collections.deque(w for w in self.waiting if w[1] != actor)
+            self.identity[actor] = ident
             if all(ident != w for w, _ in self.waiting):
                 self.waiting.append((ident, actor))
         now = time.monotonic()
