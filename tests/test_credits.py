@@ -16,14 +16,18 @@ def until(condition, what, timeout=10.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def loopback(sock) -> str:
+    """The loopback address of a bound socket's port."""
+    return "tcp://127.0.0.1:" + sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+
+
 def setup(ctx, n_actors, window):
     actors = [f"actor/{i}" for i in range(n_actors)]
     ledger = CreditLedger(ctx, window, actors)
-    credits_port = ledger.bind()
+    ledger.bind()
     samples = ctx.socket(zmq.PULL)
-    samples_port = samples.bind_to_random_port("tcp://127.0.0.1")
-    gates = {a: GatedProducer(ctx, a, [(f"tcp://127.0.0.1:{samples_port}", f"tcp://127.0.0.1:{credits_port}")])
-             for a in actors}
+    samples.bind_to_random_port("tcp://127.0.0.1")
+    gates = {a: GatedProducer(ctx, a, [(loopback(samples), loopback(ledger.socket))]) for a in actors}
     return ledger, samples, gates
 
 
@@ -74,9 +78,8 @@ def test_a_replaced_actors_grants_come_back_when_its_replacement_asks():
         ledger, samples, gates = setup(ctx, n_actors=2, window=2)
         holders: set = set()
         until(lambda: holders.update(granted(ledger, gates, 0)) or len(holders) == 2, "two grants")
-        address = [(f"tcp://127.0.0.1:{samples.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}",
-                    f"tcp://127.0.0.1:{ledger.socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}")]
-        replacement = GatedProducer(ctx, "actor/1", address)  # actor/1 died holding its grant, and is back
+        # actor/1 died holding its grant, and is back
+        replacement = GatedProducer(ctx, "actor/1", [(loopback(samples), loopback(ledger.socket))])
         until(lambda: ledger.serve() or replacement.reserve(0, 5), "the replacement's leave")
         assert ledger.outstanding == 2  # actor/0's grant and the replacement's; the dead one's was taken back
     finally:
@@ -88,7 +91,7 @@ def test_asks_that_are_not_an_actors_want_are_counted_and_grant_nothing():
     try:
         ledger, _, _ = setup(ctx, n_actors=1, window=4)
         stranger = ctx.socket(zmq.DEALER)
-        stranger.connect(f"tcp://127.0.0.1:{ledger.socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}")
+        stranger.connect(loopback(ledger.socket))
         for frames in (wire.pack("want", {"actor": "actor/9"}), wire.pack("want", {"actor": ["actor/0"]}),
                        wire.pack("credit", {"actor": "actor/0"}), [b"not a message"]):
             stranger.send_multipart(frames)
