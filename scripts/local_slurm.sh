@@ -2,7 +2,7 @@
 # local_slurm.sh - a real, small Slurm cluster on this one machine (Debian/Ubuntu, run as root).
 #
 # Used by srl-hpc's tests and by anyone who wants to try the Slurm path on a laptop. It runs one
-# slurmctld and four virtual slurmd nodes (n1..n4, 8 CPUs, ~4000 MB and 2 fake GPUs each) on
+# slurmctld and four virtual slurmd nodes (n1..n4, 8 CPUs, ~4000 MB and 2 fake GPUs each by default) on
 # 127.0.0.1, with partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
 #
 # Usage:
@@ -21,6 +21,10 @@
 #                   Debian's Slurm reads without SLURM_CONF; gres.conf goes next to it)
 #   SRL_SLURM_WAIT  seconds `start` waits for all nodes idle (default 30)
 #   SRL_SLURM_FORCE=1  overwrite a slurm.conf that this script did not write
+#   SRL_SLURM_CPUS  CPUs each virtual node declares (default 8); more than the machine has oversubscribes
+#                   its cores, e.g. 160 for benchmarks/scale.py's hundreds of actors
+#   SRL_SLURM_MEM_MB  memory each virtual node declares (default 4000), e.g. 20000 for the scale benchmark
+#                   (both take effect at `start`; stop first to change a running cluster)
 #
 # Notes: no accounting daemon, so `sacct` does not work; use squeue/scontrol (finished jobs stay
 # visible for an hour, MinJobAge). As root, `mpirun` inside a job needs --allow-run-as-root.
@@ -32,6 +36,8 @@ CONF=${SLURM_CONF:-$DEFAULT_CONF}
 export SLURM_CONF=$CONF
 GRES_CONF=$(dirname "$CONF")/gres.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
+NODE_CPUS=${SRL_SLURM_CPUS:-8}
+NODE_MEM_MB=${SRL_SLURM_MEM_MB:-4000}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
@@ -181,7 +187,7 @@ EOF
     k=0
     for n in "${NODES[@]}"; do
       k=$((k + 1))
-      echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=$((6818 + k)) CPUs=8 RealMemory=4000 Gres=gpu:2 State=UNKNOWN"
+      echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=$((6818 + k)) CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:2 State=UNKNOWN"
     done
     local all; all=$(IFS=,; echo "${NODES[*]}")
     echo "PartitionName=cpu Nodes=$all Default=YES MaxTime=UNLIMITED State=UP"

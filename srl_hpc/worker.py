@@ -157,7 +157,7 @@ class Worker:
             depths = {}
             for handler in self.handlers.values():
                 depths.update(handler.queue_depths())
-            self.trace.record("heartbeat", rss_mb=rss_mb(), **depths)
+            self.trace.record("heartbeat", rss_mb=rss_mb(), cpu_seconds=time.process_time(), **depths)
             self.send_event("heartbeat", {**self.stats(), "queues": depths})
             if self.link is not None:
                 self.link.beat()
@@ -238,7 +238,9 @@ def main(argv=None) -> int:
         worker.record_startup()
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
+        waited = time.monotonic()
         table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
+        worker.trace.record("rendezvous", seconds=time.monotonic() - waited, workers=len(table))
         # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop())

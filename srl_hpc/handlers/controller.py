@@ -129,7 +129,9 @@ class ControllerHandler(Handler):
         if time.monotonic() - self._last_status[0] >= 1.0:  # rates over a shorter span would mislead
             self._status_line()
         at_stop = self._mean_return()  # the figure the decision saw; episodes still end while the run stops
+        stopping = time.monotonic()
         accounting = self._stop()
+        self.trace.record("stop", seconds=time.monotonic() - stopping, events_received=self.control.received)
         self._metrics_file.close()
         if self.board is not None:
             self.board.close()
@@ -322,7 +324,7 @@ class ControllerHandler(Handler):
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,
                           mean_return=float("nan") if mean_return is None else mean_return,
-                          policy_version=version, policy_lag=lag)
+                          policy_version=version, policy_lag=lag, events_received=self.control.received)
 
     def _evaluation_summary(self) -> dict:
         """summary.json's "evaluation": the latest and the best round, every episode of each (runs with eval workers)."""

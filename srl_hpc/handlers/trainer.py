@@ -428,6 +428,8 @@ class TrainerHandler(Handler):
         out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
                "malformed_dropped": self.consumer.malformed + (self.credits.malformed if self.credits else 0),
                "wait_seconds": round(self.wait_seconds, 3), "losses": self.losses.report()}
+        if self.leader:  # what weight fan-out costs: bytes leaving this worker per version published
+            out.update(parameter_bytes_sent=self.publisher.bytes_sent, parameter_versions_sent=self.publisher.versions_sent)
         if isinstance(self.source, ReplayReceiver):
             return {**out, "transitions_trained": self.transitions_trained}
         lags, self.source.lags = self.source.lags, []

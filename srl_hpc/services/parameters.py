@@ -6,6 +6,8 @@ newest. Over ZMQ it is PUB/SUB with the tag as the first frame (SUB filters on i
 everything pending without blocking and keeps only the newest version, so inference never waits for
 weights. The publisher repeats each tag's current version now and then, for subscribers that connected
 late. A subscriber in the publisher's own worker reads the publisher's last message in-process (inline).
+The publisher counts the bytes it sends: a PUB sends each message once per connected subscriber, so the
+cost of a version grows with the number of subscribers (what benchmarks/scale.py measures).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from srl_hpc.streams import endpoints, wire
 
@@ -26,6 +29,11 @@ class ParameterPublisher:
         self._last: dict[str, wire.Message] = {}
         self._frames: dict[str, list] = {}
         self._last_sent = 0.0
+        # connections come and go on the socket's monitor: accepted, then disconnected (or a failed handshake)
+        self._monitor = socket.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self.subscribers = 0
+        self.bytes_sent = 0  # by publish(): versions x their size x subscribers connected then
+        self.versions_sent = 0
 
     @classmethod
     def bind(cls, ctx: zmq.Context) -> tuple["ParameterPublisher", int]:
@@ -39,7 +47,17 @@ class ParameterPublisher:
             self._last[tag] = wire.Message("params", {"version": version, "tag": tag}, arrays)
             self._frames[tag] = [tag.encode(), *wire.pack("params", {"version": version, "tag": tag}, arrays)]
             self.socket.send_multipart(self._frames[tag], copy=False)
+            self.bytes_sent += self._count_subscribers() * sum(len(f) for f in self._frames[tag])
+        self.versions_sent += 1
         self._last_sent = time.monotonic()
+
+    def _count_subscribers(self) -> int:
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return self.subscribers
+            self.subscribers += 1 if event["event"] == zmq.EVENT_ACCEPTED else -1
 
     def maybe_republish(self) -> None:
         if self._frames and time.monotonic() - self._last_sent > REPUBLISH_INTERVAL:

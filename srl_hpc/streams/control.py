@@ -50,6 +50,7 @@ class ControlServer:
     def __init__(self, ctx: zmq.Context, workers: list[str]):
         self.workers = set(workers)
         self.malformed = 0
+        self.received = 0  # events taken in, well-formed or not: the controller's load grows with it
         self.events = ctx.socket(zmq.PULL)
         self.events.setsockopt(zmq.LINGER, 0)
         self.commands = ctx.socket(zmq.PUB)
@@ -68,9 +69,12 @@ class ControlServer:
             return None
         while True:
             try:
-                msg = wire.unpack(self.events.recv_multipart(zmq.NOBLOCK))
+                frames = self.events.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return None
+            self.received += 1
+            try:
+                msg = wire.unpack(frames)
             except wire.WireError:
                 self.malformed += 1
                 continue

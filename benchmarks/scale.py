@@ -1,0 +1,139 @@
+"""Scale: the same experiment at growing actor counts, one heterogeneous Slurm job each.
+
+    bash scripts/local_slurm.sh stop        # if running: node sizes are set at start
+    SRL_SLURM_CPUS=160 SRL_SLURM_MEM_MB=20000 bash scripts/local_slurm.sh start
+    python benchmarks/scale.py --actors 16,64,128,256
+
+The local Slurm's virtual nodes then declare more CPUs than the machine has, so hundreds of actors share
+its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
+what is measured is the system's own cost. Per actor count N it prints, from the run's traces and summary:
+- seconds from the first worker process start to rendezvous done (the last worker out of the MPI
+  allgather), to the trainer's first segment, to its first update;
+- the controller's CPU share of one core and the events it takes in per second, while training;
+- message rates: inference requests served, segments received, weight versions published (per second);
+- parameter bytes leaving trainer/0 per version (weight fan-out);
+- actor memory (RSS, median and max), the two-phase stop's seconds, and frame accounting
+  (sent == received == consumed + dropped).
+Then one JSON line with every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import launcher  # noqa: E402
+from srl_hpc.trace.reader import read_run  # noqa: E402
+
+DEFAULT_EXPERIMENT = Path(__file__).resolve().parents[1] / "experiments" / "scale_synthetic.yaml"
+
+
+def rate(table: dict, field: str | None, start: float, end: float) -> float:
+    """Rows (or the sum of `field`) per second between two unix times."""
+    inside = (table["t"] >= start) & (table["t"] <= end)
+    total = inside.sum() if field is None else table[field][inside].sum()
+    return float(total) / max(end - start, 1e-9)
+
+
+def slope(table: dict, field: str, start: float, end: float) -> float | None:
+    """How fast a cumulative field grew between two unix times (None with fewer than two rows there)."""
+    inside = (table["t"] >= start) & (table["t"] <= end)
+    t, v = table["t"][inside], table[field][inside]
+    return float((v[-1] - v[0]) / (t[-1] - t[0])) if len(t) >= 2 and t[-1] > t[0] else None
+
+
+def figures(run_dir: Path) -> dict:
+    """The scale figures of one finished run."""
+    trace = read_run(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    by_name = {w.name: w for w in trace.workers}
+    controller, trainer = by_name["controller/0"], by_name["trainer/0"]
+    started = min(float(w.table("startup")["t"][0] - w.table("startup")["seconds"][0])
+                  for w in trace.workers if len(w.table("startup")["t"]))
+    rendezvous = max(float(w.table("rendezvous")["t"][-1]) for w in trace.workers if len(w.table("rendezvous")["t"]))
+    first_sample = float(trainer.table("segment")["t"][0])
+    first_update = float(trainer.table("train_step")["t"][0])
+    stopped = controller.table("stop")
+    end = float(stopped["t"][-1] - stopped["seconds"][-1])  # when the controller decided to stop
+    actors = [w for w in trace.workers if w.kind == "actor"]
+    actor_rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if len(w.table("heartbeat")["t"])]
+    inference = [w.table("inference") for w in trace.hosting("policy")]
+    counters = summary["counters"]
+    versions = counters.get("parameter_versions_sent", 0)
+    controller_cpu = slope(controller.table("heartbeat"), "cpu_seconds", first_update, end)
+    events = slope(controller.table("progress"), "events_received", first_update, end)
+    return {
+        "actors": len(actors), "workers": len(trace.workers), "status": summary["status"],
+        "start_to_rendezvous_s": round(rendezvous - started, 2),
+        "start_to_first_sample_s": round(first_sample - started, 2),
+        "start_to_first_update_s": round(first_update - started, 2),
+        "controller_cpu_share": None if controller_cpu is None else round(controller_cpu, 4),
+        "controller_events_per_s": None if events is None else round(events, 1),
+        "inference_requests_per_s": round(sum(rate(t, "requests", first_update, end) for t in inference), 1),
+        "segments_received_per_s": round(rate(trainer.table("segment"), None, first_update, end), 2),
+        "versions_per_s": round(rate(trainer.table("train_step"), None, first_update, end), 3),
+        "parameter_bytes_per_version": round(counters.get("parameter_bytes_sent", 0) / versions) if versions else None,
+        "actor_rss_mb_median": round(float(np.median(actor_rss)), 1) if actor_rss else None,
+        "actor_rss_mb_max": round(max(actor_rss), 1) if actor_rss else None,
+        "stop_s": round(float(stopped["seconds"][-1]), 2),
+        "frames_sent": summary["frames_sent"], "frames_received": summary["frames_received"],
+        "frames_consumed": summary["frames_consumed"], "frames_dropped": summary["frames_dropped"],
+        "accounting_exact": summary["frames_sent"] == summary["frames_received"]
+        == summary["frames_consumed"] + summary["frames_dropped"],
+        "run_dir": str(run_dir),
+    }
+
+
+COLUMNS = [("actors", "N", "{}"), ("start_to_rendezvous_s", "rdv s", "{:.1f}"),
+           ("start_to_first_sample_s", "sample s", "{:.1f}"), ("start_to_first_update_s", "update s", "{:.1f}"),
+           ("controller_cpu_share", "ctl cpu", "{:.1%}"), ("controller_events_per_s", "ctl ev/s", "{:.0f}"),
+           ("inference_requests_per_s", "infer/s", "{:,.0f}"), ("segments_received_per_s", "seg/s", "{:.1f}"),
+           ("versions_per_s", "ver/s", "{:.2f}"), ("parameter_bytes_per_version", "param B/ver", "{:,}"),
+           ("actor_rss_mb_median", "actor MB", "{:.0f}"), ("stop_s", "stop s", "{:.1f}"),
+           ("accounting_exact", "exact", "{}")]
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[h for _, h, _ in COLUMNS]]
+    cells += [["-" if r.get(k) is None else f.format(r[k]) for k, _, f in COLUMNS] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--experiment", type=Path, default=DEFAULT_EXPERIMENT)
+    p.add_argument("--actors", default="16,64,128,256", help="comma-separated actor counts, one job each")
+    p.add_argument("--out", type=Path, default=Path("runs/scale"), help="run directories go under OUT/actors-N")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more overrides, for every N")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds to wait for each job")
+    args = p.parse_args(argv)
+    rows = []
+    for n in [int(x) for x in args.actors.split(",")]:
+        run_dir = args.out / f"actors-{n}"
+        if run_dir.exists():
+            raise SystemExit(f"{run_dir} exists; remove it or pass another --out")
+        t0 = time.monotonic()
+        run = launcher.submit(args.experiment, slurm=True, run_dir=run_dir,
+                              overrides=[f"workers.actor.count={n}", *args.set])
+        print(f"N={n}: job {run.job_id}, run directory {run_dir}", flush=True)
+        state = run.wait(timeout=args.timeout)
+        if run.summary() is None:
+            print(f"N={n}: the job ended {state} without a summary; see {run_dir}/logs", flush=True)
+            rows.append({"actors": n, "status": state, "run_dir": str(run_dir)})
+            continue
+        row = {**figures(run_dir), "job_seconds": round(time.monotonic() - t0, 1)}
+        rows.append(row)
+        print(table([row]).splitlines()[-1], flush=True)
+    print(table(rows))
+    print(json.dumps({"experiment": str(args.experiment), "rows": rows}))
+    return 0 if all(r.get("status") == "succeeded" and r.get("accounting_exact") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
