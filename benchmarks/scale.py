@@ -1,11 +1,10 @@
 """Scale: the same experiment at growing actor counts, one heterogeneous Slurm job each.
 
-    bash scripts/local_slurm.sh stop        # if running: node sizes are set at start
-    SRL_SLURM_CPUS=160 SRL_SLURM_MEM_MB=20000 bash scripts/local_slurm.sh start
+    bash scripts/local_slurm.sh start
     python benchmarks/scale.py --actors 16,64,128,256
 
-The local Slurm's virtual nodes then declare more CPUs than the machine has, so hundreds of actors share
-its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
+The local Slurm's virtual nodes declare more CPUs than the machine has (160 each), so hundreds of actors
+share its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
 what is measured is the system's own cost. Per actor count N it prints, from the run's traces and summary:
 - seconds from the first worker process start to rendezvous done (the last worker out of the MPI
   allgather), to the trainer's first segment, to its first update;

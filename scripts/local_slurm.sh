@@ -2,7 +2,7 @@
 # local_slurm.sh - a real, small Slurm cluster on this one machine (Debian/Ubuntu, run as root).
 #
 # Used by srl-hpc's tests and by anyone who wants to try the Slurm path on a laptop. It runs one
-# slurmctld and four virtual slurmd nodes (n1..n4, 8 CPUs, ~4000 MB and 2 fake GPUs each by default) on
+# slurmctld and four virtual slurmd nodes (n1..n4, 160 CPUs, 20000 MB and 2 fake GPUs each by default) on
 # 127.0.0.1, with partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
 #
 # Usage:
@@ -21,9 +21,9 @@
 #                   Debian's Slurm reads without SLURM_CONF; gres.conf goes next to it)
 #   SRL_SLURM_WAIT  seconds `start` waits for all nodes idle (default 30)
 #   SRL_SLURM_FORCE=1  overwrite a slurm.conf that this script did not write
-#   SRL_SLURM_CPUS  CPUs each virtual node declares (default 8); more than the machine has oversubscribes
-#                   its cores, e.g. 160 for benchmarks/scale.py's hundreds of actors
-#   SRL_SLURM_MEM_MB  memory each virtual node declares (default 4000), e.g. 20000 for the scale benchmark
+#   SRL_SLURM_CPUS  CPUs each virtual node declares (default 160: far more than the machine has, so that
+#                   hundreds of workers share its cores, e.g. benchmarks/scale.py's 256 actors)
+#   SRL_SLURM_MEM_MB  memory each virtual node declares (default 20000; not enforced)
 #                   (both take effect at `start`; stop first to change a running cluster)
 #
 # Notes: no accounting daemon, so `sacct` does not work; use squeue/scontrol (finished jobs stay
@@ -36,8 +36,8 @@ CONF=${SLURM_CONF:-$DEFAULT_CONF}
 export SLURM_CONF=$CONF
 GRES_CONF=$(dirname "$CONF")/gres.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
-NODE_CPUS=${SRL_SLURM_CPUS:-8}
-NODE_MEM_MB=${SRL_SLURM_MEM_MB:-4000}
+NODE_CPUS=${SRL_SLURM_CPUS:-160}
+NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"

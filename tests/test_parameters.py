@@ -5,6 +5,7 @@ import numpy as np
 import zmq
 
 from srl_hpc.services import parameters
+from srl_hpc.streams import wire
 from srl_hpc.services.parameters import InlineSubscriber, ParameterPublisher, ParameterSubscriber
 
 
@@ -22,7 +23,7 @@ def test_subscribers_follow_their_tag_and_keep_only_the_newest(monkeypatch):
     monkeypatch.setattr(parameters, "REPUBLISH_INTERVAL", 0.05)
     ctx = zmq.Context()
     try:
-        pub = ctx.socket(zmq.PUB)
+        pub = ctx.socket(zmq.XPUB)
         port = pub.bind_to_random_port("tcp://127.0.0.1")
         publisher = ParameterPublisher(pub)
         subs = {}
@@ -51,11 +52,41 @@ def test_subscribers_follow_their_tag_and_keep_only_the_newest(monkeypatch):
 def test_the_inline_subscriber_reads_the_publishers_last_message():
     ctx = zmq.Context()
     try:
-        publisher = ParameterPublisher(ctx.socket(zmq.PUB))
+        publisher = ParameterPublisher(ctx.socket(zmq.XPUB))
         inline = InlineSubscriber(publisher)
         assert inline.poll_newest() is None
         publisher.publish(7, {"w": np.zeros(2, np.float32)})
         assert inline.poll_newest().meta["version"] == 7
         assert inline.poll_newest() is None  # nothing newer
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_the_publisher_counts_one_copy_per_subscriber_of_the_tag():
+    ctx = zmq.Context()
+    try:
+        pub = ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.XPUB_VERBOSER, 1)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        publisher = ParameterPublisher(pub)
+        subs = [ParameterSubscriber.connect(ctx, f"tcp://127.0.0.1:{port}", tag) for tag in ("latest", "latest", "best")]
+        deadline = time.monotonic() + 5
+        while publisher.subscribers_of("latest") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert publisher.subscribers_of("latest") == 2 and publisher.subscribers_of("best") == 1
+        arrays = {"w": np.ones(1000, np.float32)}
+
+        def size(version, tag):  # one message as sent: the tag frame, then the packed weights
+            return len(tag) + sum(len(f) for f in wire.pack("params", {"version": version, "tag": tag}, arrays))
+
+        publisher.publish(1, arrays)
+        assert publisher.bytes_sent == 2 * size(1, "latest")  # one copy to each "latest" subscriber
+        publisher.publish(2, arrays, tags=("latest", "best"))
+        assert publisher.bytes_sent == 2 * size(1, "latest") + 2 * size(2, "latest") + size(2, "best")
+        assert publisher.versions_sent == 2
+        subs[0].socket.close(linger=0)  # a subscriber that leaves is not counted any more
+        while publisher.subscribers_of("latest") > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert publisher.subscribers_of("latest") == 1
     finally:
         ctx.destroy(linger=0)

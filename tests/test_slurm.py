@@ -12,6 +12,7 @@ import pytest
 import launcher
 from conftest import ROOT, processes_mentioning, script, tensorboard_scalars
 from launcher import slurm
+from srl_hpc.trace.reader import read_run
 
 pytestmark = pytest.mark.slurm
 
@@ -232,3 +233,22 @@ def test_a_killed_actor_is_replaced_inside_its_slurm_task_and_the_job_reaches_it
     assert [r["error"] for r in summary["restarts"]["actor/1"]] == ["was killed by SIGKILL"]
     assert "actor/1 is back (replacement 1)" in run.logs()
     assert (run.run_dir / "traces" / "actor-1.restart-1.h5").exists()
+
+
+def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_every_frame(tmp_path):
+    """The scale experiment (benchmarks/scale.py runs it up to 256 actors) at N = 64: 68 workers, one MPI
+    rendezvous, every actor's segments trained, a clean stop with exact frame accounting."""
+    run = launcher.submit(ROOT / "experiments" / "scale_synthetic.yaml", slurm=True, run_dir=tmp_path / "run",
+                          overrides=["workers.actor.count=64", "stop.wall_time=20"])
+    assert run.wait(timeout=600) == "completed", run.logs()
+    summary = run.summary()
+    assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1
+    assert summary["frames_sent"] > 0
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    trace = read_run(run.run_dir)
+    assert len(trace.workers) == 68 and not trace.problems
+    assert all(w.table("rendezvous")["workers"].tolist() == [68] for w in trace.workers)
+    trained_from = set(next(w for w in trace.workers if w.name == "trainer/0").table("segment")["actor"].tolist())
+    assert trained_from == set(range(64))  # flow control gave every actor its turn
+    assert summary["counters"]["parameter_bytes_sent"] > 0
+    no_process_left(run.run_dir)

@@ -6,8 +6,9 @@ newest. Over ZMQ it is PUB/SUB with the tag as the first frame (SUB filters on i
 everything pending without blocking and keeps only the newest version, so inference never waits for
 weights. The publisher repeats each tag's current version now and then, for subscribers that connected
 late. A subscriber in the publisher's own worker reads the publisher's last message in-process (inline).
-The publisher counts the bytes it sends: a PUB sends each message once per connected subscriber, so the
-cost of a version grows with the number of subscribers (what benchmarks/scale.py measures).
+The publisher counts the bytes it sends: it sends each message once per subscriber of its tag, so the
+cost of a version grows with the number of subscribers (what benchmarks/scale.py measures). Its socket is an
+XPUB that passes every subscribe and unsubscribe up (XPUB_VERBOSER), which is how it knows how many there are.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import time
 
 import numpy as np
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from srl_hpc.streams import endpoints, wire
 
@@ -29,17 +29,16 @@ class ParameterPublisher:
         self._last: dict[str, wire.Message] = {}
         self._frames: dict[str, list] = {}
         self._last_sent = 0.0
-        # connections come and go on the socket's monitor: accepted, then disconnected (or a failed handshake)
-        self._monitor = socket.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        self.subscribers = 0
+        self.subscribers: dict[bytes, int] = {}  # tag -> subscribers now
         self.bytes_sent = 0  # by publish(): versions x their size x subscribers connected then
         self.versions_sent = 0
 
     @classmethod
     def bind(cls, ctx: zmq.Context) -> tuple["ParameterPublisher", int]:
-        """A PUB on a free port of every interface; returns (publisher, port)."""
-        sock = ctx.socket(zmq.PUB)
+        """An XPUB on a free port of every interface; returns (publisher, port)."""
+        sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscribe and unsubscribe, so each subscriber counts
         return cls(sock), endpoints.bind(sock)
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], tags: tuple[str, ...] = (LATEST,)) -> None:
@@ -47,17 +46,20 @@ class ParameterPublisher:
             self._last[tag] = wire.Message("params", {"version": version, "tag": tag}, arrays)
             self._frames[tag] = [tag.encode(), *wire.pack("params", {"version": version, "tag": tag}, arrays)]
             self.socket.send_multipart(self._frames[tag], copy=False)
-            self.bytes_sent += self._count_subscribers() * sum(len(f) for f in self._frames[tag])
+            self.bytes_sent += self.subscribers_of(tag) * sum(len(f) for f in self._frames[tag])
         self.versions_sent += 1
         self._last_sent = time.monotonic()
 
-    def _count_subscribers(self) -> int:
+    def subscribers_of(self, tag: str) -> int:
+        """Subscribers of `tag`, after taking in the (un)subscriptions that came since the last call."""
         while True:
             try:
-                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+                change = self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return self.subscribers
-            self.subscribers += 1 if event["event"] == zmq.EVENT_ACCEPTED else -1
+                return self.subscribers.get(tag.encode(), 0)
+            if change[:1] in (b"\x00", b"\x01"):  # anything else is not a subscription: ignored
+                topic = change[1:]
+                self.subscribers[topic] = self.subscribers.get(topic, 0) + (1 if change[:1] == b"\x01" else -1)
 
     def maybe_republish(self) -> None:
         if self._frames and time.monotonic() - self._last_sent > REPUBLISH_INTERVAL:
