@@ -14,7 +14,7 @@ Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from srl_hpc.config import Experiment
 
@@ -46,7 +46,8 @@ class Stream:
     kinds: inference (actor -> policy requests and replies), samples (actor -> trainer segments, or actor ->
     buffer with replay), replay (buffer -> trainer sampled batches), priorities (trainer -> buffer new
     priorities), credits (trainer -> actor leave to send a segment, on-policy flow control), parameters
-    (trainer -> policy versioned weights), control (worker heartbeats up,
+    (trainer -> policy versioned weights; through relays when there are more than parameter_fanout
+    subscribers), control (worker heartbeats up,
     controller commands down). Evaluation workers subscribe to the parameters like policy handlers."""
     kind: str
     server: str
@@ -129,10 +130,27 @@ def build(exp: Experiment) -> Graph:
     if w.placement == "seed":  # trainer/0's own policy handler reads the weights in-process
         streams.append(Stream("parameters", trainers[0], subscribers, "inline"))
         subscribers = ()
-    if subscribers or evaluators:
-        streams.append(Stream("parameters", trainers[0], subscribers + tuple(evaluators), "zmq"))
+    tree = parameter_tree(trainers[0], subscribers, w.parameter_fanout)
+    if tree[0][1] or evaluators:  # evaluators (a few) take the weights from trainer/0 itself
+        streams.append(Stream("parameters", trainers[0], tree[0][1] + tuple(evaluators), "zmq"))
+    streams += [Stream("parameters", relay, children, "zmq") for relay, children in tree[1:]]
+    relays = {relay for relay, _ in tree[1:]}
+    workers = [replace(n, handlers=n.handlers + ("relay",)) if n.name in relays else n for n in workers]
     streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))
     return Graph(tuple(workers), tuple(streams))
+
+
+def parameter_tree(root: str, subscribers: tuple[str, ...], fanout: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(sender, receivers) of each weight version, root first, so that no sender has more than `fanout`
+    receivers: the root sends to the first `fanout` subscribers, subscriber k to subscribers
+    (k+1)*fanout .. (k+2)*fanout-1. Depth grows as log(N) while what the root sends stays bounded."""
+    tree = [(root, subscribers[:fanout])]
+    for k, relay in enumerate(subscribers):
+        children = subscribers[(k + 1) * fanout:(k + 2) * fanout]
+        if not children:
+            break
+        tree.append((relay, children))
+    return tree
 
 
 def describe(graph: Graph) -> str:

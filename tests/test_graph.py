@@ -27,6 +27,25 @@ def test_placements_move_the_policy_handler():
     assert [g for g, _ in seed.groups()] == ["trainer", "actor"]
 
 
+def test_weights_reach_many_subscribers_through_a_tree_of_relays():
+    assert graph.parameter_tree("t", ("a", "b", "c"), 4) == [("t", ("a", "b", "c"))]  # few: no relays
+    names = tuple(f"s{i}" for i in range(11))
+    tree = graph.parameter_tree("t", names, 2)
+    assert tree[0] == ("t", ("s0", "s1"))
+    assert all(len(children) <= 2 for _, children in tree)
+    received = [c for _, children in tree for c in children]
+    assert sorted(received) == sorted(names)  # each subscriber has exactly one sender
+    senders = [s for s, _ in tree]
+    assert all(senders.index(parent) < senders.index(s) for parent, children in tree for s in children if s in senders)
+    g = build("stop: {wall_time: 1}\nworkers:\n  placement: impala\n  parameter_fanout: 2\n  policy: {count: 0}\n"
+              "  actor: {count: 5}\n  eval: {count: 1}\n")
+    assert g.served_by("parameters", "trainer/0").clients == ("actor/0", "actor/1", "eval/0")
+    assert g.served_by("parameters", "actor/0").clients == ("actor/2", "actor/3")
+    assert g.served_by("parameters", "actor/1").clients == ("actor/4",)
+    assert [w.name for w in g.workers if "relay" in w.handlers] == ["actor/0", "actor/1"]
+    assert g.worker("actor/0").handlers == ("actor", "policy", "relay")
+
+
 def test_evaluation_workers_are_a_het_group_that_subscribes_to_the_weights():
     g = build(BASE + "  eval: {count: 2}\n")
     assert [name for name, _ in g.groups()] == ["trainer", "policy", "actor", "eval"]

@@ -115,17 +115,24 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
 @pytest.mark.parametrize("placement", ["impala", "seed"])
 def test_other_placements_train_and_account_for_every_frame(tmp_path, placement):
     run_dir = tmp_path / "run"
+    # impala: 3 actors with a fan-out of 2, so actor/0 passes the weights on to actor/2 (a relay)
+    more = ["--set", "workers.actor.count=3", "--set", "workers.parameter_fanout=2"] if placement == "impala" else []
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
-                           "--set", f"workers.placement={placement}", "--set", "workers.policy.count=0"],
+                           "--set", f"workers.placement={placement}", "--set", "workers.policy.count=0", *more],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policy_version"] > 1 and summary["frames_consumed"] > 0
     assert summary["frames_sent"] == summary["frames_consumed"] + summary["frames_dropped"]
     assert not (run_dir / "logs" / "policy-0.log").exists()  # no policy worker process
-    inference = "actor-0.h5" if placement == "impala" else "trainer-0.h5"
-    with h5py.File(run_dir / "traces" / inference) as f:
-        assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
+    inference = ["actor-0.h5", "actor-2.h5"] if placement == "impala" else ["trainer-0.h5"]
+    for name in inference:
+        with h5py.File(run_dir / "traces" / name) as f:
+            assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
+    if placement == "impala":  # trainer/0 sent each version to two actors, and actor/0 relayed it to the third
+        counters = summary["counters"]
+        assert counters["relayed_bytes_sent"] > 0
+        assert counters["parameter_bytes_sent"] <= 2 * counters["relayed_bytes_sent"] * counters["parameter_versions_sent"]
 
 
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):

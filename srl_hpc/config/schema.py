@@ -244,6 +244,9 @@ class WorkersConfig:
     # where inference runs: "srl" policy workers of their own; "impala" inside each actor process;
     # "seed" on the trainer's worker and device
     placement: Placement = "srl"
+    # the most workers any one worker sends each weight version to: with more subscribers (the impala
+    # placement's every actor) they pass the weights on to each other in a tree (srl_hpc.graph, relay handlers)
+    parameter_fanout: int = 16
     actor: ActorConfig = field(default_factory=ActorConfig)
     policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -251,6 +254,8 @@ class WorkersConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def check(self) -> list[tuple[str, str]]:
+        if self.parameter_fanout < 2:
+            return [("parameter_fanout", f"must be >= 2 (a tree that branches), got {self.parameter_fanout}")]
         for kind in ("actor", "policy", "trainer", "buffer", "eval"):
             if getattr(self, kind).count > MAX_WORKERS_PER_KIND:
                 return [(f"{kind}.count", f"{getattr(self, kind).count:,} is more than one job can hold "

@@ -1,4 +1,4 @@
-"""Task handlers: the roles a worker hosts (actor, policy, trainer, buffer, eval, controller).
+"""Task handlers: the roles a worker hosts (actor, policy, trainer, buffer, eval, relay, controller).
 
 A handler is built by the generic worker (srl_hpc.worker) from the graph, and uses the worker's
 plumbing: its ZMQ context, its trace, its rendezvous table, the handlers hosted beside it. The worker
@@ -18,6 +18,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
     "trainer": "srl_hpc.handlers.trainer:TrainerHandler",
     "buffer": "srl_hpc.handlers.buffer:BufferHandler",
     "eval": "srl_hpc.handlers.evaluation:EvalHandler",
+    "relay": "srl_hpc.handlers.relay:RelayHandler",
 }
 
 

@@ -86,7 +86,9 @@ class PolicyHandler(Handler):
 
     def connect(self, table):
         (stream,) = [s for s in self.graph.servers_for("parameters", self.name)]
-        if stream.transport == "inline":  # the trainer hosted beside us publishes
+        if "relay" in self.worker.handlers:  # the relay beside us passes the weights on: read what it has
+            self.parameters = InlineSubscriber(self.worker.handlers["relay"].publisher)
+        elif stream.transport == "inline":  # the trainer hosted beside us publishes
             self.parameters = InlineSubscriber(self.worker.handlers["trainer"].publisher)
         else:
             address = endpoints.address(table, stream.server, "parameters")

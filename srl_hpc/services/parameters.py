@@ -34,12 +34,12 @@ class ParameterPublisher:
         self.versions_sent = 0
 
     @classmethod
-    def bind(cls, ctx: zmq.Context) -> tuple["ParameterPublisher", int]:
-        """An XPUB on a free port of every interface; returns (publisher, port)."""
+    def bind(cls, ctx: zmq.Context, port: int | None = None) -> tuple["ParameterPublisher", int]:
+        """An XPUB on `port` (a replaced relay's) or a free port of every interface; returns (publisher, port)."""
         sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.XPUB_VERBOSER, 1)  # every subscribe and unsubscribe, so each subscriber counts
-        return cls(sock), endpoints.bind(sock)
+        return cls(sock), endpoints.bind(sock, port)
 
     def publish(self, version: int, arrays: dict[str, np.ndarray], tags: tuple[str, ...] = (LATEST,)) -> None:
         for tag in tags:
@@ -55,8 +55,8 @@ class ParameterPublisher:
         while True:
             try:
                 change = self.socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return self.subscribers.get(tag.encode(), 0)
+            except zmq.Again:  # a subscription is a prefix: b"" (a relay's) takes every tag
+                return sum(n for topic, n in self.subscribers.items() if tag.encode().startswith(topic))
             if change[:1] in (b"\x00", b"\x01"):  # anything else is not a subscription: ignored
                 topic = change[1:]
                 self.subscribers[topic] = self.subscribers.get(topic, 0) + (1 if change[:1] == b"\x01" else -1)
