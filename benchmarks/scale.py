@@ -13,7 +13,8 @@ what is measured is the system's own cost. Per actor count N it prints, from the
 - parameter bytes leaving trainer/0 per version (weight fan-out);
 - actor memory (RSS, median and max), the two-phase stop's seconds, and frame accounting
   (sent == received == consumed + dropped).
-Then one JSON line with every figure.
+Then the scaling model's check: rendezvous time, controller CPU and event rate fitted linearly in N over
+all but the largest N, predicted at the largest, compared with the measurement. Then one JSON line.
 """
 from __future__ import annotations
 
@@ -104,6 +105,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 
+MODELLED = ("start_to_rendezvous_s", "controller_cpu_share", "controller_events_per_s")
+
+
+def check_model(rows: list[dict]) -> dict:
+    """The scaling model's check (docs/scaling.md): each MODELLED figure fitted as a + b*N over every N but
+    the largest, then predicted at the largest and compared with what was measured there."""
+    done = [r for r in rows if r.get("status") == "succeeded"]
+    if len(done) < 3:
+        return {}
+    fit, last = done[:-1], done[-1]
+    out = {}
+    for key in MODELLED:
+        n = np.array([r["actors"] for r in fit], float)
+        y = np.array([r[key] for r in fit], float)
+        b, a = np.polyfit(n, y, 1)
+        predicted = a + b * last["actors"]
+        out[key] = {"per_actor": b, "fixed": a, "predicted": predicted, "measured": last[key],
+                    "error": abs(predicted - last[key]) / last[key] if last[key] else None}
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--experiment", type=Path, default=DEFAULT_EXPERIMENT)
@@ -130,7 +152,12 @@ def main(argv=None) -> int:
         rows.append(row)
         print(table([row]).splitlines()[-1], flush=True)
     print(table(rows))
-    print(json.dumps({"experiment": str(args.experiment), "rows": rows}))
+    model = check_model(rows)
+    for key, m in model.items():
+        print(f"model: {key} = {m['fixed']:.4g} + {m['per_actor']:.4g} x N (fitted below N={rows[-1]['actors']}); "
+              f"predicted {m['predicted']:.4g}, measured {m['measured']:.4g}"
+              + ("" if m["error"] is None else f", error {m['error']:.0%}"))
+    print(json.dumps({"experiment": str(args.experiment), "rows": rows, "model": model}))
     return 0 if all(r.get("status") == "succeeded" and r.get("accounting_exact") for r in rows) else 1
 
 

@@ -153,7 +153,8 @@ class ActorHandler(Handler):
         self.episodes = 0
         self._returns: list[tuple[float, int]] = []
         self._pending_segment = None  # packed, waiting for a consumer to take it (back-pressure)
-        self._parked: dict[int, tuple] = {}  # group -> (its next request, since when): waiting for leave
+        self._parked: dict[int, np.ndarray] = {}  # group -> its next request, waiting for leave
+        self._leave_wait_since: float | None = None  # when the ring stopped at a group without leave
         self._segments = [0] * a.inference_splits  # per group: the number of the segment being filled
 
     def connect(self, table):
@@ -189,17 +190,16 @@ class ActorHandler(Handler):
         self._sent_at = [time.perf_counter()] * len(self.groups)
         self._waiting_since: float | None = None  # when the ring started waiting for the current group
         for g, group in enumerate(self.groups):
-            self._parked[g] = (group.request_obs(), time.perf_counter())
+            self._parked[g] = group.request_obs()
             self._unpark(g, 0)
 
     def _unpark(self, g: int, timeout_ms: int) -> bool:
         """Send group g's parked request once its next segment has leave to be sent (flow control)."""
         if not self.samples.reserve((g, self._segments[g]), timeout_ms):
             return False
-        request, since = self._parked.pop(g)
+        request = self._parked.pop(g)
         self.inference.send(g, request, self.explore)
         self._sent_at[g] = time.perf_counter()
-        self.trace.record("leave", wait_seconds=self._sent_at[g] - since)
         return True
 
     def poll(self, timeout_ms):
@@ -207,8 +207,12 @@ class ActorHandler(Handler):
             self._push(timeout_ms)
             return
         g = self.next_group
-        if g in self._parked:
-            self._unpark(g, timeout_ms)
+        if g in self._parked:  # the ring stands still until this group has leave (other groups may not wait)
+            if self._leave_wait_since is None:
+                self._leave_wait_since = time.perf_counter()
+            if self._unpark(g, timeout_ms):
+                self.trace.record("leave", wait_seconds=time.perf_counter() - self._leave_wait_since)
+                self._leave_wait_since = None
             return
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
@@ -224,7 +228,7 @@ class ActorHandler(Handler):
             # values), which goes now; the first step's actions are asked for again once leave comes, so
             # that they are the policy's of then, not of before the wait.
             self._send_segment(g, group.bootstrap(reply.arrays))
-            self._parked[g] = (group.request_obs(), t1)
+            self._parked[g] = group.request_obs()
             return
         request, segment = group.advance(reply.arrays, reply.meta["version"])
         t2 = time.perf_counter()
