@@ -145,8 +145,12 @@ class ControllerHandler(Handler):
         silent = [w for w, t in self.last_seen.items() if now - t > self.exp.monitor.heartbeat_timeout]
         if silent:
             self.finals.add(silent[0])  # nothing more will come from it
-            self.failed[silent[0]] = f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
-            return "failed", f"worker {silent[0]} failed: no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s"
+            # a worker beats between units of work: one busy longer than the timeout (a long update on a
+            # crowded node) looks dead too, and the message says so
+            error = (f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s (hung, dead, or busy longer than "
+                     f"monitor.heartbeat_timeout in one step)")
+            self.failed[silent[0]] = error
+            return "failed", f"worker {silent[0]} failed: {error}"
         frames, mean_return = self._env_frames(), self._mean_return()
         if stop.target_eval_return is not None and self.evaluations \
                 and self.evaluations[-1]["mean_return"] >= stop.target_eval_return:
