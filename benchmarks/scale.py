@@ -10,11 +10,13 @@ what is measured is the system's own cost. Per actor count N it prints, from the
   allgather), to the trainer's first segment, to its first update;
 - the controller's CPU share of one core and the events it takes in per second, while training;
 - message rates: inference requests served, segments received, weight versions published (per second);
+  the policy workers' CPU per request and the trainer's CPU share;
 - parameter bytes leaving trainer/0 per version (weight fan-out);
 - actor memory (RSS, median and max), the two-phase stop's seconds, and frame accounting
   (sent == received == consumed + dropped).
-Then the scaling model's check: rendezvous time, controller CPU and event rate fitted linearly in N over
-all but the largest N, predicted at the largest, compared with the measurement. Then one JSON line.
+Then the scaling model's check: rendezvous time, controller CPU and event rate, policy and trainer CPU
+fitted linearly in N over all but the largest N, predicted at the largest, compared with the measurement.
+Then one JSON line.
 """
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ def figures(run_dir: Path) -> dict:
     versions = counters.get("parameter_versions_sent", 0)
     controller_cpu = slope(controller.table("heartbeat"), "cpu_seconds", first_update, end)
     events = slope(controller.table("progress"), "events_received", first_update, end)
+    trainer_cpu = slope(trainer.table("heartbeat"), "cpu_seconds", first_update, end)
+    policy_cpu = sum(slope(w.table("heartbeat"), "cpu_seconds", first_update, end) or 0.0 for w in trace.hosting("policy"))
+    requests = sum(rate(t, "requests", first_update, end) for t in inference)
     return {
         "actors": len(actors), "workers": len(trace.workers), "status": summary["status"],
         "start_to_rendezvous_s": round(rendezvous - started, 2),
@@ -74,7 +79,10 @@ def figures(run_dir: Path) -> dict:
         "start_to_first_update_s": round(first_update - started, 2),
         "controller_cpu_share": None if controller_cpu is None else round(controller_cpu, 4),
         "controller_events_per_s": None if events is None else round(events, 1),
-        "inference_requests_per_s": round(sum(rate(t, "requests", first_update, end) for t in inference), 1),
+        "inference_requests_per_s": round(requests, 1),
+        "policy_cpu_share": round(policy_cpu, 4),  # all policy workers together, of one core
+        "policy_cpu_us_per_request": round(policy_cpu / requests * 1e6, 1) if requests else None,
+        "trainer_cpu_share": None if trainer_cpu is None else round(trainer_cpu, 4),
         "segments_received_per_s": round(rate(trainer.table("segment"), None, first_update, end), 2),
         "versions_per_s": round(rate(trainer.table("train_step"), None, first_update, end), 3),
         "parameter_bytes_per_version": round(counters.get("parameter_bytes_sent", 0) / versions) if versions else None,
@@ -92,7 +100,8 @@ def figures(run_dir: Path) -> dict:
 COLUMNS = [("actors", "N", "{}"), ("start_to_rendezvous_s", "rdv s", "{:.1f}"),
            ("start_to_first_sample_s", "sample s", "{:.1f}"), ("start_to_first_update_s", "update s", "{:.1f}"),
            ("controller_cpu_share", "ctl cpu", "{:.1%}"), ("controller_events_per_s", "ctl ev/s", "{:.0f}"),
-           ("inference_requests_per_s", "infer/s", "{:,.0f}"), ("segments_received_per_s", "seg/s", "{:.1f}"),
+           ("inference_requests_per_s", "infer/s", "{:,.0f}"), ("policy_cpu_share", "pol cpu", "{:.1%}"),
+           ("segments_received_per_s", "seg/s", "{:.1f}"), ("trainer_cpu_share", "trn cpu", "{:.1%}"),
            ("versions_per_s", "ver/s", "{:.2f}"), ("parameter_bytes_per_version", "param B/ver", "{:,}"),
            ("actor_rss_mb_median", "actor MB", "{:.0f}"), ("stop_s", "stop s", "{:.1f}"),
            ("accounting_exact", "exact", "{}")]
@@ -105,7 +114,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 
-MODELLED = ("start_to_rendezvous_s", "controller_cpu_share", "controller_events_per_s")
+MODELLED = ("start_to_rendezvous_s", "controller_cpu_share", "controller_events_per_s", "policy_cpu_share",
+            "trainer_cpu_share")
 
 
 def check_model(rows: list[dict]) -> dict:

@@ -28,7 +28,7 @@ from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
-from srl_hpc.streams.control import ControlClient
+from srl_hpc.streams.control import ControlClient, report_interval
 from srl_hpc.supervisor import ChildLink, Supervisor, restart_budget
 from srl_hpc.trace.writer import TraceWriter
 
@@ -72,7 +72,8 @@ class Worker:
         self.stop_requested = False
         self.finish_requested = False  # the controller's second phase: sample consumers may end
         self.control: ControlClient | None = None
-        self._last_heartbeat = 0.0
+        self._last_heartbeat = self._last_report = 0.0
+        self.report_interval = report_interval(len(graph.names))
         self._controller_heard = time.monotonic()
         self._threads: list[threading.Thread] = []
         self._threads_stop = threading.Event()
@@ -150,17 +151,25 @@ class Worker:
         if silence > self.exp.monitor.heartbeat_timeout:
             raise RuntimeError(f"no word from the controller for {silence:.0f}s; stopping")
 
-    def maybe_heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
+    def maybe_heartbeat(self, interval: float | None = None) -> None:
+        """Every second a trace row and a beat to the supervisor; every `interval` (default: the run's
+        report interval, control.report_interval) the counters to the controller."""
         now = time.monotonic()
-        if now - self._last_heartbeat >= interval:
+        beat = now - self._last_heartbeat >= HEARTBEAT_INTERVAL
+        report = now - self._last_report >= (interval or self.report_interval)
+        if not (beat or report):
+            return
+        depths = {}
+        for handler in self.handlers.values():
+            depths.update(handler.queue_depths())
+        if beat:
             self._last_heartbeat = now
-            depths = {}
-            for handler in self.handlers.values():
-                depths.update(handler.queue_depths())
             self.trace.record("heartbeat", rss_mb=rss_mb(), cpu_seconds=time.process_time(), **depths)
-            self.send_event("heartbeat", {**self.stats(), "queues": depths})
             if self.link is not None:
                 self.link.beat()
+        if report:
+            self._last_report = now
+            self.send_event("heartbeat", {**self.stats(), "queues": depths})
 
     def stats(self) -> dict:
         merged = {"incarnation": self.incarnation}  # the controller keeps a lost incarnation's counters

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import zmq
 
-from srl_hpc.streams import wire
+from srl_hpc.streams import control, wire
 
 
 @pytest.fixture
@@ -112,3 +112,9 @@ def test_fuzzed_frames_either_unpack_or_are_a_wire_error():
         assert all(a.dtype.kind in "biufc" for a in msg.arrays.values())
 
     check()
+
+
+def test_the_controller_takes_in_a_bounded_number_of_heartbeats_however_many_workers_report():
+    assert control.report_interval(5) == control.report_interval(control.MAX_REPORTS_PER_S) == 1.0
+    for n in (2_000, 15_000, 100_000):
+        assert n / control.report_interval(n) == control.MAX_REPORTS_PER_S  # reports per second, all workers

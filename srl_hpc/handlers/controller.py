@@ -19,11 +19,12 @@ import time
 
 from srl_hpc.board import Board
 from srl_hpc.handlers import Handler
-from srl_hpc.streams.control import ControlServer
+from srl_hpc.streams.control import ControlServer, report_interval
 from srl_hpc.supervisor import restart_budget
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 PING_INTERVAL = 1.0
+DECIDE_INTERVAL = 0.1  # stop conditions are checked this often, not on every event of a big run
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
 
 NOT_COUNTS = {"version", "policy_version", "incarnation"}  # numbers in a report that are states, not counts
@@ -57,6 +58,9 @@ class ControllerHandler(Handler):
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
         self.exit_code = 1
         self.control = ControlServer(worker.ctx, self.workers)
+        # in a run so big that workers report less often than every second, silence is judged accordingly
+        self.silence_limit = max(exp.monitor.heartbeat_timeout, 3 * report_interval(len(self.graph.names)))
+        self._last_decision = 0.0
         self.t0 = time.monotonic()
         self._last_status = (self.t0, 0, 0)  # (time, env_frames, frames_consumed) at the last status line
         self._last_ping = 0.0
@@ -120,7 +124,9 @@ class ControllerHandler(Handler):
         if now - self._last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
             self.control.broadcast("ping")
             self._last_ping = now
-        self.outcome = self._decide(now)
+        if now - self._last_decision >= DECIDE_INTERVAL or self.failed:  # its sums are over every worker
+            self._last_decision = now
+            self.outcome = self._decide(now)
         if self.outcome is None and now - self._last_status[0] >= self.exp.monitor.status_interval:
             self._status_line()
 
@@ -142,12 +148,12 @@ class ControllerHandler(Handler):
         if self.failed:
             worker, error = next(iter(self.failed.items()))
             return "failed", f"worker {worker} failed: {error}"
-        silent = [w for w, t in self.last_seen.items() if now - t > self.exp.monitor.heartbeat_timeout]
+        silent = [w for w, t in self.last_seen.items() if now - t > self.silence_limit]
         if silent:
             self.finals.add(silent[0])  # nothing more will come from it
             # a worker beats between units of work: one busy longer than the timeout (a long update on a
             # crowded node) looks dead too, and the message says so
-            error = (f"no heartbeat for {self.exp.monitor.heartbeat_timeout:.0f}s (hung, dead, or busy longer than "
+            error = (f"no heartbeat for {self.silence_limit:.0f}s (hung, dead, or busy longer than "
                      f"monitor.heartbeat_timeout in one step)")
             self.failed[silent[0]] = error
             return "failed", f"worker {silent[0]} failed: {error}"

@@ -15,6 +15,13 @@ from srl_hpc.streams.layout import number
 from srl_hpc.streams.security import secure_context
 
 EVENT_KINDS = ("heartbeat", "failed", "final", "restarting")
+MAX_REPORTS_PER_S = 1000  # heartbeats the controller takes in per second, whatever the run's size
+
+
+def report_interval(n_workers: int) -> float:
+    """Seconds between a worker's heartbeats to the controller: 1, or longer in a run of more than
+    MAX_REPORTS_PER_S workers, so that the controller's load stays bounded as the run grows."""
+    return max(1.0, n_workers / MAX_REPORTS_PER_S)
 WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]; the others are reports
 EPISODE_FIELDS = {"returns": 2, "eval_episodes": 3}  # lists of episodes: (return, length), (version, return, length)
 
