@@ -99,3 +99,25 @@ def test_asks_that_are_not_an_actors_want_are_counted_and_grant_nothing():
         assert ledger.outstanding == 0 and not ledger.waiting
     finally:
         ctx.destroy(linger=0)
+
+
+def test_the_window_grows_while_the_trainer_waits_for_data_and_shrinks_back_to_a_queues_worth():
+    """Slow envs: with a queue's worth of leave, a trainer waits while segments take seconds to fill, so it
+    lets more be filled at once; once it waits no more, the window comes back down to the queue's worth."""
+    ctx = zmq.Context()
+    try:
+        ledger, _, _ = setup(ctx, n_actors=1, window=4)
+        for _ in range(3):
+            ledger.trained(waited=1.0, computed=0.5)
+        ledger.trained(waited=0.2, computed=0.5)
+        assert ledger.window == 4 + 4 * 2  # each update it waited for: half a queue's worth more
+        ledger.trained(waited=0.1, computed=0.5)  # a wait under a quarter of the update's time is not one
+        assert ledger.window == 10
+        for _ in range(10):
+            ledger.trained(waited=0.0, computed=0.5)
+        assert ledger.window == 4
+        ledger.used("actor/0", fill_seconds=2.0)
+        ledger.used("actor/0", fill_seconds=4.0)
+        assert ledger.fill_seconds == 2.1  # a moving average of what the actors say
+    finally:
+        ctx.destroy(linger=0)

@@ -21,7 +21,7 @@ from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, wire
 from srl_hpc.streams.credits import GatedProducer
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
-from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
+from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, within
 from srl_hpc.streams.samples import SampleProducer
 
 BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
@@ -36,7 +36,8 @@ def segment_layout(algorithm_spec, obs_shape: tuple[int, ...], actions: int, seg
     actions_ok, versions_ok = within("actions", 0, actions), within("versions", 0, 2 ** 62)  # made once, not per message
     arrays = {"obs": (None, (BATCH, segment_length, *obs_shape))}
     arrays.update({k: (dtypes[k], (BATCH, segment_length)) for k in BASE_FIELDS[1:] + algorithm_spec.segment})
-    return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer()},
+    return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer(),
+                                      "fill_seconds": lambda v: number(v) and v >= 0},
                   values=lambda a: actions_ok(a) and versions_ok(a))
 
 
@@ -188,6 +189,7 @@ class ActorHandler(Handler):
 
     def start(self):
         self._sent_at = [time.perf_counter()] * len(self.groups)
+        self._filling_since = [time.perf_counter()] * len(self.groups)  # when each group's segment began
         self._waiting_since: float | None = None  # when the ring started waiting for the current group
         for g, group in enumerate(self.groups):
             self._parked[g] = group.request_obs()
@@ -199,7 +201,7 @@ class ActorHandler(Handler):
             return False
         request = self._parked.pop(g)
         self.inference.send(g, request, self.explore)
-        self._sent_at[g] = time.perf_counter()
+        self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
 
     def poll(self, timeout_ms):
@@ -248,7 +250,11 @@ class ActorHandler(Handler):
 
     def _send_segment(self, g: int, segment: dict) -> None:
         frames = segment_frames(segment, self.frames_per_step)
-        meta = {"actor": self.name, "group": g, "frames": frames}  # (actor, group): one stream of steps
+        now = time.perf_counter()
+        # (actor, group): one stream of steps; fill_seconds: how long the segment took to fill (a trainer
+        # sizes its flow-control window by it), from its first request to now
+        meta = {"actor": self.name, "group": g, "frames": frames, "fill_seconds": now - self._filling_since[g]}
+        self._filling_since[g] = now  # the next segment begins with this reply's actions (or when leave comes)
         self._pending_segment = (frames, wire.pack("segment", meta, segment), time.perf_counter(), (g, self._segments[g]))
         self._segments[g] += 1
         self._push(0)

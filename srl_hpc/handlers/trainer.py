@@ -86,7 +86,7 @@ class BatchAssembler:
         seg = msg.arrays
         frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
-        self.credits.used(msg.meta["actor"])
+        self.credits.used(msg.meta["actor"], msg.meta["fill_seconds"])
         lag = self.current_version() - int(seg["versions"].min())
         dropped = self.max_lag is not None and lag > self.max_lag
         self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=int(msg.meta["actor"].partition("/")[2]))
@@ -347,6 +347,8 @@ class TrainerHandler(Handler):
         if not self.cfg.train:  # sampling-only: the batch is consumed and discarded
             self.frames_consumed += batch["frames"]
             self._ready_since = time.perf_counter()
+            if self.credits is not None:
+                self.credits.trained(t1 - t0, 0.0)
             return
         tensors = batch["tensors"]
         ready = tensors.pop("_ready", None)
@@ -370,6 +372,8 @@ class TrainerHandler(Handler):
         t3 = time.perf_counter()
         self.train_seconds += t3 - t1
         self._ready_since = t3
+        if self.credits is not None:  # flow control: a trainer kept waiting lets more be filled at once
+            self.credits.trained(t1 - t0, t2 - t1)
         self.trace.record("train_step", wait_seconds=t1 - t0, compute_seconds=t2 - t1, publish_seconds=t3 - t2,
                           frames=batch["frames"], version=self.version, **losses)
         if self.leader and time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:

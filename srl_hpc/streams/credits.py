@@ -9,6 +9,12 @@ actor about to fill a segment asks every trainer of its stream for leave ("want"
 it receives uses up its sender's oldest grant. The actor's envs wait until leave comes (its trace shows
 the time as waiting for leave), so with too many actors they slow down instead of queueing stale data.
 
+The window starts at a queue's worth (`base`: the trainer's queue_batches) and follows the trainer:
+after an update it waited for, the window grows by half a queue's worth; after one it did not wait for,
+it shrinks as much, never below `base`. So it settles where the trainer waits for every other update. Where envs are slow and a segment takes seconds to fill, a fixed
+window idled every actor beyond it (64 actors of 100 ms steps sent what 16 did); where the trainer is the
+bound, the window stays a queue's worth and the data stays fresh.
+
 The grants of an actor that was replaced are taken back when its replacement first asks (a new
 connection under the same name). Any other grant not used within GRANT_TIMEOUT seconds (an actor that
 died and is not replaced, a grant lost with a dead connection, a segment that took that long to fill) is
@@ -25,7 +31,8 @@ import zmq
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.samples import SampleProducer
 
-GRANT_TIMEOUT = 30.0
+GRANT_TIMEOUT = 30.0  # at least; and at least 4 times a segment's fill time
+STARVED = 0.25  # a trainer that waited for a batch more than this share of the update's time wants more
 
 
 class GatedProducer:
@@ -100,14 +107,16 @@ class GatedProducer:
 
 
 class CreditLedger:
-    """A trainer's side: a ROUTER where actors ask for leave; at most `window` grants outstanding."""
+    """A trainer's side: a ROUTER where actors ask for leave; at most `window` grants outstanding, at least
+    `base` (a queue's worth), more while the trainer waits for data."""
 
-    def __init__(self, ctx: zmq.Context, window: int, actors: list[str]):
-        if window < 1:
-            raise ValueError(f"a credit window must be at least 1, got {window}")
+    def __init__(self, ctx: zmq.Context, base: int, actors: list[str]):
+        if base < 1:
+            raise ValueError(f"a credit window must be at least 1, got {base}")
         self.socket = ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.window = window
+        self.base = self.window = base
+        self.fill_seconds: float | None = None  # a segment's fill time, a moving average over those received
         self.actors = set(actors)
         self.waiting: collections.deque[tuple[bytes, str]] = collections.deque()  # (routing id, actor) in order
         self.granted: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
@@ -121,11 +130,18 @@ class CreditLedger:
     def outstanding(self) -> int:
         return sum(len(q) for q in self.granted.values())
 
-    def used(self, actor: str) -> None:
-        """A segment from `actor` arrived: its oldest grant is used up."""
+    def used(self, actor: str, fill_seconds: float = 0.0) -> None:
+        """A segment from `actor` arrived, `fill_seconds` after it began: its oldest grant is used up."""
         grants = self.granted.get(actor)
         if grants:
             grants.popleft()
+        previous = fill_seconds if self.fill_seconds is None else self.fill_seconds
+        self.fill_seconds = previous + 0.05 * (fill_seconds - previous)
+
+    def trained(self, waited: float, computed: float) -> None:
+        """After each update: the trainer waited `waited` seconds for its batch and computed for `computed`."""
+        step = max(1, self.base // 2)
+        self.window = self.window + step if waited > STARVED * computed else max(self.base, self.window - step)
 
     def serve(self) -> None:
         """Read the asks that came in, take back grants unused for too long, grant in turn while the window allows."""
@@ -151,8 +167,9 @@ class CreditLedger:
             if all(ident != w for w, _ in self.waiting):
                 self.waiting.append((ident, actor))
         now = time.monotonic()
+        expiry = max(GRANT_TIMEOUT, 4 * (self.fill_seconds or 0.0))
         for grants in self.granted.values():
-            while grants and now - grants[0] > GRANT_TIMEOUT:
+            while grants and now - grants[0] > expiry:
                 grants.popleft()
         while self.waiting and self.outstanding < self.window:
             ident, actor = self.waiting.popleft()
