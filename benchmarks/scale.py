@@ -14,9 +14,8 @@ what is measured is the system's own cost. Per actor count N it prints, from the
 - parameter bytes leaving trainer/0 per version (weight fan-out);
 - actor memory (RSS, median and max), the two-phase stop's seconds, and frame accounting
   (sent == received == consumed + dropped).
-Then the scaling model's check: rendezvous time, controller CPU and event rate, policy and trainer CPU
-fitted linearly in N over all but the largest N, predicted at the largest, compared with the measurement.
-Then one JSON line.
+Then the scaling model's check (docs/scaling.md): rendezvous time, controller events and CPU fitted over
+every N but the largest, predicted at the largest, compared with the measurement. Then one JSON line.
 """
 from __future__ import annotations
 
@@ -114,26 +113,33 @@ def table(rows: list[dict]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 
-MODELLED = ("start_to_rendezvous_s", "controller_cpu_share", "controller_events_per_s", "policy_cpu_share",
-            "trainer_cpu_share")
+def fit(rows: list[dict], terms, key: str) -> np.ndarray:
+    """Least-squares coefficients of `key` over the terms (a function of a row -> list of regressors)."""
+    return np.linalg.lstsq(np.array([terms(r) for r in rows], float), np.array([r[key] for r in rows], float),
+                           rcond=None)[0]
 
 
 def check_model(rows: list[dict]) -> dict:
-    """The scaling model's check (docs/scaling.md): each MODELLED figure fitted as a + b*N over every N but
-    the largest, then predicted at the largest and compared with what was measured there."""
+    """The scaling model of docs/scaling.md, fitted on every N but the largest and checked at the largest:
+    - rendezvous: t = a N + b N^2 (a: each actor's start-up CPU over this machine's cores; b: ranks that
+      reached the allgather wait for the rest by spinning, on the cores the rest need to start);
+    - controller events: e0 + e N (reports, one per worker per second below 1000 workers);
+    - controller CPU: c0 + c x events, at the predicted events."""
     done = [r for r in rows if r.get("status") == "succeeded"]
     if len(done) < 3:
         return {}
-    fit, last = done[:-1], done[-1]
-    out = {}
-    for key in MODELLED:
-        n = np.array([r["actors"] for r in fit], float)
-        y = np.array([r[key] for r in fit], float)
-        b, a = np.polyfit(n, y, 1)
-        predicted = a + b * last["actors"]
-        out[key] = {"per_actor": b, "fixed": a, "predicted": predicted, "measured": last[key],
-                    "error": abs(predicted - last[key]) / last[key] if last[key] else None}
-    return out
+    known, last = done[:-1], done[-1]
+    n = last["actors"]
+    rdv = fit(known, lambda r: [r["actors"], r["actors"] ** 2], "start_to_rendezvous_s")
+    ev = fit(known, lambda r: [1, r["actors"]], "controller_events_per_s")
+    cpu = fit(known, lambda r: [1, r["controller_events_per_s"]], "controller_cpu_share")
+    events = ev[0] + ev[1] * n
+    predicted = {"start_to_rendezvous_s": (rdv[0] * n + rdv[1] * n * n, f"{rdv[0]:.4g} N + {rdv[1]:.4g} N^2"),
+                 "controller_events_per_s": (events, f"{ev[0]:.4g} + {ev[1]:.4g} N"),
+                 "controller_cpu_share": (cpu[0] + cpu[1] * events, f"{cpu[0]:.4g} + {cpu[1]:.4g} x events/s")}
+    return {key: {"formula": formula, "predicted": value, "measured": last[key],
+                  "error": abs(value - last[key]) / last[key] if last[key] else None}
+            for key, (value, formula) in predicted.items()}
 
 
 def main(argv=None) -> int:
@@ -164,9 +170,8 @@ def main(argv=None) -> int:
     print(table(rows))
     model = check_model(rows)
     for key, m in model.items():
-        print(f"model: {key} = {m['fixed']:.4g} + {m['per_actor']:.4g} x N (fitted below N={rows[-1]['actors']}); "
-              f"predicted {m['predicted']:.4g}, measured {m['measured']:.4g}"
-              + ("" if m["error"] is None else f", error {m['error']:.0%}"))
+        print(f"model: {key} = {m['formula']} (fitted below N={rows[-1]['actors']}): predicted {m['predicted']:.4g}, "
+              f"measured {m['measured']:.4g}" + ("" if m["error"] is None else f", error {m['error']:.0%}"))
     print(json.dumps({"experiment": str(args.experiment), "rows": rows, "model": model}))
     return 0 if all(r.get("status") == "succeeded" and r.get("accounting_exact") for r in rows) else 1
 
