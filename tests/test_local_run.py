@@ -323,7 +323,7 @@ def fuzz_ports(run_dir) -> dict[str, Port]:
     actors, buffers = [w.name for w in graph.hosts("actor")], [w.name for w in graph.hosts("buffer")]
     dtypes = {"obs": "<f4", "actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
               "next_values": "<f4", "terminated": "|b1", **dict(algorithm.reply)}
-    segment = wire.Message("segment", {"actor": actors[0], "group": 0, "frames": 64},
+    segment = wire.Message("segment", {"actor": actors[0], "group": 0, "frames": 64, "fill_seconds": 0.5},
                            {k: np.zeros((2, T, 4) if k == "obs" else (2, T), dtypes[k]) for k in BASE_FIELDS + algorithm.segment})
     assert segment_layout(algorithm, (4,), 2, T, actors).accepts(segment)
     actions_refused = {"actions": st.sampled_from([2, -1, 2 ** 62])}
@@ -333,7 +333,8 @@ def fuzz_ports(run_dir) -> dict[str, Port]:
                            lambda v: not (isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and
                                                                       all(map(number, p)) for p in v)))},
                        required=("worker",)),
-        "samples": Port(segment, {"actor": not_in(actors), "group": not_a_count(), "frames": not_a_count()},
+        "samples": Port(segment, {"actor": not_in(actors), "group": not_a_count(), "frames": not_a_count(),
+                                  "fill_seconds": JSON.filter(lambda v: not (number(v) and v >= 0))},
                         fixed_dtypes=tuple(k for k in segment.arrays if k != "obs"),
                         out_of_range={**actions_refused, "versions": st.integers(-2 ** 62, -1)}),
         "inference": Port(wire.Message("infer", {"group": 0, **algorithm.explore(exp.algorithm, 0, 1)},
