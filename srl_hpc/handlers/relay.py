@@ -11,7 +11,7 @@ from __future__ import annotations
 import zmq
 
 from srl_hpc.handlers import Handler
-from srl_hpc.services.parameters import ParameterPublisher
+from srl_hpc.services.parameters import ParameterPublisher, ParameterSubscriber
 from srl_hpc.streams import endpoints, wire
 
 
@@ -32,10 +32,9 @@ class RelayHandler(Handler):
 
     def connect(self, table):
         (parent,) = [s for s in self.graph.servers_for("parameters", self.name) if s.server != self.name]
-        self.upstream = self.worker.ctx.socket(zmq.SUB)
-        self.upstream.setsockopt(zmq.LINGER, 0)
-        self.upstream.setsockopt(zmq.SUBSCRIBE, b"")  # every tag: children may follow any
-        self.upstream.connect(endpoints.address(table, parent.server, "parameters"))
+        # every tag (the empty prefix): children may follow any
+        self.upstream = ParameterSubscriber.connect(self.worker.ctx, endpoints.address(table, parent.server,
+                                                                                       "parameters"), tag="").socket
 
     def poll(self, timeout_ms):
         if self.upstream.poll(timeout_ms, zmq.POLLIN):
