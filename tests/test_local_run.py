@@ -517,6 +517,8 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     # Adam's step count spans both attempts (4 epochs x 4 minibatches per version): its state was restored
     assert int(resumed["optimizer"]["state"][0]["step"]) == 16 * resumed["version"]
     assert (run_dir / "traces" / "trainer-0.attempt-2.h5").exists()
+    with h5py.File(run_dir / "traces" / "policy-0.attempt-2.h5") as f:  # acted with the checkpoint from the start
+        assert f["inference"]["version"][0] >= checkpoint["version"]
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0 and "2 attempts (a resumed run)" in report.stdout
 

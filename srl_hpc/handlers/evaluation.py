@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from srl_hpc.algorithms import watching_policy
-from srl_hpc.envs.backends import make_env_group, spaces
+from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import build_model, resolve_device
@@ -40,9 +40,11 @@ class EvalHandler(Handler):
         self.explore = {k: np.full(n, v, np.float32) for k, v in explore.items()}
         obs_space, action_space = spaces(exp.env)
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.seed = (SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000) % 2 ** 31  # (envpool: 32-bit seeds)
+        self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
-        self.envs = make_env_group(exp.env, n, self.seed)
+        if worker.attempt > 1:
+            self.engine.resume(worker.run_dir)
+        self.envs = make_env_group(exp.env, n, first_seed(self.seed, n))
         self.rounds = 0
         self.evaluated_version = -1
         self.next_round_at = 0.0
@@ -74,7 +76,7 @@ class EvalHandler(Handler):
 
     def _begin(self) -> None:
         n = self.cfg.episodes
-        self.obs = np.asarray(self.envs.reset(seed=(self.seed + self.rounds * n) % 2 ** 31)[0])
+        self.obs = np.asarray(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
         self.returns, self.lengths = np.zeros(n), np.zeros(n, np.int64)
         self.done = np.zeros(n, bool)
         self.version = self.evaluated_version = self.engine.version

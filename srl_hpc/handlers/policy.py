@@ -47,6 +47,15 @@ class InferenceEngine:
         if newest is not None and newest.meta["version"] > self.version:
             self.load(newest, trace, t0)
 
+    def resume(self, run_dir) -> None:
+        """A resumed run (attempt > 1) acts with its checkpoint's weights from the first request: the seed's
+        initial weights (version 0) would act at random until the trainer's first publication, and an
+        evaluation round would score them as the run's newest policy."""
+        if run_dir.checkpoint.exists():
+            state = torch.load(run_dir.checkpoint, map_location="cpu")
+            self.model.load_state_dict(state["model"])
+            self.version = state["version"]
+
     def load(self, params, trace=None, t0: float | None = None) -> None:
         """Load a parameter-service message's weights (recorded in the trace, timed from t0)."""
         t0 = time.perf_counter() if t0 is None else t0
@@ -71,6 +80,8 @@ class PolicyHandler(Handler):
         self.obs_space, action_space = spaces(exp.env)
         self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space), algorithm.load().act, device,
                                       worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
+        if worker.attempt > 1:
+            self.engine.resume(worker.run_dir)
         self.max_batch = cfg.max_batch
         self.stream = self.graph.served_by("inference", self.name)
         self.active = self.stream is not None and self.stream.transport != "inline"
