@@ -16,7 +16,7 @@ import torch
 
 from srl_hpc import config
 from srl_hpc.algorithms import watching_policy
-from srl_hpc.envs.backends import make_env, spaces
+from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
 
@@ -44,7 +44,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     returns = []
     try:
         for episode in range(episodes):
-            obs, _ = env.reset(seed=SEED_OFFSET + seed + episode)
+            obs, _ = env.reset(seed=first_seed(SEED_OFFSET + seed + episode, 1))
             total, length, done = 0.0, 0, False
             while not done:
                 if video is not None:

@@ -28,6 +28,15 @@ from srl_hpc.envs import pool
 from srl_hpc.dotted import load_object
 
 
+SEED_SPACE = 2 ** 31  # ALE and envpool take signed 32-bit seeds
+
+
+def first_seed(seed: int, num_envs: int) -> int:
+    """The first of `num_envs` consecutive env seeds (seed, seed + 1, ...), folded so that all of them fit in
+    32 bits: a run's seed, attempt and worker index make bigger numbers (ALE refused attempt 4 of seed 1)."""
+    return seed % (SEED_SPACE - num_envs)
+
+
 def make_env(env_cfg) -> gymnasium.Env:
     """One env, with the gymnasium wrappers (the sync backend's slot)."""
     if is_factory(env_cfg.id):

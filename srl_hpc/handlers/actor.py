@@ -16,7 +16,7 @@ import numpy as np
 import zmq
 
 from srl_hpc.algorithms import spec
-from srl_hpc.envs.backends import make_env_group, resolve_backend
+from srl_hpc.envs.backends import first_seed, make_env_group, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, wire
 from srl_hpc.streams.credits import GatedProducer
@@ -137,7 +137,7 @@ class ActorHandler(Handler):
         a, exp = self.exp.workers.actor, self.exp
         self.spec = spec(exp.algorithm)
         index = self.graph.worker(self.name).index
-        seed = worker.seed * 1_000_003 + index * a.ring_size
+        seed = first_seed(worker.seed * 1_000_003 + index * a.ring_size, a.ring_size)
         per_group = a.ring_size // a.inference_splits
         fields = BASE_FIELDS + self.spec.segment
         self.groups = []
