@@ -1,8 +1,11 @@
 """Dynamic batching over real ZMQ sockets: several actors' requests, one batch, each reply to its sender."""
+import json
+
 import numpy as np
 import pytest
 import zmq
 
+from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
 
 PPO_REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
@@ -104,53 +107,101 @@ def test_client_buffers_replies_of_other_groups(stream):
     assert c.wait(1, 2000).arrays["x"][0, 0] == 1.0
 
 
-def test_shared_memory_transport_round_trip():
-    """Observations and replies travel through the actor's shared memory; ZMQ carries only headers."""
+@pytest.fixture
+def shm_stream(tmp_path):
+    """A server with a same-node listener, its ZMQ port unused."""
     ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    server = InferenceServer(router)
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.connect(f"tcp://127.0.0.1:{port}")
-    client = ShmInferenceClient(dealer, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
+    path = unix.socket_path(tmp_path, "policy/0")
+    server, _ = InferenceServer.bind(ctx, local_path=path)
+    yield server, path
+    server.close()
+    ctx.destroy(linger=0)
+
+
+def serve(server, n):
+    reqs = []
+    for _ in range(20):
+        if len(reqs) == n:
+            return reqs
+        reqs += server.poll_batch(max_rows=100, timeout_ms=2000)
+    raise AssertionError(f"only {len(reqs)} of {n} requests arrived")
+
+
+def test_shared_memory_transport_round_trip(shm_stream):
+    """Observations and replies travel through the actor's shared memory; a Unix socket carries only headers."""
+    server, path = shm_stream
+    client = ShmInferenceClient(path, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
                                 reply_fields=PPO_REPLY)
     try:
-        obs = [np.full((3, 4, 84, 84), g + 1, np.uint8) for g in range(2)]
-        for g in range(2):
-            client.send(g, obs[g])
-        reqs = []
-        for _ in range(10):
-            if len(reqs) == 2:
-                break
-            reqs += server.poll_batch(max_rows=100, timeout_ms=2000)
-        for req in reqs:
-            g = req.meta["group"]
-            assert req.shm is not None and np.array_equal(req.obs, obs[g])
-            server.reply(req, {"version": 5}, {"actions": np.arange(3) + 10 * g, "logp": np.full(3, -0.5, np.float32),
-                                               "values": np.full(3, g, np.float32)})
-        for g in (1, 0):
-            reply = client.wait(g, 2000)
-            assert reply.meta["version"] == 5
-            assert reply.arrays["actions"].tolist() == [10 * g, 10 * g + 1, 10 * g + 2]
-            assert reply.arrays["values"].tolist() == [g] * 3
+        for round_ in range(3):  # the same header bytes each round: parsed once, the slots' new contents read
+            obs = [np.full((3, 4, 84, 84), g + 1 + 10 * round_, np.uint8) for g in range(2)]
+            for g in range(2):
+                client.send(g, obs[g])
+            for req in serve(server, 2):
+                g = req.meta["group"]
+                assert req.shm is not None and np.array_equal(req.obs, obs[g])
+                server.reply(req, {"version": 5 + round_}, {"actions": np.arange(3) + 10 * g + round_,
+                                                            "logp": np.full(3, -0.5, np.float32),
+                                                            "values": np.full(3, g, np.float32)})
+            for g in (1, 0):
+                reply = client.wait(g, 2000)
+                assert reply.meta == {"group": g, "version": 5 + round_}
+                assert reply.arrays["actions"].tolist() == [10 * g + round_ + i for i in range(3)]
+                assert reply.arrays["values"].tolist() == [g] * 3
         with pytest.raises(ValueError, match="does not fit"):
             client.send(0, np.zeros((5, 4, 84, 84), np.uint8))
     finally:
-        server.close()
         client.close()
-        ctx.destroy(linger=0)
 
 
-def test_a_leftover_segment_is_removed_by_name(tmp_path):
-    ctx = zmq.Context()
-    name = shm_name(tmp_path, "actor/7")
-    ShmInferenceClient(ctx.socket(zmq.DEALER), n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
-                       reply_fields=PPO_REPLY, name=name)
+def test_same_node_clients_each_get_their_own_replies_and_one_that_leaves_is_forgotten(shm_stream):
+    server, path = shm_stream
+    clients = [ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(1,), obs_dtype=np.float32,
+                                  reply_fields=(("actions", "<i8"),)) for _ in range(3)]
+    for i, c in enumerate(clients):
+        c.send(0, np.full((2, 1), i, np.float32))
+    for req in serve(server, 3):
+        server.reply(req, {"version": 1}, {"actions": req.obs[:, 0].astype(np.int64) * 10})
+    for i, c in enumerate(clients):
+        assert c.wait(0, 2000).arrays["actions"].tolist() == [10 * i, 10 * i]
+    clients[0].send(0, np.zeros((2, 1), np.float32))
+    (req,) = serve(server, 1)
+    clients[0].close()  # gone before its reply
+    server.reply(req, {"version": 1}, {"actions": np.zeros(2, np.int64)})  # nobody to take it: not an error
+    assert server.poll_batch(max_rows=100, timeout_ms=50) == [] and len(server.local.conns) == 2
+    clients[1].send(0, np.full((2, 1), np.nan, np.float32))  # refused, counted, and the others go on
+    clients[2].send(0, np.ones((2, 1), np.float32))
+    (req,) = serve(server, 1)
+    assert req.obs.tolist() == [[1.0], [1.0]] and server.malformed == 1
+    for c in clients[1:]:
+        c.close()
+
+
+def test_the_same_node_socket_directory_must_be_private(tmp_path):
+    path = unix.socket_dir(tmp_path)
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
     try:
-        assert remove_segment(name) is True  # as if its actor had been killed before closing it
-        assert remove_segment(name) is False
+        with pytest.raises(PermissionError, match="not a directory private to this user"):
+            unix.Listener(unix.socket_path(tmp_path, "policy/0"))
     finally:
-        ctx.destroy(linger=0)
+        path.rmdir()
+
+
+def test_a_client_without_a_server_says_where_it_looked(tmp_path):
+    with pytest.raises(ConnectionError, match="no inference server listens at .*policy-3"):
+        ShmInferenceClient(unix.socket_path(tmp_path, "policy/3"), n_groups=1, max_rows=2, obs_shape=(4,),
+                           obs_dtype=np.float32, reply_fields=PPO_REPLY)
+
+
+def test_a_leftover_segment_is_removed_by_name(tmp_path, shm_stream):
+    _, path = shm_stream
+    name = shm_name(tmp_path, "actor/7")
+    client = ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
+                                reply_fields=PPO_REPLY, name=name)
+    client.conn.close()
+    assert remove_segment(name) is True  # as if its actor had been killed before closing it
+    assert remove_segment(name) is False
 
 
 @pytest.mark.parametrize("bf16", [False, True])
@@ -174,3 +225,43 @@ def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_w
     expected = logits.log_softmax(-1).gather(1, torch.from_numpy(out["actions"])[:, None]).squeeze(1)
     tol = 3e-2 if bf16 else 1e-5  # bf16 keeps 8 bits of mantissa
     assert np.allclose(out["logp"], expected.numpy(), atol=tol) and np.allclose(out["values"], values.numpy(), atol=tol)
+
+
+def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_them_is_served(shm_stream, tmp_path):
+    from hypothesis import strategies as st
+
+    from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_in
+
+    server, path = shm_stream
+    server.obs_shape = (4,)
+    client = ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
+                                reply_fields=PPO_REPLY, name=shm_name(tmp_path, "actor/0"))
+    client.send(0, np.ones((2, 4), np.float32))
+    (header,) = client._headers.values()
+    (req,) = serve(server, 1)
+    server.reply(req, {"version": 0}, {"actions": np.zeros(2, np.int64), "logp": np.zeros(2, np.float32),
+                                       "values": np.zeros(2, np.float32)})
+    assert client.wait(0, 2000) is not None
+    meta = json.loads(header)["m"]
+    port = Port(wire.Message("infer", meta), {
+        "group": not_a_count(), "shm": not_in([meta["shm"]]), "rows": st.one_of(not_a_count(), st.just(0)),
+        "obs": JSON.filter(lambda v: not (isinstance(v, list) and len(v) == 3)),  # (any 3-list may be a slot)
+        "reply": JSON.filter(lambda v: not isinstance(v, dict))})
+    # a same-node request is one frame, the header (defects in further frames do not apply), and never empty
+    # (an empty message reads as the connection's end)
+    fuzzed = [bytes(m[0]) for batch in draw(st.lists(defects(port), min_size=50, max_size=50), 10) for m in batch
+              if len(m) == 1 and len(m[0])]
+    assert len(fuzzed) > 200
+    fuzzer, served = unix.Connection(path), []
+    for start in range(0, len(fuzzed), 50):  # as much as a connection's buffer surely holds, then read
+        for data in fuzzed[start:start + 50]:
+            fuzzer.send(data)
+        for _ in range(50):
+            if server.malformed == min(start + 50, len(fuzzed)):
+                break
+            served += server.poll_batch(max_rows=100, timeout_ms=100)
+    client.send(0, np.full((2, 4), 3.0, np.float32))
+    served += serve(server, 1)
+    assert server.malformed == len(fuzzed) and len(served) == 1 and served[0].obs.tolist() == [[3.0] * 4] * 2
+    fuzzer.close()
+    client.close()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, script, tensorboard_scalars
 from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
-from srl_hpc.streams import wire
+from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import shm_name
 from srl_hpc.streams.layout import number
 
@@ -648,6 +648,7 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
     assert not (os.path.exists(f"/proc/{killed}") or os.path.exists(f"/proc/{hung}"))
     run_segments = shm_name(run_dir, "actor/0").rsplit("actor-0", 1)[0]
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(run_segments)]  # the killed ones' too
+    assert not unix.socket_dir(run_dir).exists()  # nor the same-node inference sockets
     assert sorted(p.name for p in (run_dir / "traces").glob("actor-*.h5")) == [
         "actor-0.h5", "actor-0.restart-1.h5", "actor-1.h5", "actor-1.restart-1.h5"]
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)

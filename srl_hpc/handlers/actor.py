@@ -13,12 +13,11 @@ import logging
 import time
 
 import numpy as np
-import zmq
 
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import first_seed, make_env_group, resolve_backend
 from srl_hpc.handlers import Handler
-from srl_hpc.streams import endpoints, inference, wire
+from srl_hpc.streams import endpoints, inference, unix, wire
 from srl_hpc.streams.credits import GatedProducer
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, within
@@ -163,8 +162,7 @@ class ActorHandler(Handler):
         if stream.transport == "inline":
             self.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
         else:
-            sock = inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference"))
-            self.inference = self._client(sock, stream.transport, endpoints.same_node(table, stream.server, self.name))
+            self.inference = self._client(table, stream)
         servers = [s.server for s in self.graph.servers_for("samples", self.name)]
         if self.graph.servers_for("credits", self.name):  # trainers: each segment with its trainer's leave
             self.samples = GatedProducer(self.worker.ctx, self.name, [
@@ -172,13 +170,15 @@ class ActorHandler(Handler):
         else:  # buffers: any of them, as fast as they take it
             self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers])
 
-    def _client(self, sock: zmq.Socket, transport: str, same_node: bool) -> InferenceClient:
-        if transport == "shm" and not same_node:
+    def _client(self, table: dict, stream) -> InferenceClient | ShmInferenceClient:
+        same_node = endpoints.same_node(table, stream.server, self.name)
+        if stream.transport == "shm" and not same_node:
             raise RuntimeError("inference_transport 'shm' needs the inference server on this node; it is not")
-        if transport == "zmq" or not same_node:
-            return InferenceClient(sock)
+        if stream.transport == "zmq" or not same_node:
+            return InferenceClient(inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference")))
         obs = self.groups[0].obs
-        return ShmInferenceClient(sock, len(self.groups), len(obs), obs.shape[1:], obs.dtype, self.spec.reply,
+        return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(self.groups), len(obs),
+                                  obs.shape[1:], obs.dtype, self.spec.reply,
                                   name=shm_name(self.worker.run_dir.root, self.name, self.worker.incarnation))
 
     def close(self):

@@ -18,7 +18,7 @@ from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
 from srl_hpc.services.parameters import InlineSubscriber, ParameterSubscriber
-from srl_hpc.streams import endpoints
+from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.inference import InferenceServer
 
 
@@ -91,8 +91,9 @@ class PolicyHandler(Handler):
     def bind(self):
         if not self.active:
             return {}
+        local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
         self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys,
-                                                 spec(self.exp.algorithm).reply)
+                                                 spec(self.exp.algorithm).reply, local_path=local)
         return {"inference": port}
 
     def connect(self, table):

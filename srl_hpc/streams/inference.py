@@ -6,8 +6,8 @@ tagged with the client's own request metadata (the actor's ring group).
 
 Three transports behind one client interface (`send(group, obs, meta)`, `wait(group, timeout_ms)`):
   zmq     DEALER -> ROUTER, arrays inside the messages (any two hosts);
-  shm     the same sockets, arrays in the actor's shared memory, ZMQ carrying only a small header
-          (actor and server on one node);
+  shm     arrays in the actor's shared memory, a small header each way over a Unix socket
+          (actor and server on one node: srl_hpc.streams.unix says why not ZMQ);
   inline  the policy handler hosted in the actor's own worker answers at once (no socket).
 What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`).
 """
@@ -16,6 +16,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import secrets
+import shutil
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +26,13 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import zmq
 
-from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
 
 
 @dataclass
 class Request:
-    client: bytes
+    client: bytes | socket.socket  # a ZMQ identity, or the same-node connection it came on
     meta: dict
     obs: np.ndarray
     received_at: float
@@ -41,31 +43,42 @@ class Request:
 class InferenceServer:
     """Requests carry observations of `obs_shape`, a number for each `meta` key the policy reads and, through
     shared memory, reply slots for the `reply` fields; anything else that reaches the port (a foreign
-    client, a damaged frame) is dropped and counted in `malformed`."""
+    client, a damaged frame) is dropped and counted in `malformed`. Requests come over the ZMQ socket (arrays
+    inside) and, with a `local` listener, over same-node connections (arrays in shared memory)."""
 
-    def __init__(self, socket: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-                 reply: tuple[tuple[str, str], ...] | None = None):
-        self.socket = socket
+    def __init__(self, sock: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
+                 reply: tuple[tuple[str, str], ...] | None = None, local: unix.Listener | None = None):
+        self.socket, self.local = sock, local
         self.obs_shape, self.meta = obs_shape, meta
         self.reply_fields = None if reply is None else dict(reply)
         self.malformed = 0
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
+        # An actor's header for a ring group is the same bytes every time: parsed and checked once
+        self._parsed: dict[bytes, tuple[dict, np.ndarray, shared_memory.SharedMemory, dict]] = {}
+        self._reply_headers: dict[tuple, bytes] = {}
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        if local is not None:
+            self._poller.register(local.fileno(), zmq.POLLIN)
 
     @classmethod
     def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-             reply: tuple[tuple[str, str], ...] | None = None) -> tuple["InferenceServer", int]:
-        """A ROUTER on a free port of every interface; returns (server, port)."""
+             reply: tuple[tuple[str, str], ...] | None = None, local_path: str | None = None
+             ) -> tuple["InferenceServer", int]:
+        """A ROUTER on a free port of every interface (and a listener at `local_path` for same-node
+        actors); returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        return cls(sock, obs_shape, meta, reply), endpoints.bind(sock)
+        local = unix.Listener(local_path) if local_path else None
+        return cls(sock, obs_shape, meta, reply, local), endpoints.bind(sock)
 
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
 
         Waits up to `timeout_ms` only when nothing at all is pending.
         """
-        if not self._held and not self.socket.poll(timeout_ms, zmq.POLLIN):
+        if not self._held and not self._poller.poll(timeout_ms):
             return []
         batch, rows = [], 0
         while True:
@@ -91,16 +104,31 @@ class InferenceServer:
             return
         for name, slot in request.slots.items():
             slot[:] = arrays[name]
-        self.socket.send_multipart([request.client, *wire.pack("reply", {"group": request.meta["group"], **meta})])
+        key = (request.meta["group"], *meta.items())
+        header = self._reply_headers.get(key)
+        if header is None:
+            if len(self._reply_headers) > 4096:  # (a new version makes new keys)
+                self._reply_headers.clear()
+            header = self._reply_headers[key] = wire.pack("reply", {"group": request.meta["group"], **meta})[0]
+        self.local.reply(request.client, header)  # an actor gone meanwhile misses nothing: it is replaced
 
     def close(self) -> None:
         self._held.clear()  # their observation views point into the segments
+        self._parsed.clear()
         for shm in self._attached.values():
             shm.close()
         self._attached.clear()
+        if self.local is not None:
+            self.local.close()
 
     def _recv_nowait(self) -> Request | None:
         while True:
+            if self.local is not None and (got := self.local.recv_nowait()) is not None:
+                try:
+                    return self._local_request(*got)
+                except (wire.WireError, KeyError, TypeError, ValueError, OSError):
+                    self.malformed += 1
+                    continue
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -112,25 +140,40 @@ class InferenceServer:
 
     def _request(self, frames) -> Request:
         msg = wire.unpack(frames[1:])
-        meta = msg.meta
-        if msg.kind != "infer" or not integer()(meta.get("group")) or not all(number(meta.get(k)) for k in self.meta):
-            raise wire.WireError(f"not an inference request: {msg.kind!r}")
-        if "shm" not in meta:
-            if msg.arrays.keys() != {"obs"}:
-                raise wire.WireError("an inference request carries exactly one array, obs")
-            obs, shm, slots = msg.arrays["obs"], None, None
-        else:
-            if not str(meta["shm"]).startswith(SHM_PREFIX) or msg.arrays or not integer(1)(meta.get("rows")):
+        self._check_meta(msg)
+        if msg.arrays.keys() != {"obs"}:
+            raise wire.WireError("an inference request carries exactly one array, obs")
+        return Request(frames[0].bytes, msg.meta, self._checked(msg.arrays["obs"]), time.monotonic())
+
+    def _local_request(self, conn: socket.socket, data: bytes) -> Request:
+        parsed = self._parsed.get(data)
+        if parsed is None:
+            msg = wire.unpack([data])
+            self._check_meta(msg)
+            meta = msg.meta
+            if msg.arrays or not str(meta.get("shm")).startswith(SHM_PREFIX) or not integer(1)(meta.get("rows")):
                 raise wire.WireError("not a request through one of srl-hpc's shared-memory segments")
             shm = self._attach(meta["shm"])
             offset, dtype, shape = meta["obs"]
             obs = np.ndarray((meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
-            slots = self._reply_slots(meta["reply"], meta["rows"], shm)
+            parsed = meta, obs, shm, self._reply_slots(meta["reply"], meta["rows"], shm)
+            if len(self._parsed) > 4096:  # (actors replaced many times over)
+                self._parsed.clear()
+            self._parsed[data] = parsed
+        meta, obs, shm, slots = parsed
+        return Request(conn, meta, self._checked(obs), time.monotonic(), shm, slots)
+
+    def _check_meta(self, msg: wire.Message) -> None:
+        meta = msg.meta
+        if msg.kind != "infer" or not integer()(meta.get("group")) or not all(number(meta.get(k)) for k in self.meta):
+            raise wire.WireError(f"not an inference request: {msg.kind!r}")
+
+    def _checked(self, obs: np.ndarray) -> np.ndarray:
         if obs.ndim < 1 or obs.dtype.kind not in "biuf" or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape):
             raise wire.WireError(f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, expected {self.obs_shape}")
         if obs.dtype.kind == "f" and not np.isfinite(obs).all():
             raise wire.WireError("observations that are not finite")
-        return Request(frames[0].bytes, meta, obs, time.monotonic(), shm, slots)
+        return obs
 
     def _reply_slots(self, reply, rows: int, shm) -> dict[str, np.ndarray]:
         """Where each reply field goes in the client's segment: the fields this policy answers, at offsets inside it."""
@@ -172,14 +215,17 @@ class InferenceClient:
         return self._replies.pop(group)
 
 
-class ShmInferenceClient(InferenceClient):
-    """The same client when the server shares this node: each ring group owns an observation slot and a
-    reply slot in one shared memory segment; ZMQ carries only headers. A slot is rewritten only after
-    its reply arrived, so neither side ever reads a half-written array."""
+class ShmInferenceClient:
+    """The client when the server shares this node: each ring group owns an observation slot and a reply
+    slot in one shared memory segment; a Unix socket connection to the server (`path`) carries only
+    headers. A slot is rewritten only after its reply arrived, so neither side reads a half-written array."""
 
-    def __init__(self, socket: zmq.Socket, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
+    def __init__(self, path: str, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
                  reply_fields: tuple[tuple[str, str], ...], name: str | None = None):
-        super().__init__(socket)
+        self.conn = unix.Connection(path)
+        self._replies: dict[int, wire.Message] = {}
+        self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
+        self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.reply_fields = reply_fields
         self.max_rows = max_rows
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
@@ -204,22 +250,36 @@ class ShmInferenceClient(InferenceClient):
             raise ValueError(f"request of shape {obs.shape} does not fit the slot ({self.max_rows}, *{self.obs_shape})")
         base, reply = self._layouts[group]
         np.ndarray(obs.shape, self.obs_dtype, buffer=self.shm.buf, offset=base)[:] = obs
-        header = {"group": group, "shm": self.shm.name, "rows": rows,
-                  "obs": [base, self.obs_dtype.str, list(self.obs_shape)], "reply": reply, **(meta or {})}
-        self.socket.send_multipart(wire.pack("infer", header))
+        key = (group, rows, *(meta or {}).items())
+        header = self._headers.get(key)
+        if header is None:
+            header = self._headers[key] = wire.pack("infer", {
+                "group": group, "shm": self.shm.name, "rows": rows, "obs": [base, self.obs_dtype.str, list(self.obs_shape)],
+                "reply": reply, **(meta or {})})[0]
+        self.conn.send(header)
         self._rows[group] = rows
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
-        msg = super().wait(group, timeout_ms)
-        if msg is None:
-            return None
+        deadline = time.monotonic() + timeout_ms / 1000
+        while group not in self._replies:
+            data = self.conn.recv(max(0, int((deadline - time.monotonic()) * 1000)))
+            if data is None:
+                return None
+            msg = wire.unpack([data])
+            self._replies[msg.meta["group"]] = msg
+        msg = self._replies.pop(group)
         rows = self._rows[group]
-        _, reply = self._layouts[group]
-        msg.arrays = {name: np.ndarray((rows,), dt, buffer=self.shm.buf, offset=offset)
-                      for name, (offset, dt) in reply.items()}
+        views = self._views.get((group, rows))
+        if views is None:
+            _, reply = self._layouts[group]
+            views = self._views[(group, rows)] = {name: np.ndarray((rows,), dt, buffer=self.shm.buf, offset=offset)
+                                                  for name, (offset, dt) in reply.items()}
+        msg.arrays = views
         return msg
 
     def close(self) -> None:
+        self.conn.close()
+        self._views.clear()  # views on the segment would keep its buffer exported
         self.shm.close()
         self.shm.unlink()
 
@@ -266,10 +326,16 @@ def _run_prefix(run_dir) -> str:
 
 
 def remove_run_segments(run_dir) -> list[str]:
-    """Unlink every segment the run's actors left (killed ones cannot remove their own); returns their names."""
+    """Unlink every segment the run's actors left (killed ones cannot remove their own), and the directory of
+    its same-node sockets; returns their names."""
     shm_dir = Path("/dev/shm")
     names = [p.name for p in shm_dir.glob(f"{_run_prefix(run_dir)}*")] if shm_dir.is_dir() else []
-    return [name for name in names if remove_segment(name)]
+    removed = [name for name in names if remove_segment(name)]
+    sockets = unix.socket_dir(run_dir)
+    if sockets.is_dir():
+        shutil.rmtree(sockets, ignore_errors=True)
+        removed.append(sockets.name)
+    return removed
 
 
 def remove_segment(name: str) -> bool:
