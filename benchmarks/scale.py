@@ -29,23 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import launcher  # noqa: E402
+from srl_hpc.trace.analysis import policy_cost, rate, slope  # noqa: E402
 from srl_hpc.trace.reader import read_run  # noqa: E402
 
 DEFAULT_EXPERIMENT = Path(__file__).resolve().parents[1] / "experiments" / "scale_synthetic.yaml"
-
-
-def rate(table: dict, field: str | None, start: float, end: float) -> float:
-    """Rows (or the sum of `field`) per second between two unix times."""
-    inside = (table["t"] >= start) & (table["t"] <= end)
-    total = inside.sum() if field is None else table[field][inside].sum()
-    return float(total) / max(end - start, 1e-9)
-
-
-def slope(table: dict, field: str, start: float, end: float) -> float | None:
-    """How fast a cumulative field grew between two unix times (None with fewer than two rows there)."""
-    inside = (table["t"] >= start) & (table["t"] <= end)
-    t, v = table["t"][inside], table[field][inside]
-    return float((v[-1] - v[0]) / (t[-1] - t[0])) if len(t) >= 2 and t[-1] > t[0] else None
 
 
 def figures(run_dir: Path) -> dict:
@@ -63,14 +50,12 @@ def figures(run_dir: Path) -> dict:
     end = float(stopped["t"][-1] - stopped["seconds"][-1])  # when the controller decided to stop
     actors = [w for w in trace.workers if w.kind == "actor"]
     actor_rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if len(w.table("heartbeat")["t"])]
-    inference = [w.table("inference") for w in trace.hosting("policy")]
     counters = summary["counters"]
     versions = counters.get("parameter_versions_sent", 0)
     controller_cpu = slope(controller.table("heartbeat"), "cpu_seconds", first_update, end)
     events = slope(controller.table("progress"), "events_received", first_update, end)
     trainer_cpu = slope(trainer.table("heartbeat"), "cpu_seconds", first_update, end)
-    policy_cpu = sum(slope(w.table("heartbeat"), "cpu_seconds", first_update, end) or 0.0 for w in trace.hosting("policy"))
-    requests = sum(rate(t, "requests", first_update, end) for t in inference)
+    policy = policy_cost(trace, first_update, end)
     return {
         "actors": len(actors), "workers": len(trace.workers), "status": summary["status"],
         "start_to_rendezvous_s": round(rendezvous - started, 2),
@@ -78,9 +63,9 @@ def figures(run_dir: Path) -> dict:
         "start_to_first_update_s": round(first_update - started, 2),
         "controller_cpu_share": None if controller_cpu is None else round(controller_cpu, 4),
         "controller_events_per_s": None if events is None else round(events, 1),
-        "inference_requests_per_s": round(requests, 1),
-        "policy_cpu_share": round(policy_cpu, 4),  # all policy workers together, of one core
-        "policy_cpu_us_per_request": round(policy_cpu / requests * 1e6, 1) if requests else None,
+        "inference_requests_per_s": policy["requests_per_s"],
+        "policy_cpu_share": policy["cpu_share"],  # all policy workers together, of one core
+        "policy_cpu_us_per_request": policy["cpu_us_per_request"],
         "trainer_cpu_share": None if trainer_cpu is None else round(trainer_cpu, 4),
         "segments_received_per_s": round(rate(trainer.table("segment"), None, first_update, end), 2),
         "versions_per_s": round(rate(trainer.table("train_step"), None, first_update, end), 3),

@@ -5,7 +5,8 @@
 Training throughput = env frames consumed by the trainer per second (Atari: agent steps x frame skip);
 sampling throughput = env frames stepped by all actors per second. Both over the whole run (after
 rendezvous) and over its steady part (metrics.csv rows after `--warmup` seconds). From the run's traces:
-trainer busy fraction, inference batch sizes and latency, actor memory and start-up, the verdict.
+trainer busy fraction, inference batch sizes and latency, the policy workers' CPU per inference request (and
+its forward-pass part; after the warmup), actor memory and start-up, the verdict.
 The last line printed is JSON.
 """
 from __future__ import annotations
@@ -45,7 +46,7 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
               "policy_version": summary["policy_version"], "frames_dropped": summary["frames_dropped"],
               "trace": exp.monitor.trace}
     if exp.monitor.trace:
-        result.update(_from_traces(run_dir))
+        result.update(_from_traces(run_dir, warmup))
     return result
 
 
@@ -58,9 +59,11 @@ def _steady(metrics: Path, warmup: float) -> dict:
     return {"steady_training_fps": round(delta("frames_consumed"), 1), "steady_sampling_fps": round(delta("env_frames"), 1)}
 
 
-def _from_traces(run_dir: Path) -> dict:
+def _from_traces(run_dir: Path, warmup: float) -> dict:
     run = reader.read_run(run_dir)
     s = analysis.summarize(run)
+    updates = [w.table("train_step")["t"] for w in run.hosting("trainer") if len(w.table("train_step")["t"])]
+    policy = analysis.policy_cost(run, float(updates[0][0]) + warmup, float(updates[0][-1])) if updates else {}
     actors = run.hosting("actor")
     rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if "rss_mb" in w.table("heartbeat")]
     startup = [float(w.table("startup")["seconds"][0]) for w in actors if len(w.table("startup").get("seconds", []))]
@@ -69,6 +72,8 @@ def _from_traces(run_dir: Path) -> dict:
             "inference_batch_mean": s["batch_size"].get("mean"),
             "inference_latency_ms": {k: round(1000 * v, 3) for k, v in s["latency"]["inference_latency"].items()
                                      if k in ("p50", "p90", "p99") and v is not None},
+            "policy_cpu_us_per_request": policy.get("cpu_us_per_request"),
+            "policy_forward_us_per_request": policy.get("forward_us_per_request"),
             "actor_rss_mb_max": round(max(rss), 1) if rss else None,
             "actor_startup_s_max": round(max(startup), 2) if startup else None,
             "verdict": s["verdict"]["stage"]}

@@ -281,6 +281,34 @@ def throughput(run: RunTrace) -> dict:
     return out
 
 
+def rate(table, field: str | None, start: float, end: float) -> float:
+    """Rows (or the sum of `field`) per second between two unix times."""
+    inside = (table["t"] >= start) & (table["t"] <= end)
+    total = inside.sum() if field is None else table[field][inside].sum()
+    return float(total) / max(end - start, 1e-9)
+
+
+def slope(table, field: str, start: float, end: float) -> float | None:
+    """How fast a cumulative field grew between two unix times (None with fewer than two rows there)."""
+    inside = (table["t"] >= start) & (table["t"] <= end)
+    t, v = table["t"][inside], table[field][inside]
+    return float((v[-1] - v[0]) / (t[-1] - t[0])) if len(t) >= 2 and t[-1] > t[0] else None
+
+
+def policy_cost(run: RunTrace, start: float, end: float) -> dict:
+    """What serving one inference request costs the workers hosting a policy handler, between two unix
+    times: their CPU (heartbeats' cpu_seconds: receiving, batching, replying, forward passes) and the
+    forward passes' share of it, in microseconds per request."""
+    cpu = requests = forward = 0.0
+    for w in run.hosting("policy"):
+        cpu += slope(w.table("heartbeat"), "cpu_seconds", start, end) or 0.0
+        requests += rate(w.table("inference"), "requests", start, end)
+        forward += rate(w.table("inference"), "compute_seconds", start, end)
+    per = (lambda x: round(x / requests * 1e6, 1)) if requests else (lambda x: None)  # noqa: E731
+    return {"requests_per_s": round(requests, 1), "cpu_share": round(cpu, 4), "cpu_us_per_request": per(cpu),
+            "forward_us_per_request": per(forward)}
+
+
 def latencies(run: RunTrace) -> dict:
     """Percentiles of every stage's duration, all workers of its kind pooled."""
     out = {}
