@@ -169,6 +169,7 @@ def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out:
             "whole_run_training_fps": r["training_fps"], "seconds": r["seconds"], "run_dir": r["run_dir"],
             "frames_dropped": r.get("frames_dropped"), "trainer_busy_fraction": r.get("trainer_busy_fraction"),
             "actor_rss_mb_max": r.get("actor_rss_mb_max"), "actor_startup_s_max": r.get("actor_startup_s_max"),
+            **policy_figures(r),
             "notes": ("steady part of metrics.csv (rows after warmup)" if steady is not None
                       else "whole run (too few metrics rows after warmup)") + "; overrides: " + " ".join(overrides)}
 
@@ -206,10 +207,19 @@ def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, o
         return {"system": system, "env": env, "training_fps": None, "error": (proc.stdout + proc.stderr)[-2000:]}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     steady = r.get("steady_training_fps")
+    if "policy_cpu_us_per_request" not in r:  # a revision before that figure: today's analysis of its traces
+        import throughput
+
+        r.update(throughput._from_traces(Path(r["run_dir"]), warmup))
     return {"system": system, "env": env, "training_fps": steady if steady is not None else r["training_fps"],
             "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"], "whole_run_training_fps": r["training_fps"],
             "seconds": r["seconds"], "run_dir": r["run_dir"], "frames_dropped": r.get("frames_dropped"),
-            "notes": f"revision {rev} in {tree}; overrides: " + " ".join(overrides)}
+            **policy_figures(r), "notes": f"revision {rev} in {tree}; overrides: " + " ".join(overrides)}
+
+
+def policy_figures(r: dict) -> dict:
+    """What serving one inference request cost the policy workers (from the run's traces)."""
+    return {k: r.get(k) for k in ("policy_cpu_us_per_request", "policy_forward_us_per_request")}
 
 
 def run_baseline(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path,
@@ -410,6 +420,9 @@ def main(argv=None) -> int:
     for system, rs in runs.items():
         result["systems"][system] = {"median_training_fps": median(r.get("training_fps") for r in rs),
                                      "median_sampling_fps": median(r.get("sampling_fps") for r in rs), "runs": rs}
+        if is_ours(system):
+            result["systems"][system]["median_policy_cpu_us_per_request"] = median(
+                r.get("policy_cpu_us_per_request") for r in rs)
     pairs = [(mine, other) for mine in systems if is_ours(mine) for other in systems if not is_ours(other)]
     pairs += [("ours", x) for x in systems if x.startswith("ours@") and "ours" in systems]  # what a change did
     for mine, other in pairs:
@@ -430,6 +443,11 @@ def main(argv=None) -> int:
         med, smp = d["median_training_fps"], d["median_sampling_fps"]
         print(f"{system:<16}{(f'{med:,.0f}' if med is not None else 'n/a'):>18}"
               f"{(f'{smp:,.0f}' if smp is not None else 'n/a'):>19}  {each}")
+    for system in filter(is_ours, systems):
+        cost = result["systems"][system]["median_policy_cpu_us_per_request"]
+        if cost is not None:
+            print(f"{system}: policy workers' CPU per inference request {cost:.0f} us (median; per repeat "
+                  + ", ".join(f"{r.get('policy_cpu_us_per_request')}" for r in runs[system]) + ")")
     for key, ratio in result["ratios"].items():
         per = ", ".join("n/a" if x is None else f"{x:.2f}" for x in result["ratios_per_repeat"][key])
         print(f"{key}: {'n/a' if ratio is None else f'{ratio:.2f}'} (ratio of medians; per repeat {per})")

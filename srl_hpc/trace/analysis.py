@@ -296,11 +296,12 @@ def slope(table, field: str, start: float, end: float) -> float | None:
 
 
 def policy_cost(run: RunTrace, start: float, end: float) -> dict:
-    """What serving one inference request costs the workers hosting a policy handler, between two unix
-    times: their CPU (heartbeats' cpu_seconds: receiving, batching, replying, forward passes) and the
-    forward passes' share of it, in microseconds per request."""
+    """What serving one inference request costs the policy workers, between two unix times: their CPU
+    (heartbeats' cpu_seconds: receiving, batching, replying, forward passes) and the forward passes' share of
+    it, in microseconds per request. Workers of the srl placement only: an actor or trainer hosting a policy
+    handler spends its CPU on more than that."""
     cpu = requests = forward = 0.0
-    for w in run.hosting("policy"):
+    for w in (w for w in run.hosting("policy") if w.kind == "policy"):
         cpu += slope(w.table("heartbeat"), "cpu_seconds", start, end) or 0.0
         requests += rate(w.table("inference"), "requests", start, end)
         forward += rate(w.table("inference"), "compute_seconds", start, end)
