@@ -14,6 +14,7 @@ What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import secrets
 import shutil
@@ -281,7 +282,8 @@ class ShmInferenceClient:
         self.conn.close()
         self._views.clear()  # views on the segment would keep its buffer exported
         self.shm.close()
-        self.shm.unlink()
+        with contextlib.suppress(FileNotFoundError):  # removed already (remove_run_segments, or by hand)
+            self.shm.unlink()
 
 
 class InlineInferenceClient:

@@ -3,7 +3,7 @@
 throughput.png     frames per second over time for each worker kind
 latency.png        a histogram per stage (log time axis), p50 and p99 marked
 timeline.png       per worker, binned: the fraction of each bin spent in each activity
-returns.png        episode returns over time, with a moving mean
+returns.png        episode returns over time and over env frames, with a moving mean
 distributions.png  inference batch sizes and policy lag at the trainer
 """
 from __future__ import annotations
@@ -132,21 +132,30 @@ def _timeline(run: RunTrace, edges, title):
 
 
 def _returns(run: RunTrace, title):
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    """Against time and, from the controller's progress rows, against env frames: a resumed run's time axis
+    has its gaps between attempts, its frames axis does not."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
     tabs = [w.table("episode") for w in run.hosting("actor") if "episode_return" in w.table("episode")]
+    progress = [w.table("progress") for w in run.hosting("controller") if "env_frames" in w.table("progress")]
     if tabs:
-        t = np.concatenate([tab["t"] for tab in tabs]) - run.t0
+        t = np.concatenate([tab["t"] for tab in tabs])
         r = np.concatenate([tab["episode_return"] for tab in tabs])
         order = np.argsort(t)
         t, r = t[order], r[order]
-        ax.scatter(t, r, s=3, alpha=0.25, color="tab:green", label="episode return")
         window = min(analysis.RETURN_WINDOW, len(r))
-        if window:
-            moving = np.convolve(r, np.ones(window) / window, mode="valid")
-            ax.plot(t[window - 1:], moving, color="black", label=f"mean of last {window} episodes")
-    ax.set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
-    ax.grid(alpha=0.3)
-    ax.legend()
+        frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"]) if progress and len(progress[0]["t"]) else None
+        for ax, x in ((axes[0], t - run.t0), (axes[1], frames)):
+            if x is None:
+                continue
+            ax.scatter(x, r, s=3, alpha=0.25, color="tab:green", label="episode return")
+            if window:
+                moving = np.convolve(r, np.ones(window) / window, mode="valid")
+                ax.plot(x[window - 1:], moving, color="black", label=f"mean of last {window} episodes")
+    axes[0].set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
+    axes[1].set(xlabel="env frames (the controller's count)", title="... over env frames")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     return fig
 
