@@ -20,7 +20,7 @@ from srl_hpc.algorithms import watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import build_model, example_input, resolve_device
+from srl_hpc.models import build_model, resolve_device
 from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
 
@@ -41,8 +41,7 @@ class EvalHandler(Handler):
         obs_space, action_space = spaces(exp.env)
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
-        self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed,
-                                      example=example_input(exp.model, obs_space))
+        self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir)
         self.envs = make_env_group(exp.env, n, first_seed(self.seed, n))

@@ -9,7 +9,6 @@ and the policy version; new weights are taken between batches, never waited for.
 from __future__ import annotations
 
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -17,7 +16,7 @@ import torch
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.models import build_model, example_input, load_arrays, resolve_device
+from srl_hpc.models import build_model, load_arrays, resolve_device
 from srl_hpc.services.parameters import InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.inference import InferenceServer
@@ -26,12 +25,10 @@ from srl_hpc.streams.inference import InferenceServer
 class InferenceEngine:
     """One model that chooses actions for a batch of observations, by its algorithm's `act`."""
 
-    def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False,
-                 example: np.ndarray | None = None):
+    def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False):
         # bf16: weights converted once (published fp32 weights are converted as they load): NatureCNN batches
         # of 8-32 run 1.6-1.85x faster on an avx512_bf16 CPU; autocast, which converts on every call, 1.3-1.6x
         self.model = model.to(device, torch.bfloat16 if bf16 else torch.float32).eval()
-        self.forward = self.model if example is None else traced(self.model, torch.from_numpy(example).to(device))
         self.act = act
         self.device = device
         self.version = 0  # the seed-identical initial weights are version 0 everywhere
@@ -39,7 +36,7 @@ class InferenceEngine:
 
     def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with torch.inference_mode():
-            out = self.act(self.forward, torch.from_numpy(obs).to(self.device),
+            out = self.act(self.model, torch.from_numpy(obs).to(self.device),
                            {k: torch.from_numpy(v).to(self.device) for k, v in explore.items()}, self.generator)
         return {k: v.cpu().numpy() for k, v in out.items()}
 
@@ -69,15 +66,6 @@ class InferenceEngine:
         self.version = params.meta["version"]
 
 
-def traced(model: torch.nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
-    """The model as a TorchScript trace, for forward passes: a CartPole MLP's forward pass spent half its time
-    in Python calling its modules (69 -> 33 us for 32 rows). The trace shares the model's parameters, so
-    weights loaded into the model are the trace's. Built-in models only (a user's may branch on its input)."""
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")  # TracerWarnings: the built-in models' shapes follow the batch
-        return torch.jit.trace(model, example, check_trace=False)
-
-
 class PolicyHandler(Handler):
     kind = "policy"
 
@@ -91,8 +79,7 @@ class PolicyHandler(Handler):
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
         self.obs_space, action_space = spaces(exp.env)
         self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space), algorithm.load().act, device,
-                                      worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16",
-                                      example=example_input(exp.model, self.obs_space))
+                                      worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir)
         self.max_batch = cfg.max_batch

@@ -101,11 +101,6 @@ class QHead(nn.Module):
         return self.value(x) + a - a.mean(-1, keepdim=True)
 
 
-def example_input(model_cfg, obs_space: gymnasium.Space) -> np.ndarray | None:
-    """One observation to trace a built-in model with (policy.traced); None for a user's model."""
-    return None if ":" in model_cfg.name else np.zeros((1, *obs_space.shape), obs_space.dtype)
-
-
 def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> nn.Module:
     """The experiment's model under its algorithm's head. The same seed gives the same initial weights in
     the trainer and in every policy handler."""
