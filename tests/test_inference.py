@@ -227,6 +227,19 @@ def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_w
     assert np.allclose(out["logp"], expected.numpy(), atol=tol) and np.allclose(out["values"], values.numpy(), atol=tol)
 
 
+def test_ppo_samples_each_action_as_often_as_its_probability_and_never_one_of_probability_zero():
+    import torch
+
+    from srl_hpc.algorithms import ppo
+
+    probs = torch.tensor([0.1, 0.6, 0.3, 0.0])
+    model = lambda obs: (probs.log().expand(len(obs), 4), torch.zeros(len(obs)))  # noqa: E731
+    out = ppo.act(model, torch.zeros(100_000, 1), {}, torch.Generator().manual_seed(0))
+    counts = np.bincount(out["actions"].numpy(), minlength=4) / 100_000
+    assert np.abs(counts - probs.numpy()).max() < 0.01 and counts[3] == 0  # (3 sd of a share is 0.005)
+    assert torch.allclose(out["logp"], probs.log()[out["actions"]])
+
+
 def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_them_is_served(shm_stream, tmp_path):
     from hypothesis import strategies as st
 
