@@ -210,7 +210,7 @@ def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, o
     if "policy_cpu_us_per_request" not in r:  # a revision before that figure: today's analysis of its traces
         import throughput
 
-        r.update(throughput._from_traces(Path(r["run_dir"]), warmup))
+        r.update(throughput.from_traces(Path(r["run_dir"]), warmup))
     return {"system": system, "env": env, "training_fps": steady if steady is not None else r["training_fps"],
             "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"], "whole_run_training_fps": r["training_fps"],
             "seconds": r["seconds"], "run_dir": r["run_dir"], "frames_dropped": r.get("frames_dropped"),

@@ -46,7 +46,7 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
               "policy_version": summary["policy_version"], "frames_dropped": summary["frames_dropped"],
               "trace": exp.monitor.trace}
     if exp.monitor.trace:
-        result.update(_from_traces(run_dir, warmup))
+        result.update(from_traces(run_dir, warmup))
     return result
 
 
@@ -59,7 +59,7 @@ def _steady(metrics: Path, warmup: float) -> dict:
     return {"steady_training_fps": round(delta("frames_consumed"), 1), "steady_sampling_fps": round(delta("env_frames"), 1)}
 
 
-def _from_traces(run_dir: Path, warmup: float) -> dict:
+def from_traces(run_dir: Path, warmup: float) -> dict:
     run = reader.read_run(run_dir)
     s = analysis.summarize(run)
     updates = [w.table("train_step")["t"] for w in run.hosting("trainer") if len(w.table("train_step")["t"])]

@@ -111,7 +111,7 @@ class InferenceServer:
             if len(self._reply_headers) > 4096:  # (a new version makes new keys)
                 self._reply_headers.clear()
             header = self._reply_headers[key] = wire.pack("reply", {"group": request.meta["group"], **meta})[0]
-        self.local.reply(request.client, header)  # an actor gone meanwhile misses nothing: it is replaced
+        self.local.reply(request.client, header)
 
     def close(self) -> None:
         self._held.clear()  # their observation views point into the segments
@@ -195,36 +195,51 @@ class InferenceServer:
         return self._attached[name]
 
 
-class InferenceClient:
-    """One actor's side. Requests are keyed by `group`; a reply for another group waits in a buffer."""
+class ReplyBuffer:
+    """An actor's waiting for replies: they are keyed by `group`; a reply for another group waits here."""
 
-    def __init__(self, socket: zmq.Socket):
-        self.socket = socket
+    def __init__(self):
         self._replies: dict[int, wire.Message] = {}
-
-    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
-        self.socket.send_multipart(wire.pack("infer", {"group": group, **(meta or {})}, {"obs": obs}), copy=False)
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
         deadline = time.monotonic() + timeout_ms / 1000
         while group not in self._replies:
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0 or not self.socket.poll(left, zmq.POLLIN):
+            msg = self._receive(max(0, int((deadline - time.monotonic()) * 1000)))
+            if msg is None:
                 return None
-            msg = wire.unpack(self.socket.recv_multipart(copy=False))
             self._replies[msg.meta["group"]] = msg
         return self._replies.pop(group)
 
+    def _receive(self, timeout_ms: int) -> wire.Message | None:
+        """The next reply, or None after `timeout_ms` without one."""
+        raise NotImplementedError
 
-class ShmInferenceClient:
+
+class InferenceClient(ReplyBuffer):
+    """One actor's side over ZMQ, the arrays inside the messages."""
+
+    def __init__(self, socket: zmq.Socket):
+        super().__init__()
+        self.socket = socket
+
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
+        self.socket.send_multipart(wire.pack("infer", {"group": group, **(meta or {})}, {"obs": obs}), copy=False)
+
+    def _receive(self, timeout_ms: int) -> wire.Message | None:
+        if not self.socket.poll(timeout_ms, zmq.POLLIN):
+            return None
+        return wire.unpack(self.socket.recv_multipart(copy=False))
+
+
+class ShmInferenceClient(ReplyBuffer):
     """The client when the server shares this node: each ring group owns an observation slot and a reply
     slot in one shared memory segment; a Unix socket connection to the server (`path`) carries only
     headers. A slot is rewritten only after its reply arrived, so neither side reads a half-written array."""
 
     def __init__(self, path: str, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
                  reply_fields: tuple[tuple[str, str], ...], name: str | None = None):
+        super().__init__()
         self.conn = unix.Connection(path)
-        self._replies: dict[int, wire.Message] = {}
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
         self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.reply_fields = reply_fields
@@ -260,15 +275,14 @@ class ShmInferenceClient:
         self.conn.send(header)
         self._rows[group] = rows
 
+    def _receive(self, timeout_ms: int) -> wire.Message | None:
+        data = self.conn.recv(timeout_ms)
+        return None if data is None else wire.unpack([data])
+
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
-        deadline = time.monotonic() + timeout_ms / 1000
-        while group not in self._replies:
-            data = self.conn.recv(max(0, int((deadline - time.monotonic()) * 1000)))
-            if data is None:
-                return None
-            msg = wire.unpack([data])
-            self._replies[msg.meta["group"]] = msg
-        msg = self._replies.pop(group)
+        msg = super().wait(group, timeout_ms)
+        if msg is None:
+            return None
         rows = self._rows[group]
         views = self._views.get((group, rows))
         if views is None:

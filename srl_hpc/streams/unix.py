@@ -91,13 +91,10 @@ class Listener:
                 continue
             return conn, data
 
-    def reply(self, conn: socket.socket, data: bytes) -> bool:
-        """Send without ever blocking; False when the actor is gone (its reply has nobody to go to)."""
-        try:
+    def reply(self, conn: socket.socket, data: bytes) -> None:
+        """Send without ever blocking; an actor gone meanwhile misses nothing (it is replaced)."""
+        with contextlib.suppress(OSError):  # gone, or (a stuck actor with a full buffer) not taking replies
             conn.send(data, socket.MSG_DONTWAIT)
-            return True
-        except OSError:  # gone, or (a stuck actor with a full buffer) not taking replies
-            return False
 
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError):

@@ -143,13 +143,13 @@ def _returns(run: RunTrace, title):
         order = np.argsort(t)
         t, r = t[order], r[order]
         window = min(analysis.RETURN_WINDOW, len(r))
+        moving = np.convolve(r, np.ones(window) / window, mode="valid") if window else None
         frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"]) if progress and len(progress[0]["t"]) else None
         for ax, x in ((axes[0], t - run.t0), (axes[1], frames)):
             if x is None:
                 continue
             ax.scatter(x, r, s=3, alpha=0.25, color="tab:green", label="episode return")
-            if window:
-                moving = np.convolve(r, np.ones(window) / window, mode="valid")
+            if moving is not None:
                 ax.plot(x[window - 1:], moving, color="black", label=f"mean of last {window} episodes")
     axes[0].set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
     axes[1].set(xlabel="env frames (the controller's count)", title="... over env frames")
