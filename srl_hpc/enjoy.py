@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import watching_policy
+from srl_hpc.algorithms import HIDDEN, watching_policy
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
@@ -46,11 +46,12 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         for episode in range(episodes):
             obs, _ = env.reset(seed=first_seed(SEED_OFFSET + seed + episode, 1))
             total, length, done = 0.0, 0, False
+            hidden = torch.zeros(1, exp.model.state_size) if exp.model.state_size else None
             while not done:
                 if video is not None:
                     writer = _write(writer, video, env.render(), _fps(env, exp))
                 with torch.inference_mode():
-                    action = int(choose(model, torch.as_tensor(np.asarray(obs)[None])))
+                    action, hidden = choose(model, torch.as_tensor(np.asarray(obs)[None]), hidden)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, length, done = total + float(reward), length + 1, terminated or truncated
             if video is not None:
@@ -68,11 +69,15 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
 
 
 def _policy(exp, greedy: bool):
-    """model, obs -> action, as evaluation workers choose it."""
+    """model, obs, recurrent state (None without) -> (action, next state), as evaluation workers choose it."""
     act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
     explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
     generator = torch.Generator().manual_seed(exp.seed)
-    return lambda model, obs: act(model, obs, explore, generator)["actions"][0]
+
+    def choose(model, obs, hidden):
+        out = act(model, obs, explore, generator, *(() if hidden is None else (hidden,)))
+        return int(out["actions"][0]), out.get(HIDDEN)
+    return choose
 
 
 def _fps(env, exp) -> float:

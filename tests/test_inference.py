@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import zmq
 
+from srl_hpc.algorithms import SPECS, reply_fields
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
 
-PPO_REPLY = (("actions", "<i8"), ("logp", "<f4"), ("values", "<f4"))
+PPO_REPLY = reply_fields(SPECS["ppo"], state_size=0)
 
 
 @pytest.fixture
@@ -157,7 +158,7 @@ def test_shared_memory_transport_round_trip(shm_stream):
 def test_same_node_clients_each_get_their_own_replies_and_one_that_leaves_is_forgotten(shm_stream):
     server, path = shm_stream
     clients = [ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(1,), obs_dtype=np.float32,
-                                  reply_fields=(("actions", "<i8"),)) for _ in range(3)]
+                                  reply_fields=(("actions", "<i8", ()),)) for _ in range(3)]
     for i, c in enumerate(clients):
         c.send(0, np.full((2, 1), i, np.float32))
     for req in serve(server, 3):

@@ -135,6 +135,28 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
         assert counters["parameter_bytes_sent"] <= 2 * counters["relayed_bytes_sent"] * counters["parameter_versions_sent"]
 
 
+@pytest.mark.parametrize("placement", ["srl", "impala"])
+def test_a_recurrent_policy_trains_is_evaluated_and_watched_in_every_placement(tmp_path, placement):
+    """GRU PPO on CartPole without velocities: the state travels through shared memory (srl) or stays in the
+    actor (impala); the evaluation worker and `enjoy` keep their own."""
+    run_dir = tmp_path / "run"
+    more = ["--set", "workers.eval.count=1", "--set", "workers.eval.interval=1", "--set", "workers.eval.episodes=2"]
+    if placement == "impala":
+        more = ["--set", "workers.placement=impala", "--set", "workers.policy.count=0"]
+    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, env_id="srl_hpc/CartPoleNoVelocity-v1")),
+                           "--run-dir", str(run_dir), "--set", "model.rnn=gru", "--set", "model.rnn_size=16", *more],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    with h5py.File(run_dir / "traces" / ("policy-0.h5" if placement == "srl" else "actor-0.h5")) as f:
+        assert f["inference"]["version"][-1] > 0  # served with trained weights
+    if placement == "srl":
+        assert summary["counters"]["eval_rounds"] >= 1
+    assert all(8 <= n <= 500 for n in watch(run_dir, tmp_path / "watched.mp4", (600, 400)))
+
+
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "pong.yaml"

@@ -8,11 +8,14 @@ do), is its spec below:
              reply) or "terminated" (the env terminated rather than truncated);
   - explore: per-actor settings sent with every inference request (e.g. an epsilon);
   - head:    the model head it trains ("actor_critic": logits and value; "q": action values);
-  - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them).
+  - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them);
+  - recurrent: its trainer side trains recurrent models (model.rnn): segments then carry "hidden", the
+             recurrent state each env's first step was chosen with, and `act` takes and returns it.
 A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
 hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
-YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore)` for policy handlers, optionally `greedy(model, obs)`
-for evaluation workers (workers.eval.greedy), and `prepare`, `update`, `state_dict`, `load_state_dict` for
+YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore, generator, hidden=None)`
+for policy handlers, optionally `greedy(model, obs, hidden=None)` for evaluation workers (workers.eval.greedy),
+both returning arrays by name (with "hidden", the next recurrent state, when given one), and `prepare`, `update`, `state_dict`, `load_state_dict` for
 trainer handlers.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ class AlgorithmSpec:
     head: str
     explore: Callable[[object, int, int], dict] = lambda cfg, actor, actors: {}
     replay: bool = False  # off-policy: segments go to buffer workers, trainers take sampled batches from them
+    recurrent: bool = False  # trains recurrent models
 
     def load(self):
         module, _, name = self.implementation.partition(":")
@@ -38,10 +42,19 @@ class AlgorithmSpec:
 
 SPECS = {
     "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
-                         segment=("logp", "values", "next_values"), head="actor_critic"),
+                         segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True),
     "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
                          explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True),
 }
+
+
+HIDDEN = "hidden"  # the recurrent state: in requests, replies and segments, (envs, model.state_size) float32
+
+
+def reply_fields(algorithm: AlgorithmSpec, state_size: int) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """(name, dtype, shape per observation) of every reply array: the algorithm's, and the next recurrent state."""
+    fields = tuple((name, dtype, ()) for name, dtype in algorithm.reply)
+    return fields + (((HIDDEN, "<f4", (state_size,)),) if state_size else ())
 
 
 def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
@@ -55,7 +68,7 @@ def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
     if not hasattr(implementation, "greedy"):
         raise ValueError(f"algorithm {cfg.name!r} has no greedy(model, obs): evaluate it with its own act() "
                          "(workers.eval.greedy: false, or srl-launch enjoy without --greedy)")
-    return (lambda model, obs, _explore, _generator: {"actions": implementation.greedy(model, obs)}), {}
+    return (lambda model, obs, _explore, _generator, *hidden: implementation.greedy(model, obs, *hidden)), {}
 
 
 def spec(cfg) -> AlgorithmSpec:

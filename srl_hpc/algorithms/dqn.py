@@ -26,9 +26,9 @@ def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Gen
     return {"actions": torch.where(explore_now, random, greedy)}
 
 
-def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+def greedy(model: nn.Module, obs: torch.Tensor) -> dict[str, torch.Tensor]:
     """The action of the highest value (evaluation workers)."""
-    return model(obs).argmax(-1)
+    return {"actions": model(obs).argmax(-1)}
 
 
 def td_targets(online: nn.Module, target: nn.Module, next_obs, returns, discounts, double: bool) -> torch.Tensor:

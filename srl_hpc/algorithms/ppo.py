@@ -4,7 +4,9 @@ Reads top to bottom: `act` is what a policy handler runs (sample from the logits
 the value), `gae` turns trajectory segments into advantages and returns, `ppo_losses` is the objective
 for one minibatch, and `PPO.update` runs several epochs of minibatch SGD over one batch.
 Segments come from actors that may run a slightly older policy (the version is recorded per step);
-the clipped ratio against the behaviour log-probs keeps those updates safe.
+the clipped ratio against the behaviour log-probs keeps those updates safe. With a recurrent model
+(model.rnn) minibatches are whole segments, unrolled from the state their first step was chosen with,
+and the loss counts their valid steps only.
 """
 from __future__ import annotations
 
@@ -12,19 +14,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from srl_hpc.algorithms import HIDDEN
 
-def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
+
+def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator,
+        *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
-    policy's, recorded in segments). log_softmax directly: torch.distributions' checks doubled the cost."""
-    logits, values = model(obs)
+    policy's, recorded in segments); a recurrent model takes each row's state and returns the next.
+    log_softmax directly: torch.distributions' checks doubled the cost."""
+    logits, values, *state = model(obs, *hidden)
     logp_all = logits.float().log_softmax(-1)
     actions = torch.multinomial(logp_all.exp(), 1, generator=generator)
-    return {"actions": actions.squeeze(1), "logp": logp_all.gather(1, actions).squeeze(1), "values": values.float()}
+    out = {"actions": actions.squeeze(1), "logp": logp_all.gather(1, actions).squeeze(1), "values": values.float()}
+    return out | ({HIDDEN: state[0].float()} if state else {})
 
 
-def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+def greedy(model: nn.Module, obs: torch.Tensor, *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     """The most likely action (evaluation workers)."""
-    return model(obs)[0].argmax(-1)
+    logits, _, *state = model(obs, *hidden)
+    return {"actions": logits.argmax(-1)} | ({HIDDEN: state[0].float()} if state else {})
 
 
 def gae(rewards, values, next_values, dones, gamma: float, lam: float):
@@ -82,6 +90,14 @@ class PPO:
         them to its device). Steps marked invalid (an env's auto-reset) are left out after GAE: an episode
         end stops the accumulation before them. Runs in the pre-fetch thread."""
         adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
+        if HIDDEN in seg:  # a recurrent model: whole segments (N, T), their steps masked instead of left out
+            valid = seg["valid"]
+            resets = np.zeros_like(valid)
+            resets[:, 1:] = ~valid[:, :-1]  # the step after an auto-reset is an episode's first: actors zero its state
+            seqs = {"obs": seg["obs"], "actions": seg["actions"].astype(np.int64), "logp": seg["logp"].astype(np.float32),
+                    "advantages": adv, "returns": ret, "values": np.asarray(seg["values"], np.float32),
+                    "valid": valid, "resets": resets, HIDDEN: seg[HIDDEN]}
+            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in seqs.items()}
         flat = {
             "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:]),
             "actions": seg["actions"].reshape(-1).astype(np.int64),
@@ -102,25 +118,32 @@ class PPO:
         if cfg.anneal_lr and self.total_frames:
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.lr * max(0.0, 1.0 - frames_done / self.total_frames)
-        n = batch["actions"].shape[0]
+        recurrent = HIDDEN in batch
+        n = batch["actions"].shape[0]  # steps; segments with a recurrent model
         mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, float] = {}
         steps = 0
         for _ in range(cfg.epochs):
             order = torch.randperm(n, device=self.device)
             for start in range(0, mb_size * cfg.minibatches, mb_size):
-                idx = order[start:start + mb_size]
-                adv = batch["advantages"][idx]
-                if cfg.normalize_advantages and len(idx) > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                mb = {k: v[order[start:start + mb_size]] for k, v in batch.items()}
                 with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
-                    logits, values = self.model(batch["obs"][idx])
+                    if recurrent:
+                        logits, values, _ = self.model(mb["obs"], mb[HIDDEN], mb["resets"])
+                    else:
+                        logits, values = self.model(mb["obs"])
+                if recurrent:  # the valid steps of the unrolled segments
+                    keep = mb["valid"].flatten()
+                    logits, values = logits.flatten(0, 1)[keep], values.flatten()[keep]
+                    mb = {k: mb[k].flatten()[keep] for k in ("actions", "logp", "advantages", "returns")}
                 logits, values = logits.float(), values.float()
+                adv = mb["advantages"]
+                if cfg.normalize_advantages and adv.numel() > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 logp_all = logits.log_softmax(-1)
-                new_logp = logp_all.gather(1, batch["actions"][idx].unsqueeze(1)).squeeze(1)
+                new_logp = logp_all.gather(1, mb["actions"].unsqueeze(1)).squeeze(1)
                 entropy = -(logp_all.exp() * logp_all).sum(-1)
-                losses = ppo_losses(new_logp, batch["logp"][idx], adv, values, batch["returns"][idx], entropy,
-                                    cfg.clip_coef)
+                losses = ppo_losses(new_logp, mb["logp"], adv, values, mb["returns"], entropy, cfg.clip_coef)
                 loss = losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -130,7 +153,8 @@ class PPO:
                     sums[k] = sums.get(k, 0.0) + float(v.detach())
                 steps += 1
         stats = {k: v / steps for k, v in sums.items()}
-        stats["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        valid = batch["valid"] if recurrent else slice(None)
+        stats["explained_variance"] = explained_variance(batch["values"][valid], batch["returns"][valid])
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         return stats, {}
 

@@ -17,6 +17,7 @@ Precision = Literal["fp32", "bf16"]
 EnvBackend = Literal["auto", "sync", "vector", "envpool"]
 InferenceTransport = Literal["auto", "zmq", "shm"]
 Placement = Literal["srl", "impala", "seed"]
+Recurrence = Literal["none", "gru", "lstm"]
 
 
 # ----------------------------------------------------------------------------------------------- schema
@@ -61,9 +62,18 @@ class ModelConfig:
     # value loss otherwise swamps the policy's share of a shared torso's clipped gradient
     separate_critic: bool = False
     kwargs: dict = field(default_factory=dict)  # a user's model only: passed to its constructor
+    # a recurrent core between torso and heads, for tasks one observation does not tell (its state travels
+    # with the inference requests and is stored at segment starts: srl_hpc/models)
+    rnn: Recurrence = "none"
+    rnn_size: int = 64
+
+    @property
+    def state_size(self) -> int:
+        """Floats of recurrent state per env: 0 (feed-forward), the GRU's hidden, the LSTM's hidden and cell."""
+        return {"none": 0, "gru": self.rnn_size, "lstm": 2 * self.rnn_size}[self.rnn]
 
     def check(self) -> list[tuple[str, str]]:
-        problems = []
+        problems = _check_counts(self, ("rnn_size",))
         if self.name not in BUILTIN_MODELS and ":" not in self.name:
             problems.append(("name", f"unknown model {self.name!r}; choose one of {list(BUILTIN_MODELS)} "
                                      "or give 'package.module:Class'"))
@@ -73,6 +83,10 @@ class ModelConfig:
             problems.append(("kwargs", "only a user's model (name 'package.module:Class') takes kwargs"))
         if self.separate_critic and ":" in self.name:
             problems.append(("separate_critic", "applies to the built-in models only; a user's model has its own heads"))
+        if self.rnn != "none" and ":" in self.name:
+            problems.append(("rnn", "applies to the built-in models only"))
+        if self.rnn != "none" and self.separate_critic:
+            problems.append(("separate_critic", "a recurrent model's value reads its recurrent core: set it false"))
         return problems
 
 
@@ -478,6 +492,8 @@ class Experiment:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
         if self.model.separate_critic and spec(alg).head != "actor_critic":
             problems.append(("model.separate_critic", f"{alg.name} has no critic (its head is {spec(alg).head})"))
+        if self.model.rnn != "none" and not spec(alg).recurrent:
+            problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo does)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         if isinstance(alg, DQNConfig):

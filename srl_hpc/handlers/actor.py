@@ -5,7 +5,9 @@ The ring's environments are cut into `inference_splits` groups. Each group has o
 flight at a time; while group k waits for its actions, the actor steps the groups whose actions have
 arrived. Every step records the policy version that chose its action, and each group cuts its
 trajectories into fixed-length segments (all envs of a group step together, so their segments align and
-travel as one message of shape (envs, T, ...)).
+travel as one message of shape (envs, T, ...)). With a recurrent model the ring also keeps each env's
+recurrent state: sent with every request, replaced by the reply's, zeroed where an episode begins, and
+stored at each segment's start (the trainer unrolls the segment from it).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 
 import numpy as np
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import HIDDEN, reply_fields, spec
 from srl_hpc.envs.backends import first_seed, make_env_group, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, unix, wire
@@ -28,13 +30,20 @@ STEP_DTYPES = {"actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1
                "next_values": "<f4", "terminated": "|b1"}  # per-step fields; reply fields add the algorithm's
 
 
+def segment_fields(algorithm_spec, state_size: int) -> tuple[str, ...]:
+    """The arrays of a segment: BASE_FIELDS, the algorithm's, and a recurrent model's state at the segment's start."""
+    return BASE_FIELDS + algorithm_spec.segment + ((HIDDEN,) if state_size else ())
+
+
 def segment_layout(algorithm_spec, obs_shape: tuple[int, ...], actions: int, segment_length: int,
-                   actors: list[str]) -> Layout:
+                   actors: list[str], state_size: int = 0) -> Layout:
     """What a segment consumer accepts: exactly the segments RingGroup makes (any observation dtype: the env's)."""
     dtypes = {**STEP_DTYPES, **dict(algorithm_spec.reply)}
     actions_ok, versions_ok = within("actions", 0, actions), within("versions", 0, 2 ** 62)  # made once, not per message
     arrays = {"obs": (None, (BATCH, segment_length, *obs_shape))}
     arrays.update({k: (dtypes[k], (BATCH, segment_length)) for k in BASE_FIELDS[1:] + algorithm_spec.segment})
+    if state_size:
+        arrays[HIDDEN] = ("<f4", (BATCH, state_size))
     return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer(),
                                       "fill_seconds": lambda v: number(v) and v >= 0},
                   values=lambda a: actions_ok(a) and versions_ok(a))
@@ -53,16 +62,19 @@ class RingGroup:
     state after it), steps the group with the reply's actions, and returns the observations of the next
     request. The envs auto-reset on the step after an episode ends, so a truncated episode's final
     observation is in the next request like any other, and the reset step itself is recorded with
-    valid=False (consumers skip it). A segment holds BASE_FIELDS plus the algorithm's `segment` fields.
+    valid=False (consumers skip it). A segment holds `segment_fields`. With `state_size`, `hidden` is the
+    recurrent state to send with the next request.
     """
 
-    def __init__(self, envs, segment_length: int, seed: int, fields: tuple[str, ...], reply_dtypes: dict[str, str]):
+    def __init__(self, envs, segment_length: int, seed: int, fields: tuple[str, ...], reply_dtypes: dict[str, str],
+                 state_size: int = 0):
         self.envs = envs
         self.n = envs.num_envs
         self.T = segment_length
         self.fields = fields
         self.reply_dtypes = reply_dtypes
         self.obs = np.array(envs.reset(seed=seed)[0])
+        self.hidden = np.zeros((self.n, state_size), np.float32) if state_size else None
         self.segment = self._new_segment()
         self.t = 0
         self._pending = False  # the step at t-1 still waits for its next values
@@ -77,7 +89,9 @@ class RingGroup:
         n, T = self.n, self.T
         dtypes = {**STEP_DTYPES, **self.reply_dtypes}
         seg = {"obs": np.empty((n, T, *self.obs.shape[1:]), self.obs.dtype)}
-        seg.update({k: np.empty((n, T), dtypes[k]) for k in self.fields if k != "obs"})
+        seg.update({k: np.empty((n, T), dtypes[k]) for k in self.fields if k not in ("obs", HIDDEN)})
+        if self.hidden is not None:
+            seg[HIDDEN] = np.empty_like(self.hidden)
         return seg
 
     def request_obs(self) -> np.ndarray:
@@ -109,6 +123,10 @@ class RingGroup:
                 seg[name][:, t] = reply[name]
         seg["versions"][:, t] = version
         seg["valid"][:, t] = valid
+        if self.hidden is not None:
+            if t == 0:
+                seg[HIDDEN][:] = self.hidden  # what this step's request carried
+            self.hidden = np.array(reply[HIDDEN])  # (a copy: shared-memory replies are rewritten)
         obs, rewards, terminated, truncated, _ = self.envs.step(np.asarray(reply["actions"]))
         done = np.logical_or(terminated, truncated)
         seg["rewards"][:, t] = rewards
@@ -122,6 +140,8 @@ class RingGroup:
             self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
         self.episode_return[done], self.episode_length[done] = 0.0, 0
         self._terminated, self._resetting = np.asarray(terminated, bool), done
+        if self.hidden is not None:
+            self.hidden[~valid] = 0.0  # that was an auto-reset: the next request is an episode's first
         self.obs = np.array(obs)  # (a backend may step into the same buffer again; requests and segments keep this)
         self.t += 1
         self._pending = True
@@ -138,13 +158,15 @@ class ActorHandler(Handler):
         index = self.graph.worker(self.name).index
         seed = first_seed(worker.seed * 1_000_003 + index * a.ring_size, a.ring_size)
         per_group = a.ring_size // a.inference_splits
-        fields = BASE_FIELDS + self.spec.segment
+        self.state_size = exp.model.state_size
+        fields = segment_fields(self.spec, self.state_size)
         self.groups = []
         logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
                                          exp.env.backend, resolve_backend(exp.env))  # what auto picked
         for g in range(a.inference_splits):
             envs = make_env_group(exp.env, per_group, seed + g * per_group)
-            self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group, fields, dict(self.spec.reply)))
+            self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group, fields, dict(self.spec.reply),
+                                         self.state_size))
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
@@ -178,7 +200,7 @@ class ActorHandler(Handler):
             return InferenceClient(inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference")))
         obs = self.groups[0].obs
         return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(self.groups), len(obs),
-                                  obs.shape[1:], obs.dtype, self.spec.reply,
+                                  obs.shape[1:], obs.dtype, reply_fields(self.spec, self.state_size),
                                   name=shm_name(self.worker.run_dir.root, self.name, self.worker.incarnation))
 
     def close(self):
@@ -200,7 +222,7 @@ class ActorHandler(Handler):
         if not self.samples.reserve((g, self._segments[g]), timeout_ms):
             return False
         request = self._parked.pop(g)
-        self.inference.send(g, request, self.explore)
+        self.inference.send(g, request, self.explore, self.groups[g].hidden)
         self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
 
@@ -234,7 +256,7 @@ class ActorHandler(Handler):
             return
         request, segment = group.advance(reply.arrays, reply.meta["version"])
         t2 = time.perf_counter()
-        self.inference.send(g, request, self.explore)
+        self.inference.send(g, request, self.explore, group.hidden)
         t3 = time.perf_counter()
         # request_seconds: sending the next request; with the inline transport, the inference itself
         self.trace.record("env_step", group=g, envs=group.n, step_seconds=t2 - t1, request_seconds=t3 - t2,

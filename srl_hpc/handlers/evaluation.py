@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import watching_policy
+from srl_hpc.algorithms import HIDDEN, watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
@@ -78,6 +78,7 @@ class EvalHandler(Handler):
         n = self.cfg.episodes
         self.obs = np.asarray(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
         self.returns, self.lengths = np.zeros(n), np.zeros(n, np.int64)
+        self.hidden = np.zeros((n, self.exp.model.state_size), np.float32) if self.exp.model.state_size else None
         self.done = np.zeros(n, bool)
         self.version = self.evaluated_version = self.engine.version
         self.started = time.monotonic()
@@ -85,8 +86,9 @@ class EvalHandler(Handler):
         self.playing = True
 
     def _step(self) -> None:
-        actions = self.engine.infer(self.obs, self.explore)["actions"]
-        obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+        out = self.engine.infer(self.obs, self.explore, self.hidden)
+        self.hidden = out.get(HIDDEN)  # a recurrent model's next state (each env plays one episode a round)
+        obs, rewards, terminated, truncated, _ = self.envs.step(out["actions"])
         self.obs = np.asarray(obs)
         playing = ~self.done  # an env past its episode has auto-reset: what it does now is not counted
         self.returns[playing] += rewards[playing]

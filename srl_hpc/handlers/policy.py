@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import reply_fields, spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
@@ -34,10 +34,13 @@ class InferenceEngine:
         self.version = 0  # the seed-identical initial weights are version 0 everywhere
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray], hidden: np.ndarray | None = None
+              ) -> dict[str, np.ndarray]:
+        """The algorithm's reply arrays; `hidden`: a recurrent model's state per observation (the reply has the next)."""
+        state = () if hidden is None else (torch.from_numpy(hidden).to(self.device),)
         with torch.inference_mode():
             out = self.act(self.model, torch.from_numpy(obs).to(self.device),
-                           {k: torch.from_numpy(v).to(self.device) for k, v in explore.items()}, self.generator)
+                           {k: torch.from_numpy(v).to(self.device) for k, v in explore.items()}, self.generator, *state)
         return {k: v.cpu().numpy() for k, v in out.items()}
 
     def pull(self, subscriber, trace=None) -> None:
@@ -93,7 +96,8 @@ class PolicyHandler(Handler):
             return {}
         local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
         self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys,
-                                                 spec(self.exp.algorithm).reply, local_path=local)
+                                                 reply_fields(spec(self.exp.algorithm), self.exp.model.state_size),
+                                                 local_path=local)
         return {"inference": port}
 
     def connect(self, table):
@@ -117,7 +121,8 @@ class PolicyHandler(Handler):
         obs = np.concatenate([r.obs for r in batch])
         explore = {k: np.concatenate([np.full(len(r.obs), r.meta[k], np.float32) for r in batch])
                    for k in self.explore_keys}
-        out = self.engine.infer(obs, explore)
+        hidden = np.concatenate([r.hidden for r in batch]) if batch[0].hidden is not None else None
+        out = self.engine.infer(obs, explore, hidden)
         t1 = time.perf_counter()
         start = 0
         for req in batch:
@@ -128,11 +133,11 @@ class PolicyHandler(Handler):
                           compute_seconds=t1 - t0, reply_seconds=time.perf_counter() - t1, version=self.engine.version)
         self.rows += len(obs)
 
-    def serve_inline(self, obs: np.ndarray, meta: dict) -> tuple[dict[str, np.ndarray], int]:
+    def serve_inline(self, obs: np.ndarray, meta: dict, hidden: np.ndarray | None) -> tuple[dict[str, np.ndarray], int]:
         """The inline transport: answer one request of this worker's actor at once."""
         self.engine.pull(self.parameters, self.trace)
         t0 = time.perf_counter()
-        out = self.engine.infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys})
+        out = self.engine.infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys}, hidden)
         self.trace.record("inference", requests=1, batch_size=len(obs), queue_wait=0.0,
                           compute_seconds=time.perf_counter() - t0, reply_seconds=0.0, version=self.engine.version)
         self.rows += len(obs)

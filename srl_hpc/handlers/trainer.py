@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from srl_hpc.algorithms import spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.handlers.actor import BASE_FIELDS, segment_frames, segment_layout
+from srl_hpc.handlers.actor import segment_fields, segment_frames, segment_layout
 from srl_hpc.handlers.buffer import replay_layout
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import ParameterPublisher
@@ -227,14 +227,15 @@ class TrainerHandler(Handler):
         else:
             actors = [w.name for w in self.graph.hosts("actor")]
             self.consumer = SampleConsumer(self.worker.ctx, segment_layout(
-                self.spec, self.obs_space.shape, self.action_space.n, self.exp.workers.actor.segment_length, actors))
+                self.spec, self.obs_space.shape, self.action_space.n, self.exp.workers.actor.segment_length, actors,
+                self.exp.model.state_size))
             ports["samples"] = self.consumer.bind()
             a = self.exp.workers.actor
             per_message = a.ring_size // a.inference_splits  # env segments in one actor message
             window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
             self.credits = CreditLedger(self.worker.ctx, window, actors)
             ports["credits"] = self.credits.bind()
-            self.source = BatchAssembler(self.consumer, self.credits, BASE_FIELDS + self.spec.segment, self.cfg.batch_segments,
+            self.source = BatchAssembler(self.consumer, self.credits, segment_fields(self.spec, self.exp.model.state_size), self.cfg.batch_segments,
                                          getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:

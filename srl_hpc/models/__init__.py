@@ -4,6 +4,8 @@ trains. Imported by policy and trainer handlers only (never by actors that do no
 Heads (the algorithm's spec names one):
   actor_critic  forward(obs) -> (action logits (B, A), state values (B,))
   q             forward(obs) -> action values (B, A); dueling: value + centred advantages
+With model.rnn, the actor-critic head sits on a recurrent core (RecurrentActorCritic): forward(obs, state)
+also takes and returns the recurrent state, and forward(obs, state, resets) unrolls whole segments.
 A user's model is `package.module:Class`, built as Class(obs_space, action_space, **model.kwargs); it must
 return what its algorithm's head returns.
 """
@@ -84,6 +86,47 @@ class ActorCritic(nn.Module):
         return self.logits(x), self.value(v).squeeze(-1)
 
 
+class RecurrentActorCritic(nn.Module):
+    """Torso -> GRU or LSTM cell -> policy logits and state value, for tasks one observation does not tell.
+
+    The state is (B, state_size) floats (an LSTM's hidden and cell side by side). Actors keep it and send it
+    with every request, so any policy worker can answer any request and a replaced one loses nothing.
+    forward(obs, state) takes one step; forward(obs, state, resets) unrolls segments (N, T, ...) from the
+    state their first step was chosen with, zeroing it before the steps marked in resets (an episode's
+    first, as actors do): truncated back-propagation through the segment."""
+
+    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int):
+        super().__init__()
+        self.torso = torso
+        self.lstm = kind == "lstm"
+        self.core = (nn.LSTMCell if self.lstm else nn.GRUCell)(torso.width, size)
+        self.state_size = 2 * size if self.lstm else size
+        self.logits = _init(nn.Linear(size, n_actions), 0.01)
+        self.value = _init(nn.Linear(size, 1), 1.0)
+
+    def _step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.lstm:
+            h, c = self.core(x, tuple(state.chunk(2, -1)))
+            return h, torch.cat([h, c], -1)
+        h = self.core(x, state)
+        return h, h
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+        state = state.to(self.logits.weight.dtype)
+        if resets is None:
+            out, state = self._step(self.torso(obs), state)
+            return self.logits(out), self.value(out).squeeze(-1), state
+        n, t = resets.shape
+        x = self.torso(obs.flatten(0, 1)).unflatten(0, (n, t))
+        keep = (~resets).unsqueeze(-1).to(state.dtype)
+        outs = []
+        for i in range(t):
+            out, state = self._step(x[:, i], state * keep[:, i])
+            outs.append(out)
+        out = torch.stack(outs, 1)
+        return self.logits(out), self.value(out).squeeze(-1), state
+
+
 class QHead(nn.Module):
     """Action values; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
 
@@ -115,6 +158,8 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) 
     def torso():
         return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp" else NatureCNN(tuple(obs_space.shape))
 
+    if head == "actor_critic" and cfg.rnn != "none":
+        return RecurrentActorCritic(torso(), n_actions, cfg.rnn, cfg.rnn_size)
     if head == "actor_critic":
         return ActorCritic(torso(), n_actions, torso() if cfg.separate_critic else None)
     return QHead(torso(), n_actions, dueling=exp.algorithm.dueling)

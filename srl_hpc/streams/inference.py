@@ -9,7 +9,9 @@ Three transports behind one client interface (`send(group, obs, meta)`, `wait(gr
   shm     arrays in the actor's shared memory, a small header each way over a Unix socket
           (actor and server on one node: srl_hpc.streams.unix says why not ZMQ);
   inline  the policy handler hosted in the actor's own worker answers at once (no socket).
-What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`).
+What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`). With a recurrent model a request
+also carries each observation's recurrent state ("hidden") and the reply the next one: the policy side
+keeps no state, so any policy worker can answer any request.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import zmq
 
+from srl_hpc.algorithms import HIDDEN
 from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
 
@@ -39,19 +42,23 @@ class Request:
     received_at: float
     shm: shared_memory.SharedMemory | None = None  # set when the arrays live in the client's shared memory
     slots: dict[str, np.ndarray] | None = None  # then: where each reply field goes in it
+    hidden: np.ndarray | None = None  # the recurrent state per observation, with a recurrent model
 
 
 class InferenceServer:
     """Requests carry observations of `obs_shape`, a number for each `meta` key the policy reads and, through
-    shared memory, reply slots for the `reply` fields; anything else that reaches the port (a foreign
-    client, a damaged frame) is dropped and counted in `malformed`. Requests come over the ZMQ socket (arrays
-    inside) and, with a `local` listener, over same-node connections (arrays in shared memory)."""
+    shared memory, reply slots for the `reply` fields ((name, dtype, shape per observation), as
+    srl_hpc.algorithms.reply_fields gives them); with a "hidden" reply field, each request carries the
+    recurrent state of that shape too. Anything else that reaches the port (a foreign client, a damaged
+    frame) is dropped and counted in `malformed`. Requests come over the ZMQ socket (arrays inside) and,
+    with a `local` listener, over same-node connections (arrays in shared memory)."""
 
     def __init__(self, sock: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-                 reply: tuple[tuple[str, str], ...] | None = None, local: unix.Listener | None = None):
+                 reply: tuple[tuple[str, str, tuple], ...] | None = None, local: unix.Listener | None = None):
         self.socket, self.local = sock, local
         self.obs_shape, self.meta = obs_shape, meta
-        self.reply_fields = None if reply is None else dict(reply)
+        self.reply_fields = None if reply is None else {name: (dtype, tuple(shape)) for name, dtype, shape in reply}
+        self.state_shape = self.reply_fields[HIDDEN][1] if self.reply_fields and HIDDEN in self.reply_fields else None
         self.malformed = 0
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
@@ -65,7 +72,7 @@ class InferenceServer:
 
     @classmethod
     def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-             reply: tuple[tuple[str, str], ...] | None = None, local_path: str | None = None
+             reply: tuple[tuple[str, str, tuple], ...] | None = None, local_path: str | None = None
              ) -> tuple["InferenceServer", int]:
         """A ROUTER on a free port of every interface (and a listener at `local_path` for same-node
         actors); returns (server, port)."""
@@ -142,9 +149,12 @@ class InferenceServer:
     def _request(self, frames) -> Request:
         msg = wire.unpack(frames[1:])
         self._check_meta(msg)
-        if msg.arrays.keys() != {"obs"}:
-            raise wire.WireError("an inference request carries exactly one array, obs")
-        return Request(frames[0].bytes, msg.meta, self._checked(msg.arrays["obs"]), time.monotonic())
+        if msg.arrays.keys() != ({"obs", HIDDEN} if self.state_shape else {"obs"}):
+            raise wire.WireError(f"an inference request carries obs{' and hidden' if self.state_shape else ''}, "
+                                 f"not {sorted(msg.arrays)}")
+        obs = self._checked(msg.arrays["obs"])
+        hidden = self._checked_state(msg.arrays[HIDDEN], len(obs)) if self.state_shape else None
+        return Request(frames[0].bytes, msg.meta, obs, time.monotonic(), hidden=hidden)
 
     def _local_request(self, conn: socket.socket, data: bytes) -> Request:
         parsed = self._parsed.get(data)
@@ -157,12 +167,18 @@ class InferenceServer:
             shm = self._attach(meta["shm"])
             offset, dtype, shape = meta["obs"]
             obs = np.ndarray((meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
-            parsed = meta, obs, shm, self._reply_slots(meta["reply"], meta["rows"], shm)
+            hidden = None
+            if self.state_shape:
+                offset, dtype, shape = meta[HIDDEN]
+                hidden = np.ndarray((meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
+            parsed = meta, obs, hidden, shm, self._reply_slots(meta["reply"], meta["rows"], shm)
             if len(self._parsed) > 4096:  # (actors replaced many times over)
                 self._parsed.clear()
             self._parsed[data] = parsed
-        meta, obs, shm, slots = parsed
-        return Request(conn, meta, self._checked(obs), time.monotonic(), shm, slots)
+        meta, obs, hidden, shm, slots = parsed
+        obs = self._checked(obs)
+        hidden = None if hidden is None else self._checked_state(hidden, len(obs))
+        return Request(conn, meta, obs, time.monotonic(), shm, slots, hidden)
 
     def _check_meta(self, msg: wire.Message) -> None:
         meta = msg.meta
@@ -176,14 +192,23 @@ class InferenceServer:
             raise wire.WireError("observations that are not finite")
         return obs
 
+    def _checked_state(self, hidden: np.ndarray, rows: int) -> np.ndarray:
+        if hidden.dtype != np.float32 or hidden.shape != (rows, *self.state_shape) or not np.isfinite(hidden).all():
+            raise wire.WireError(f"recurrent state of shape {hidden.shape} and dtype {hidden.dtype}, expected "
+                                 f"finite float32 of {(rows, *self.state_shape)}")
+        return hidden
+
     def _reply_slots(self, reply, rows: int, shm) -> dict[str, np.ndarray]:
         """Where each reply field goes in the client's segment: the fields this policy answers, at offsets inside it."""
         if not isinstance(reply, dict):
             raise wire.WireError("no reply slots")
-        fields = self.reply_fields if self.reply_fields is not None else {k: v[1] for k, v in reply.items()}
-        if reply.keys() != fields.keys() or any(reply[k][1] != dt for k, dt in fields.items()):
+        fields = self.reply_fields
+        if fields is None:
+            fields = {k: (v[1], tuple(v[2])) for k, v in reply.items()}
+        if reply.keys() != fields.keys() or any([reply[k][1], tuple(reply[k][2])] != [dt, shape]
+                                                for k, (dt, shape) in fields.items()):
             raise wire.WireError("reply slots for other fields than this policy answers")
-        return {k: np.ndarray((rows,), dt, buffer=shm.buf, offset=reply[k][0]) for k, dt in fields.items()}
+        return {k: np.ndarray((rows, *shape), dt, buffer=shm.buf, offset=reply[k][0]) for k, (dt, shape) in fields.items()}
 
     def _attach(self, name: str) -> shared_memory.SharedMemory:
         if name not in self._attached:
@@ -222,8 +247,9 @@ class InferenceClient(ReplyBuffer):
         super().__init__()
         self.socket = socket
 
-    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
-        self.socket.send_multipart(wire.pack("infer", {"group": group, **(meta or {})}, {"obs": obs}), copy=False)
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
+        arrays = {"obs": obs} if hidden is None else {"obs": obs, HIDDEN: hidden}
+        self.socket.send_multipart(wire.pack("infer", {"group": group, **(meta or {})}, arrays), copy=False)
 
     def _receive(self, timeout_ms: int) -> wire.Message | None:
         if not self.socket.poll(timeout_ms, zmq.POLLIN):
@@ -232,46 +258,48 @@ class InferenceClient(ReplyBuffer):
 
 
 class ShmInferenceClient(ReplyBuffer):
-    """The client when the server shares this node: each ring group owns an observation slot and a reply
-    slot in one shared memory segment; a Unix socket connection to the server (`path`) carries only
-    headers. A slot is rewritten only after its reply arrived, so neither side reads a half-written array."""
+    """The client when the server shares this node: each ring group owns an observation slot (and, with
+    a recurrent model, a state slot) and reply slots in one shared memory segment; a Unix socket connection
+    to the server (`path`) carries only headers. A slot is rewritten only after its reply arrived, so
+    neither side reads a half-written array. `reply_fields` as srl_hpc.algorithms.reply_fields gives them."""
 
     def __init__(self, path: str, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
-                 reply_fields: tuple[tuple[str, str], ...], name: str | None = None):
+                 reply_fields: tuple[tuple[str, str, tuple], ...], name: str | None = None):
         super().__init__()
         self.conn = unix.Connection(path)
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
         self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-        self.reply_fields = reply_fields
         self.max_rows = max_rows
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
-        obs_bytes = _aligned(max_rows * int(np.prod(obs_shape)) * self.obs_dtype.itemsize)
-        reply_bytes = sum(_aligned(max_rows * np.dtype(dt).itemsize) for _, dt in self.reply_fields)
-        self._group_bytes = obs_bytes + reply_bytes
+        # per group: [offset, dtype, shape per row] of the request's arrays and of the reply's
+        inputs = [("obs", self.obs_dtype.str, self.obs_shape)]
+        inputs += [(HIDDEN, dt, shape) for field, dt, shape in reply_fields if field == HIDDEN]  # the state sent
+        offset, self._layouts = 0, []
+        for _ in range(n_groups):
+            request, reply = {}, {}
+            for slots, fields in ((request, inputs), (reply, reply_fields)):
+                for field, dt, shape in fields:
+                    slots[field] = [offset, np.dtype(dt).str, list(shape)]
+                    offset += _aligned(max_rows * int(np.prod(shape)) * np.dtype(dt).itemsize)
+            self._layouts.append((request, reply))
         self.shm = shared_memory.SharedMemory(name=name or f"{SHM_PREFIX}{secrets.token_hex(8)}", create=True,
-                                              size=n_groups * self._group_bytes)
+                                              size=offset)
         self._rows: dict[int, int] = {}  # rows of each group's request in flight
-        self._layouts = []
-        for g in range(n_groups):
-            base = g * self._group_bytes
-            reply, offset = {}, base + obs_bytes
-            for name, dt in self.reply_fields:
-                reply[name] = [offset, dt]
-                offset += _aligned(max_rows * np.dtype(dt).itemsize)
-            self._layouts.append((base, reply))
 
-    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
         rows = len(obs)
         if rows > self.max_rows or obs.shape[1:] != self.obs_shape:
             raise ValueError(f"request of shape {obs.shape} does not fit the slot ({self.max_rows}, *{self.obs_shape})")
-        base, reply = self._layouts[group]
-        np.ndarray(obs.shape, self.obs_dtype, buffer=self.shm.buf, offset=base)[:] = obs
+        request, reply = self._layouts[group]
+        for name, array in (("obs", obs), (HIDDEN, hidden)):
+            if array is not None:
+                offset, dt, _ = request[name]
+                np.ndarray(array.shape, dt, buffer=self.shm.buf, offset=offset)[:] = array
         key = (group, rows, *(meta or {}).items())
         header = self._headers.get(key)
         if header is None:
             header = self._headers[key] = wire.pack("infer", {
-                "group": group, "shm": self.shm.name, "rows": rows, "obs": [base, self.obs_dtype.str, list(self.obs_shape)],
-                "reply": reply, **(meta or {})})[0]
+                "group": group, "shm": self.shm.name, "rows": rows, **request, "reply": reply, **(meta or {})})[0]
         self.conn.send(header)
         self._rows[group] = rows
 
@@ -287,8 +315,8 @@ class ShmInferenceClient(ReplyBuffer):
         views = self._views.get((group, rows))
         if views is None:
             _, reply = self._layouts[group]
-            views = self._views[(group, rows)] = {name: np.ndarray((rows,), dt, buffer=self.shm.buf, offset=offset)
-                                                  for name, (offset, dt) in reply.items()}
+            views = self._views[(group, rows)] = {name: np.ndarray((rows, *shape), dt, buffer=self.shm.buf, offset=offset)
+                                                  for name, (offset, dt, shape) in reply.items()}
         msg.arrays = views
         return msg
 
@@ -304,11 +332,11 @@ class InlineInferenceClient:
     """The policy handler of this very worker answers at once (IMPALA-style placement)."""
 
     def __init__(self, serve_inline):
-        self.serve_inline = serve_inline  # (obs, meta) -> reply arrays, with the handler's newest weights
+        self.serve_inline = serve_inline  # (obs, meta, hidden) -> reply arrays, with the handler's newest weights
         self._replies: dict[int, wire.Message] = {}
 
-    def send(self, group: int, obs: np.ndarray, meta: dict | None = None) -> None:
-        arrays, version = self.serve_inline(obs, meta or {})
+    def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
+        arrays, version = self.serve_inline(obs, meta or {}, hidden)
         self._replies[group] = wire.Message("reply", {"group": group, "version": version}, arrays)
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:

@@ -1,0 +1,30 @@
+"""Partially observed tasks: an env with some observation entries removed, so that one observation does not
+tell the state and a policy needs memory (model.rnn) to act well.
+
+`srl_hpc/CartPoleNoVelocity-v1` is CartPole-v1 that shows the cart position and the pole angle only: the
+velocities must be inferred from how they change. A feed-forward policy sees one frame and cannot tell
+which way the pole is falling.
+"""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class KeepEntries(gymnasium.ObservationWrapper):
+    """Only the observation entries at `keep` (of a 1-D Box)."""
+
+    def __init__(self, env: gymnasium.Env, keep: tuple[int, ...]):
+        super().__init__(env)
+        self.keep = np.asarray(keep)
+        space = env.observation_space
+        self.observation_space = gymnasium.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
+
+    def observation(self, observation):
+        return observation[self.keep]
+
+
+def cartpole_no_velocity(**kwargs) -> gymnasium.Env:
+    """CartPole's cart position and pole angle (entries 0 and 2), without their velocities (1 and 3)."""
+    return KeepEntries(CartPoleEnv(**kwargs), keep=(0, 2))
