@@ -23,10 +23,10 @@ $(BIN)/srl-launch: setup.cfg pyproject.toml | venv
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-test-install: install $(VENV)/.envpool
+test-install: install $(VENV)/.extras
 
-$(VENV)/.envpool: setup.cfg   # the optional env backend (env.backend: envpool), so that its tests run too
-	$(BIN)/pip install --quiet -e '.[test,envpool]'
+$(VENV)/.extras: setup.cfg   # the optional env backend (env.backend: envpool) and multi-agent envs, so that their tests run too
+	$(BIN)/pip install --quiet -e '.[test,envpool,multiagent]'
 	touch $@
 
 venv: $(BIN)/python

@@ -269,7 +269,10 @@ def cmd_enjoy(argv) -> int:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     from srl_hpc.enjoy import enjoy  # torch and the envs, only for this command
 
-    enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed)
+    try:
+        enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed)
+    except ValueError as e:  # what this run cannot be watched with: no greedy(), a multi-agent env
+        raise UsageError(str(e)) from None
     return 0
 
 

@@ -16,6 +16,7 @@ import torch
 
 from srl_hpc import config
 from srl_hpc.algorithms import HIDDEN, watching_policy
+from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
@@ -40,6 +41,10 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
                                                                                 "render_mode": "rgb_array"})
     env = make_env(env_cfg)
+    if is_parallel_env(env):
+        env.close()
+        raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
+                         "(evaluation workers, workers.eval, score multi-agent runs)")
     writer = None
     returns = []
     try:

@@ -7,7 +7,8 @@ do), is its spec below:
              reply fields, "next_values" (the value of the state after each step, filled from the next
              reply) or "terminated" (the env terminated rather than truncated);
   - explore: per-actor settings sent with every inference request (e.g. an epsilon);
-  - head:    the model head it trains ("actor_critic": logits and value; "q": action values);
+  - head:    the model head it trains ("actor_critic": logits and value; "central_critic": the same, the
+             value over every agent's observation of a multi-agent env; "q": action values);
   - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them);
   - recurrent: its trainer side trains recurrent models (model.rnn): segments then carry "hidden", the
              recurrent state each env's first step was chosen with, and `act` takes and returns it.
@@ -43,6 +44,8 @@ class AlgorithmSpec:
 SPECS = {
     "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
                          segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True),
+    "mappo": AlgorithmSpec("srl_hpc.algorithms.mappo:MAPPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
+                           segment=("logp", "values", "next_values"), head="central_critic"),
     "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
                          explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True),
 }

@@ -94,12 +94,12 @@ class PPO:
             valid = seg["valid"]
             resets = np.zeros_like(valid)
             resets[:, 1:] = ~valid[:, :-1]  # the step after an auto-reset is an episode's first: actors zero its state
-            seqs = {"obs": seg["obs"], "actions": seg["actions"].astype(np.int64), "logp": seg["logp"].astype(np.float32),
+            seqs = {**self.inputs(seg), "actions": seg["actions"].astype(np.int64), "logp": seg["logp"].astype(np.float32),
                     "advantages": adv, "returns": ret, "values": np.asarray(seg["values"], np.float32),
                     "valid": valid, "resets": resets, HIDDEN: seg[HIDDEN]}
             return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in seqs.items()}
-        flat = {
-            "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:]),
+        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.inputs(seg).items()}
+        flat |= {
             "actions": seg["actions"].reshape(-1).astype(np.int64),
             "logp": seg["logp"].reshape(-1).astype(np.float32),
             "advantages": adv.reshape(-1),
@@ -110,6 +110,16 @@ class PPO:
         if not valid.all():  # (a mask copies: 58 MB of Pong frames per batch, so only when needed)
             flat = {k: v[valid] for k, v in flat.items()}
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
+
+    def inputs(self, seg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What the model reads at each step (N, T, ...), a recurrent state aside: the observations."""
+        return {"obs": seg["obs"]}
+
+    def evaluate(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's logits and values on a minibatch (segments unrolled from their state: (N, T, ...))."""
+        if HIDDEN in mb:
+            return self.model(mb["obs"], mb[HIDDEN], mb["resets"])[:2]
+        return self.model(mb["obs"])
 
     def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> tuple[dict[str, float], dict]:
         """One batch: `epochs` passes of `minibatches` SGD steps. Returns (mean losses and diagnostics,
@@ -128,10 +138,7 @@ class PPO:
             for start in range(0, mb_size * cfg.minibatches, mb_size):
                 mb = {k: v[order[start:start + mb_size]] for k, v in batch.items()}
                 with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
-                    if recurrent:
-                        logits, values, _ = self.model(mb["obs"], mb[HIDDEN], mb["resets"])
-                    else:
-                        logits, values = self.model(mb["obs"])
+                    logits, values = self.evaluate(mb)
                 if recurrent:  # the valid steps of the unrolled segments
                     keep = mb["valid"].flatten()
                     logits, values = logits.flatten(0, 1)[keep], values.flatten()[keep]

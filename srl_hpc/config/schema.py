@@ -157,7 +157,14 @@ class DQNConfig:
         return self.epsilon ** (1 + self.epsilon_alpha * actor / max(1, actors - 1))
 
 
-AlgorithmConfig = Union[PPOConfig, DQNConfig]  # chosen by `name`; the first is the default
+@dataclass(frozen=True)
+class MAPPOConfig(PPOConfig):
+    """MAPPO (srl_hpc/algorithms/mappo.py): PPO's objective and settings, one policy for every agent of a
+    multi-agent env, its value over the env's global state (every agent's observation)."""
+    name: Literal["mappo"] = "mappo"
+
+
+AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig]  # chosen by `name`; the first is the default
 
 
 @dataclass(frozen=True)
@@ -491,7 +498,8 @@ class Experiment:
         if not spec(alg).replay and workers.buffer.count:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
         if self.model.separate_critic and spec(alg).head != "actor_critic":
-            problems.append(("model.separate_critic", f"{alg.name} has no critic (its head is {spec(alg).head})"))
+            problems.append(("model.separate_critic", f"{alg.name}'s model has no shared torso to separate a critic from "
+                                                      f"(its head is {spec(alg).head})"))
         if self.model.rnn != "none" and not spec(alg).recurrent:
             problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo does)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:

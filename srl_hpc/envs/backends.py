@@ -1,5 +1,6 @@
 """How actors create environments: any gymnasium id, srl-hpc's own registered ids, Atari games (env.atari
-set) with the standard preprocessing, and a user's factory by dotted path ("package.module:make_env").
+set) with the standard preprocessing, and a user's factory by dotted path ("package.module:make_env"),
+which may return a multi-agent env with PettingZoo's parallel API (srl_hpc/envs/agents.py: a row per agent).
 
 An actor steps its envs in groups, and a group is one gymnasium VectorEnv, built by one of three backends
 (`env.backend`):
@@ -24,7 +25,7 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
-from srl_hpc.envs import pool
+from srl_hpc.envs import agents, pool
 from srl_hpc.dotted import load_object
 
 
@@ -53,7 +54,11 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
     """`num_envs` envs stepped as one, by the backend env.backend resolves to. Reset it with the same seed."""
     backend = resolve_backend(env_cfg)
     if backend == "sync":
-        return SyncVectorEnv([lambda: make_env(env_cfg)] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+        first = make_env(env_cfg)
+        if agents.is_parallel_env(first):  # a multi-agent env: a row per (env, agent)
+            return agents.AgentRows([first] + [make_env(env_cfg) for _ in range(num_envs - 1)])
+        return SyncVectorEnv([lambda: first] + [lambda: make_env(env_cfg)] * (num_envs - 1),
+                             autoreset_mode=AutoresetMode.NEXT_STEP)
     if backend == "vector":
         kwargs = dict(env_cfg.kwargs)
         if env_cfg.atari is not None:
@@ -109,9 +114,19 @@ def register_namespace(env_id: str) -> None:
 
 
 def spaces(env_cfg) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """Single-env observation and action spaces, from a throw-away group of one (the backend actors use)."""
+    """Single-env observation and action spaces (a multi-agent env's: each agent's), from a throw-away group of
+    one (the backend actors use)."""
     envs = make_env_group(env_cfg, 1)
     try:
         return envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+def agent_count(env_cfg) -> int:
+    """Agents per env: 1, or a multi-agent env's possible agents (its rows in a vector env)."""
+    envs = make_env_group(env_cfg, 1)
+    try:
+        return envs.num_envs
     finally:
         envs.close()

@@ -73,7 +73,9 @@ class RingGroup:
         self.T = segment_length
         self.fields = fields
         self.reply_dtypes = reply_dtypes
-        self.obs = np.array(envs.reset(seed=seed)[0])
+        obs, infos = envs.reset(seed=seed)
+        self.obs = np.array(obs)
+        self._present = infos.get("present")  # multi-agent rows: whose agents act in the next step (None: all)
         self.hidden = np.zeros((self.n, state_size), np.float32) if state_size else None
         self.segment = self._new_segment()
         self.t = 0
@@ -116,7 +118,7 @@ class RingGroup:
         """Apply one reply. Returns (next request's observations, a finished segment or None)."""
         finished = self.bootstrap(reply) if self._pending else None
         t, seg = self.t, self.segment
-        valid = ~self._resetting
+        valid = ~self._resetting if self._present is None else ~self._resetting & self._present
         seg["obs"][:, t] = self.obs
         for name in self.reply_dtypes:
             if name in seg:
@@ -127,7 +129,8 @@ class RingGroup:
             if t == 0:
                 seg[HIDDEN][:] = self.hidden  # what this step's request carried
             self.hidden = np.array(reply[HIDDEN])  # (a copy: shared-memory replies are rewritten)
-        obs, rewards, terminated, truncated, _ = self.envs.step(np.asarray(reply["actions"]))
+        obs, rewards, terminated, truncated, infos = self.envs.step(np.asarray(reply["actions"]))
+        self._present = infos.get("present")
         done = np.logical_or(terminated, truncated)
         seg["rewards"][:, t] = rewards
         seg["dones"][:, t] = done

@@ -3,7 +3,7 @@ can report. Training returns mix many policy versions and exploration; an evalua
 version, greedy by default, on envs whose seeds no actor uses.
 
 A round takes the newest weights (newer than the previous round's), resets `episodes` envs, plays each
-env's first episode to its end and reports every (version, return, length) to the controller, which shows
+env's first episode (a multi-agent env's: each agent's) to its end and reports every (version, return, length) to the controller, which shows
 them in the progress line, metrics.csv, TensorBoard and summary.json, and may stop the run on them
 (stop.target_eval_return). A round starts `interval` seconds after the previous one started, or when it
 ends if it took longer; in between the worker waits on the parameter stream, using no CPU. Weights that
@@ -37,7 +37,6 @@ class EvalHandler(Handler):
         index = self.graph.worker(self.name).index
         act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, self.cfg.greedy)
         n = self.cfg.episodes
-        self.explore = {k: np.full(n, v, np.float32) for k, v in explore.items()}
         obs_space, action_space = spaces(exp.env)
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
@@ -45,6 +44,8 @@ class EvalHandler(Handler):
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir)
         self.envs = make_env_group(exp.env, n, first_seed(self.seed, n))
+        self.rows = self.envs.num_envs  # an episode per env; a multi-agent env's: one per agent
+        self.explore = {k: np.full(self.rows, v, np.float32) for k, v in explore.items()}
         self.rounds = 0
         self.evaluated_version = -1
         self.next_round_at = 0.0
@@ -77,9 +78,9 @@ class EvalHandler(Handler):
     def _begin(self) -> None:
         n = self.cfg.episodes
         self.obs = np.asarray(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
-        self.returns, self.lengths = np.zeros(n), np.zeros(n, np.int64)
-        self.hidden = np.zeros((n, self.exp.model.state_size), np.float32) if self.exp.model.state_size else None
-        self.done = np.zeros(n, bool)
+        self.returns, self.lengths = np.zeros(self.rows), np.zeros(self.rows, np.int64)
+        self.hidden = np.zeros((self.rows, self.exp.model.state_size), np.float32) if self.exp.model.state_size else None
+        self.done = np.zeros(self.rows, bool)
         self.version = self.evaluated_version = self.engine.version
         self.started = time.monotonic()
         self.next_round_at = self.started + self.cfg.interval

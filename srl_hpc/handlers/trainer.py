@@ -176,6 +176,10 @@ class TrainerHandler(Handler):
         self.spec = spec(exp.algorithm)
         self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
                                           total_frames=exp.stop.env_frames)
+        agents = getattr(self.model, "agents", 1)  # a centralised critic sees whole envs: batches must hold them
+        if cfg.batch_segments % agents:
+            raise ValueError(f"workers.trainer.batch_segments ({cfg.batch_segments}) must be a multiple of the env's "
+                             f"{agents} agents: {exp.algorithm.name}'s value reads whole envs")
         self.leader = self.index == 0  # publishes weights and writes checkpoints
         self.distributed = cfg.count > 1
         self._held_batch = None  # distributed: a batch waiting for the others to have one too

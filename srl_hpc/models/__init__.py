@@ -3,6 +3,7 @@ trains. Imported by policy and trainer handlers only (never by actors that do no
 
 Heads (the algorithm's spec names one):
   actor_critic  forward(obs) -> (action logits (B, A), state values (B,))
+  central_critic  forward(obs, state=None) -> as actor_critic, the value over every agent's observation (MAPPO)
   q             forward(obs) -> action values (B, A); dueling: value + centred advantages
 With model.rnn, the actor-critic head sits on a recurrent core (RecurrentActorCritic): forward(obs, state)
 also takes and returns the recurrent state, and forward(obs, state, resets) unrolls whole segments.
@@ -20,6 +21,7 @@ from torch import nn
 
 from srl_hpc.algorithms import spec
 from srl_hpc.dotted import load_object
+from srl_hpc.envs.backends import agent_count
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -127,6 +129,31 @@ class RecurrentActorCritic(nn.Module):
         return self.logits(out), self.value(out).squeeze(-1), state
 
 
+class CentralisedActorCritic(nn.Module):
+    """MAPPO's networks for a multi-agent env: each agent's policy reads its own observation, the value reads
+    the env's global state, here its `agents` agents' observations side by side (what MAPPO feeds its
+    critic on MPE). Rows come env-major (srl_hpc/envs/agents.py), so a batch of whole envs, as every
+    inference request is, carries its states; trainers pass them in (`state`), as their minibatches mix rows."""
+
+    def __init__(self, torso: nn.Module, critic_torso: nn.Module, n_actions: int, agents: int):
+        super().__init__()
+        self.torso, self.critic_torso, self.agents = torso, critic_torso, agents
+        self.logits = _init(nn.Linear(torso.width, n_actions), 0.01)
+        self.value = _init(nn.Linear(critic_torso.width, 1), 1.0)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        state = global_state(obs, self.agents) if state is None else state
+        return self.logits(self.torso(obs)), self.value(self.critic_torso(state)).squeeze(-1)
+
+
+def global_state(obs: torch.Tensor, agents: int) -> torch.Tensor:
+    """Rows (B, ...) of whole envs, env-major -> (B, agents * features): each row's env's observations side by side."""
+    if len(obs) % agents:
+        raise ValueError(f"{len(obs)} rows are not whole envs of {agents} agents")
+    flat = obs.flatten(1)
+    return flat.reshape(-1, agents * flat.shape[1]).repeat_interleave(agents, 0)
+
+
 class QHead(nn.Module):
     """Action values; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
 
@@ -158,6 +185,13 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) 
     def torso():
         return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp" else NatureCNN(tuple(obs_space.shape))
 
+    if head == "central_critic":
+        agents = agent_count(exp.env)
+        if agents < 2 or cfg.name != "mlp":
+            raise ValueError(f"{exp.algorithm.name} needs a multi-agent env (env.id {exp.env.id!r} has {agents} agent) "
+                             f"and model.name mlp (got {cfg.name!r})")
+        critic = MLP(agents * int(np.prod(obs_space.shape)), cfg.hidden_sizes)
+        return CentralisedActorCritic(torso(), critic, n_actions, agents)
     if head == "actor_critic" and cfg.rnn != "none":
         return RecurrentActorCritic(torso(), n_actions, cfg.rnn, cfg.rnn_size)
     if head == "actor_critic":

@@ -1,0 +1,115 @@
+"""Multi-agent envs as rows: every (env, agent) pair a row, agents that left masked, and MAPPO's value over
+the env's global state the same at inference and in training."""
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from srl_hpc import config
+from srl_hpc.algorithms import SPECS
+from srl_hpc.algorithms.mappo import MAPPO
+from srl_hpc.envs.agents import AgentRows
+from srl_hpc.envs.backends import agent_count, make_env_group, spaces
+from srl_hpc.handlers.actor import RingGroup, segment_fields
+from srl_hpc.handlers.policy import InferenceEngine
+from srl_hpc.models import build_model, global_state
+
+SPREAD = """\
+env: {id: "mpe2.simple_spread_v3:parallel_env", kwargs: {N: 3, max_cycles: 25, continuous_actions: false}}
+algorithm: {name: mappo}
+stop: {wall_time: 1}
+"""
+
+
+class Relay:
+    """PettingZoo's parallel API, two agents: "b" terminates on the 2nd step, the episode truncates on the 4th.
+    Observations count the steps of the episode."""
+    possible_agents = ["a", "b"]
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(0, 100, (1,), np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: np.array([0.0], np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents)  # no actions for agents that left
+        self.t += 1
+        obs = {a: np.array([self.t], np.float32) for a in self.agents}
+        term = {a: a == "b" and self.t == 2 for a in self.agents}
+        trunc = {a: self.t == 4 for a in self.agents}
+        rewards = {a: 1.0 for a in self.agents}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, {a: {} for a in obs}
+
+    def close(self):
+        pass
+
+
+def test_agents_that_left_and_auto_reset_steps_are_masked_in_segments():
+    group = RingGroup(AgentRows([Relay(), Relay()]), segment_length=6, seed=0,
+                      fields=segment_fields(SPECS["ppo"], 0), reply_dtypes=dict(SPECS["ppo"].reply))
+    assert group.n == 4  # rows: env 0 (a, b), env 1 (a, b)
+    obs, segment = group.request_obs(), None
+    for _ in range(7):
+        reply = {"actions": np.zeros(4, np.int64), "logp": np.zeros(4, np.float32), "values": np.zeros(4, np.float32)}
+        obs, segment = group.advance(reply, 0)
+        if segment is not None:
+            break
+    assert segment["obs"][0, :, 0].tolist() == [0, 1, 2, 3, 4, 0]  # a: 4 steps, its final obs, a new episode
+    assert segment["valid"][0].tolist() == [True, True, True, True, False, True]
+    assert segment["dones"][0].tolist() == [False, False, False, True, False, False]
+    # b: 2 steps and done; the auto-reset-like step after, and one more while a plays on, are not b's
+    assert segment["valid"][1].tolist() == [True, True, False, False, False, True]
+    assert segment["dones"][1].tolist() == [False, True, False, False, False, False]
+    assert segment["rewards"][1].tolist() == [1, 1, 0, 0, 0, 1]  # nothing while away
+    assert np.array_equal(segment["valid"][2:], segment["valid"][:2])  # env 1 the same
+    # an episode per agent: the b's, the a's, and (the 7th step, into the next segment) the b's again
+    assert group.finished_episodes == [(2.0, 2), (2.0, 2), (4.0, 4), (4.0, 4), (2.0, 2), (2.0, 2)]
+
+
+def test_agents_need_one_observation_and_action_space():
+    class Mixed(Relay):
+        def action_space(self, agent):
+            return gymnasium.spaces.Discrete(2 if agent == "a" else 3)
+
+    with pytest.raises(ValueError, match="'a' and 'b' have different observation or action spaces"):
+        AgentRows([Mixed()])
+
+
+def test_global_state_puts_each_envs_agents_side_by_side():
+    obs = torch.arange(12.0).reshape(6, 2)  # 2 envs x 3 agents, 2 features
+    state = global_state(obs, 3)
+    assert state.shape == (6, 6)
+    assert state[0].tolist() == state[2].tolist() == [0, 1, 2, 3, 4, 5] and state[3].tolist() == [6, 7, 8, 9, 10, 11]
+    with pytest.raises(ValueError, match="not whole envs"):
+        global_state(obs[:4], 3)
+
+
+def test_mappo_trains_on_the_values_its_policy_workers_computed():
+    """The trainer's global states (built from segment rows) give the values inference gave (from whole-env
+    batches): the critic sees the same input in both places."""
+    pytest.importorskip("mpe2")
+    exp = config.loads(SPREAD)
+    assert agent_count(exp.env) == 3
+    model = build_model(exp, *spaces(exp.env))
+    engine = InferenceEngine(model, MAPPO.act, torch.device("cpu"), seed=0)
+    group = RingGroup(make_env_group(exp.env, 2, seed=5), 10, 5, segment_fields(SPECS["mappo"], 0),
+                      dict(SPECS["mappo"].reply))
+    segments, obs = [], group.request_obs()
+    while len(segments) < 3:  # 30 steps: through an episode end (25)
+        obs, segment = group.advance(engine.infer(obs, {}), 0)
+        if segment is not None:
+            segments.append(segment)
+    mappo = MAPPO(model, exp.algorithm, torch.device("cpu"))
+    batch = mappo.prepare({k: np.concatenate([s[k] for s in segments]) for k in segments[0]})
+    assert batch["state"].shape == (len(batch["obs"]), 3 * 18)
+    with torch.no_grad():
+        _, values = mappo.evaluate(batch)
+    assert torch.allclose(values, batch["values"], atol=1e-5)
+    stats, _ = mappo.update(batch, frames_done=0)
+    assert np.isfinite(stats["value_loss"]) and np.isfinite(stats["policy_loss"])
