@@ -178,6 +178,20 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     assert enjoy.returncode == 2 and "multi-agent" in enjoy.stderr  # said, not a traceback
 
 
+def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "mpe_spread_vdn.yaml"), "--run-dir",
+                           str(run_dir), "--set", "stop.wall_time=10", "--set", "algorithm.learning_starts=500",
+                           "--set", "algorithm.batch_size=64"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    counters = summary["counters"]
+    # a team transition holds the 3 agents' steps: the buffer stored a third as many as it consumed frames
+    assert counters["transitions_stored"] * 3 == summary["frames_consumed"]
+
+
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "pong.yaml"

@@ -1,5 +1,5 @@
-"""Multi-agent envs as rows: every (env, agent) pair a row, agents that left masked, and MAPPO's value over
-the env's global state the same at inference and in training."""
+"""Multi-agent envs as rows: every (env, agent) pair a row, agents that left masked, MAPPO's value over the
+env's global state the same at inference and in training, and VDN's team transitions and summed values."""
 import gymnasium
 import numpy as np
 import pytest
@@ -8,9 +8,11 @@ import torch
 from srl_hpc import config
 from srl_hpc.algorithms import SPECS
 from srl_hpc.algorithms.mappo import MAPPO
+from srl_hpc.algorithms.vdn import team_q, team_targets
 from srl_hpc.envs.agents import AgentRows
 from srl_hpc.envs.backends import agent_count, make_env_group, spaces
 from srl_hpc.handlers.actor import RingGroup, segment_fields
+from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import build_model, global_state
 
@@ -113,3 +115,34 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
     assert torch.allclose(values, batch["values"], atol=1e-5)
     stats, _ = mappo.update(batch, frames_done=0)
     assert np.isfinite(stats["value_loss"]) and np.isfinite(stats["policy_loss"])
+
+
+def test_a_buffer_makes_team_steps_of_an_envs_agent_rows():
+    rows, T = 6, 4  # 2 envs x 3 agents
+    seg = {"obs": np.arange(rows * T * 2, dtype=np.float32).reshape(rows, T, 2),
+           "actions": np.arange(rows * T).reshape(rows, T), "rewards": np.ones((rows, T), np.float32),
+           "dones": np.zeros((rows, T), bool), "terminated": np.zeros((rows, T), bool),
+           "valid": np.ones((rows, T), bool), "versions": np.zeros((rows, T), np.int64)}
+    seg["rewards"][1, 2] = 4.0  # env 0's second agent, step 2
+    seg["dones"][:3, 3] = True  # env 0 ends at step 3, every agent
+    steps = team_steps(seg, 3, "actor/0")
+    assert steps["obs"].shape == (2, T, 3, 2) and steps["actions"].shape == (2, T, 3)
+    assert steps["actions"][0, 1].tolist() == [1, 5, 9]  # agents 0, 1, 2 of env 0 at step 1
+    assert steps["rewards"][0].tolist() == [1, 1, 2, 1]  # the agents' mean
+    assert steps["dones"].tolist() == [[False, False, False, True], [False] * 4]
+    seg["valid"][4, 1] = False  # an agent of env 1 away while the others act
+    with pytest.raises(ValueError, match="actor/0: an agent left its env"):
+        team_steps(seg, 3, "actor/0")
+
+
+def test_vdns_team_value_is_the_sum_of_its_agents_values():
+    model = torch.nn.Linear(2, 3, bias=False)  # Q(o) for 3 actions
+    obs = torch.randn(4, 3, 2)  # 4 teams of 3 agents
+    actions = torch.randint(3, (4, 3))
+    q = model(obs)
+    expected = sum(q[:, k].gather(1, actions[:, k:k + 1]).squeeze(1) for k in range(3))
+    assert torch.allclose(team_q(model, obs, actions), expected)
+    with torch.no_grad():
+        best = sum(q[:, k].max(1).values for k in range(3))
+    targets = team_targets(model, model, obs, torch.ones(4), torch.full((4,), 0.5), double=True)
+    assert torch.allclose(targets, 1 + 0.5 * best)

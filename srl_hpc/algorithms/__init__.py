@@ -10,6 +10,8 @@ do), is its spec below:
   - head:    the model head it trains ("actor_critic": logits and value; "central_critic": the same, the
              value over every agent's observation of a multi-agent env; "q": action values);
   - replay:  off-policy with buffer workers between actors and trainers (srl_hpc.graph wires them);
+  - team:    (replay) buffers store an env's agents' steps as one transition (obs (agents, ...), actions
+             (agents,), the agents' mean reward), for value decomposition across agents;
   - recurrent: its trainer side trains recurrent models (model.rnn): segments then carry "hidden", the
              recurrent state each env's first step was chosen with, and `act` takes and returns it.
 A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
@@ -35,6 +37,7 @@ class AlgorithmSpec:
     explore: Callable[[object, int, int], dict] = lambda cfg, actor, actors: {}
     replay: bool = False  # off-policy: segments go to buffer workers, trainers take sampled batches from them
     recurrent: bool = False  # trains recurrent models
+    team: bool = False  # replay items are an env's agents together (value decomposition), not one agent's steps
 
     def load(self):
         module, _, name = self.implementation.partition(":")
@@ -48,6 +51,9 @@ SPECS = {
                            segment=("logp", "values", "next_values"), head="central_critic"),
     "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
                          explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True),
+    "vdn": AlgorithmSpec("srl_hpc.algorithms.vdn:VDN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
+                         explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True,
+                         team=True),
 }
 
 

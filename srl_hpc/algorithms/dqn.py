@@ -75,7 +75,12 @@ class DQN:
             q = self.model(batch["obs"]).float()
         q_taken = q.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
         targets = td_targets(self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"], cfg.double)
-        loss, td = dqn_loss(q_taken, targets, batch["weights"])
+        return self._step(q_taken, targets, batch["weights"])
+
+    def _step(self, q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> tuple[dict[str, float], dict]:
+        """The gradient step on the Huber loss, the target network's copy when due, and the new priorities."""
+        cfg = self.cfg
+        loss, td = dqn_loss(q_taken, targets, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)

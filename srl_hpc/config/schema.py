@@ -164,7 +164,14 @@ class MAPPOConfig(PPOConfig):
     name: Literal["mappo"] = "mappo"
 
 
-AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig]  # chosen by `name`; the first is the default
+@dataclass(frozen=True)
+class VDNConfig(DQNConfig):
+    """VDN (srl_hpc/algorithms/vdn.py): Ape-X DQN's replay, settings and exploration, with the team's value
+    the sum of its agents' (a multi-agent env whose agents all play every step)."""
+    name: Literal["vdn"] = "vdn"
+
+
+AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig, VDNConfig]  # chosen by `name`; the first is the default
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import zmq
 from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
 from srl_hpc.algorithms import spec
-from srl_hpc.envs.backends import spaces
+from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers.actor import segment_frames, segment_layout
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
@@ -35,10 +35,12 @@ SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", 
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
 
 
-def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str]) -> Layout:
-    """A sampled batch as a trainer accepts it (observations of the env's dtype, n-step fields, weights, indices)."""
-    obs = (None, (BATCH, *obs_shape))
-    return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH,)), "returns": ("<f4", (BATCH,)),
+def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str], team: int = 0) -> Layout:
+    """A sampled batch as a trainer accepts it (observations of the env's dtype, n-step fields, weights, indices);
+    with `team` agents, each item an env's agents together."""
+    agents = (team,) if team else ()
+    obs = (None, (BATCH, *agents, *obs_shape))
+    return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH, *agents)), "returns": ("<f4", (BATCH,)),
                              "discounts": ("<f4", (BATCH,)), "weights": ("<f4", (BATCH,)),
                              "indices": ("<i8", (BATCH,))},
                   {"buffer": one_of(buffers), "incarnation": integer()}, values=within("actions", 0, actions))
@@ -48,6 +50,22 @@ def priorities_layout(capacity: int) -> Layout:
     """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
     return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
                   {"incarnation": integer()}, values=within("indices", 0, capacity))
+
+
+def team_steps(seg: dict[str, np.ndarray], agents: int, actor: str) -> dict[str, np.ndarray]:
+    """A segment's agent rows (E * agents, T, ...), env-major, as the steps of E teams (E, T, agents, ...): every
+    agent's observation and action, the agents' mean reward; the team's episode ends when its agents' do."""
+    valid = seg["valid"].reshape(-1, agents, seg["valid"].shape[1])
+    if (valid.any(1) != valid.all(1)).any():
+        raise ValueError(f"{actor}: an agent left its env while others played on; value decomposition needs every "
+                         "agent at every step")
+
+    def by_team(a):  # (E * agents, T, ...) -> (E, T, agents, ...)
+        return np.swapaxes(a.reshape(-1, agents, *a.shape[1:]), 1, 2)
+
+    return {"obs": by_team(seg["obs"]), "actions": by_team(seg["actions"]), "valid": valid.all(1),
+            "rewards": by_team(seg["rewards"]).mean(-1), "dones": by_team(seg["dones"]).all(-1),
+            "terminated": by_team(seg["terminated"]).all(-1), "versions": by_team(seg["versions"]).min(-1)}
 
 
 class BufferHandler(Handler):
@@ -67,6 +85,7 @@ class BufferHandler(Handler):
         self.version = 0  # newest policy version seen in a segment (the lag of stored data)
         index = self.graph.worker(self.name).index
         self.rng_seed = self.worker.seed * 7_919 + index
+        self.team = agent_count(self.exp.env) if spec(self.exp.algorithm).team else 0  # agents per replay item
 
     def bind(self):
         obs_space, action_space = spaces(self.exp.env)
@@ -116,7 +135,8 @@ class BufferHandler(Handler):
         self.version = max(self.version, int(seg["versions"].max()))
         key = (msg.meta["actor"], msg.meta["group"])
         tail = self.tails.get(key)
-        seq = {k: seg[k] if tail is None else np.concatenate([tail[k], seg[k]], axis=1) for k in SEQUENCE_FIELDS}
+        steps = team_steps(seg, self.team, msg.meta["actor"]) if self.team else seg
+        seq = {k: steps[k] if tail is None else np.concatenate([tail[k], steps[k]], axis=1) for k in SEQUENCE_FIELDS}
         n = self.cfg.n_step
         transitions = nstep_transitions(seq, n, self.cfg.gamma)
         self.tails[key] = {k: v[:, -n:].copy() for k, v in seq.items()}
@@ -127,7 +147,7 @@ class BufferHandler(Handler):
                 alpha=self.cfg.priority_alpha, seed=self.rng_seed)
         if stored:
             self.replay.add(transitions)
-        self.frames_consumed += stored * self.frames_per_step
+        self.frames_consumed += stored * max(1, self.team) * self.frames_per_step
         self.lags.append(self.version - int(seg["versions"].min()))
         self.trace.record("segment", frames=frames, transitions=stored, lag=self.lags[-1])
 
@@ -173,7 +193,7 @@ class BufferHandler(Handler):
                     msg = self.samples.receive()
             self.worker.poll_commands()
             self.worker.maybe_heartbeat(interval=0.2)
-        held = sum(int(t["valid"][:, -self.cfg.n_step:].sum()) for t in self.tails.values())
+        held = sum(int(t["valid"][:, -self.cfg.n_step:].sum()) for t in self.tails.values()) * max(1, self.team)
         self.frames_dropped += held * self.frames_per_step
         self.tails.clear()
 

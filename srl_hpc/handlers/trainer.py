@@ -28,7 +28,7 @@ import zmq
 from torch.nn.parallel import DistributedDataParallel
 
 from srl_hpc.algorithms import spec
-from srl_hpc.envs.backends import spaces
+from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.actor import segment_fields, segment_frames, segment_layout
 from srl_hpc.handlers.buffer import replay_layout
@@ -223,8 +223,9 @@ class TrainerHandler(Handler):
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         if self.graph.served_by("replay", self.name):
             buffers = list(self.graph.served_by("replay", self.name).clients)
+            team = agent_count(self.exp.env) if self.spec.team else 0
             self.consumer = SampleConsumer(self.worker.ctx, replay_layout(self.obs_space.shape, self.action_space.n,
-                                                                          buffers), high_water_mark=2)
+                                                                          buffers, team), high_water_mark=2)
             ports["replay"] = self.consumer.bind()
             self.credits = None  # the buffers take what the actors send
             self.source = ReplayReceiver(self.consumer, prepare)
