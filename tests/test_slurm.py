@@ -161,6 +161,22 @@ def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     assert table["buffer/0"]["node"] != table["actor/0"]["node"]  # its own het group, its own node
 
 
+@pytest.mark.parametrize("experiment, overrides", [
+    ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"]),
+    ("mpe_spread_mappo.yaml", ["workers.actor.ring_size=4", "workers.trainer.batch_segments=12"])])
+def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, experiment, overrides):
+    """A GRU's state and MAPPO's agent rows cross nodes as any run's data does: trainer, policy worker and
+    actors in their het groups."""
+    run_dir = tmp_path / "run"
+    sets = [arg for o in ["stop.wall_time=10", "stop.target_return=null", *overrides] for arg in ("--set", o)]
+    proc = srl(ROOT / "experiments" / experiment, "--slurm", "--follow", "--run-dir", run_dir, *sets)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1 and summary["episodes"] > 0
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+
+
 def requeue_run(tmp_path):
     """A CartPole job with slurm.requeue, a budget of the whole run's wall time for a stop, under way (a few
     updates trained)."""
