@@ -64,6 +64,19 @@ def write_experiment(tmp_path, env_id="CartPole-v1", kwargs="{}", wall_time=6, c
     return path
 
 
+def launch(experiment, run_dir, *overrides: str) -> dict:
+    """`srl-launch EXPERIMENT --run-dir RUN_DIR --set OVERRIDE ...` to its end; its summary, once it succeeded
+    and every frame sent is accounted for."""
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    proc = subprocess.run([script("srl-launch"), str(experiment), "--run-dir", str(run_dir), *sets],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
+    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    return summary
+
+
 def alive_worker_pids(run_dir):
     pids = [json.loads(p.read_text())["pid"] for p in (run_dir / "rendezvous").glob("*.json")]
     alive = []
@@ -140,16 +153,11 @@ def test_a_recurrent_policy_trains_is_evaluated_and_watched_in_every_placement(t
     """GRU PPO on CartPole without velocities: the state travels through shared memory (srl) or stays in the
     actor (impala); the evaluation worker and `enjoy` keep their own."""
     run_dir = tmp_path / "run"
-    more = ["--set", "workers.eval.count=1", "--set", "workers.eval.interval=1", "--set", "workers.eval.episodes=2"]
+    more = ["workers.eval.count=1", "workers.eval.interval=1", "workers.eval.episodes=2"]
     if placement == "impala":
-        more = ["--set", "workers.placement=impala", "--set", "workers.policy.count=0"]
-    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, env_id="srl_hpc/CartPoleNoVelocity-v1")),
-                           "--run-dir", str(run_dir), "--set", "model.rnn=gru", "--set", "model.rnn_size=16", *more],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+        more = ["workers.placement=impala", "workers.policy.count=0"]
+    summary = launch(write_experiment(tmp_path, env_id="srl_hpc/CartPoleNoVelocity-v1"), run_dir, "model.rnn=gru",
+                     "model.rnn_size=16", *more)
     with h5py.File(run_dir / "traces" / ("policy-0.h5" if placement == "srl" else "actor-0.h5")) as f:
         assert f["inference"]["version"][-1] > 0  # served with trained weights
     if placement == "srl":
@@ -161,15 +169,9 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     """MPE spread, 3 agents per env: every agent a row, each row's episodes and frames counted; the evaluation
     worker plays an episode per agent."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "mpe_spread_mappo.yaml"), "--run-dir",
-                           str(run_dir), "--set", "stop.wall_time=8", "--set", "workers.actor.ring_size=4",
-                           "--set", "workers.trainer.batch_segments=12", "--set", "workers.eval.count=1",
-                           "--set", "workers.eval.interval=1", "--set", "workers.eval.episodes=2"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    summary = launch(ROOT / "experiments" / "mpe_spread_mappo.yaml", run_dir, "stop.wall_time=8",
+                     "workers.actor.ring_size=4", "workers.trainer.batch_segments=12", "workers.eval.count=1",
+                     "workers.eval.interval=1", "workers.eval.episodes=2")
     # 25-step episodes of each agent: frames are agent steps, so the envs' steps are a third of them
     assert summary["episodes"] > 0 and summary["env_frames"] >= 25 * summary["episodes"]
     latest = summary["evaluation"]["latest"]
@@ -179,14 +181,8 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
 
 
 def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "mpe_spread_vdn.yaml"), "--run-dir",
-                           str(run_dir), "--set", "stop.wall_time=10", "--set", "algorithm.learning_starts=500",
-                           "--set", "algorithm.batch_size=64"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    summary = launch(ROOT / "experiments" / "mpe_spread_vdn.yaml", tmp_path / "run", "stop.wall_time=10",
+                     "algorithm.learning_starts=500", "algorithm.batch_size=64")
     counters = summary["counters"]
     # a team transition holds the 3 agents' steps: the buffer stored a third as many as it consumed frames
     assert counters["transitions_stored"] * 3 == summary["frames_consumed"]
