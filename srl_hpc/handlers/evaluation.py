@@ -3,11 +3,12 @@ can report. Training returns mix many policy versions and exploration; an evalua
 version, greedy by default, on envs whose seeds no actor uses.
 
 A round takes the newest weights (newer than the previous round's), resets `episodes` envs, plays each
-env's first episode (a multi-agent env's: each agent's) to its end and reports every (version, return, length) to the controller, which shows
-them in the progress line, metrics.csv, TensorBoard and summary.json, and may stop the run on them
-(stop.target_eval_return). A round starts `interval` seconds after the previous one started, or when it
-ends if it took longer; in between the worker waits on the parameter stream, using no CPU. Weights that
-come during a round wait for the next one (only the newest is kept: a Pong model is 6.5 MB a version).
+env's first episode (a multi-agent env's: each agent's) to its end and reports every (version, return,
+length) to the controller, which shows them in the progress line, metrics.csv, TensorBoard and
+summary.json, and may stop the run on them (stop.target_eval_return). A round starts `interval` seconds
+after the previous one started, or when it ends if it took longer; in between the worker waits on the
+parameter stream, using no CPU. Weights that come during a round wait for the next one (only the newest
+is kept: a Pong model is 6.5 MB a version).
 """
 from __future__ import annotations
 
