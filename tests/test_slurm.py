@@ -1,4 +1,5 @@
 """Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
+import csv
 import json
 import os
 import re
@@ -220,7 +221,13 @@ def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its
     assert first["status"] == "cancelled" and first["reason"] == "stopped by signal", first
     assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time"), summary
     assert summary["attempt"] >= 2 and summary["env_frames"] > first["env_frames"]
-    assert summary["mean_return"] >= 200, summary  # trained on from the checkpoint (a random policy gets ~22)
+    # trained on from the checkpoint: attempt 2 plays far better than a random policy (~22). Its best progress
+    # line, not its last: PPO on CartPole at a constant lr of 1e-3 can collapse for a few seconds after reaching
+    # 500, and once did so in the last 2 s of this run (the mean of the last 20 episodes fell from 481 to 45)
+    with open(run.run_dir / "metrics.csv", newline="") as f:
+        resumed = [float(row["mean_return"]) for row in csv.DictReader(f)
+                   if float(row["wall_time"]) > first["wall_time"] and row["mean_return"]]
+    assert max(resumed) >= 200, resumed
     # frames trained in attempt 1 but missing from the checkpoint attempt 2 resumed from
     version, trained = re.search(r"resumed from \S+: version (\d+), ([\d,]+) frames trained",
                                  (run.run_dir / "logs" / "trainer-0.log").read_text()).groups()
