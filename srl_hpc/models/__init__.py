@@ -187,9 +187,12 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) 
 
     if head == "central_critic":
         agents = agent_count(exp.env)
-        if agents < 2 or cfg.name != "mlp":
-            raise ValueError(f"{exp.algorithm.name} needs a multi-agent env (env.id {exp.env.id!r} has {agents} agent) "
-                             f"and model.name mlp (got {cfg.name!r})")
+        if agents < 2:
+            raise ValueError(f"{exp.algorithm.name} needs a multi-agent env: env.id {exp.env.id!r} has one agent "
+                             "(algorithm.name: ppo trains it)")
+        if cfg.name != "mlp":
+            raise ValueError(f"{exp.algorithm.name} needs model.name mlp (its value reads the agents' vector "
+                             f"observations side by side), got {cfg.name!r}")
         critic = MLP(agents * int(np.prod(obs_space.shape)), cfg.hidden_sizes)
         return CentralisedActorCritic(torso(), critic, n_actions, agents)
     if head == "actor_critic" and cfg.rnn != "none":
