@@ -10,6 +10,11 @@ hosts the policy handler:
   impala  a policy handler inside every actor worker (inference stream transport "inline")
   seed    the policy handler inside trainer/0's worker, serving the actors over the inference stream
 
+Several policies (the experiment's `policies`, srl placement) are that graph once per policy, side by side:
+each policy's trainers and policy workers carry its name (WorkerNode.policy), its weights go from its first
+trainer to its own policy workers, and every actor is a client of one policy worker and every trainer of
+each policy (it plays whole envs, all agents of every policy).
+
 Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
 """
 from __future__ import annotations
@@ -29,6 +34,7 @@ class WorkerNode:
     handlers: tuple[str, ...]  # task handler kinds this worker hosts (srl_hpc/handlers), the first runs its loop
     group: str  # the Slurm het group it runs in
     device: str  # "cpu", "cuda" or "cuda:N": what its torch work runs on (GPUs are planned per task)
+    policy: str = ""  # with named policies (experiment `policies`): the one a trainer trains or a policy worker serves
 
     @property
     def kind(self) -> str:
@@ -86,6 +92,14 @@ class Graph:
     def hosts(self, handler: str) -> list[WorkerNode]:
         return [w for w in self.workers if handler in w.handlers]
 
+    def policies(self) -> list[str]:
+        """The run's policies in order: their names, or [""] for the one policy of every agent."""
+        return list(dict.fromkeys(w.policy for w in self.workers if w.kind == "trainer"))
+
+    def trainers(self, policy: str) -> list[WorkerNode]:
+        """A policy's trainers, in rank order; the first publishes its weights and writes its checkpoint."""
+        return [w for w in self.workers if w.kind == "trainer" and w.policy == policy]
+
     def drains(self, name: str) -> bool:
         """A worker that consumes a sample stream: at stop it keeps receiving until every frame sent has arrived."""
         return self.served_by("samples", name) is not None
@@ -93,8 +107,11 @@ class Graph:
 
 def build(exp: Experiment) -> Graph:
     w = exp.workers
-    trainers = [f"trainer/{i}" for i in range(w.trainer.count)]
-    policies = [f"policy/{i}" for i in range(w.policy.count)]
+    policies = list(exp.policies) or [""]  # several: each has workers.trainer.count trainers, policy.count policy workers
+    trainers = {p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
+                for k, p in enumerate(policies)}
+    servers = {p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)]
+               for k, p in enumerate(policies)}
     buffers = [f"buffer/{i}" for i in range(w.buffer.count)]
     actors = [f"actor/{i}" for i in range(w.actor.count)]
     evaluators = [f"eval/{i}" for i in range(w.eval.count)]
@@ -102,39 +119,44 @@ def build(exp: Experiment) -> Graph:
     actor_handlers = ("actor", "policy") if w.placement == "impala" else ("actor",)
     trainer0_handlers = ("trainer", "policy") if w.placement == "seed" else ("trainer",)
     workers = [WorkerNode(CONTROLLER, ("controller",), "trainer", "cpu")]
-    workers += [WorkerNode(t, trainer0_handlers if i == 0 else ("trainer",), "trainer", w.trainer.device)
-                for i, t in enumerate(trainers)]
-    workers += [WorkerNode(p, ("policy",), "policy", w.policy.device) for p in policies]
+    workers += [WorkerNode(t, trainer0_handlers if t == "trainer/0" else ("trainer",), "trainer", w.trainer.device, p)
+                for p in policies for t in trainers[p]]
+    workers += [WorkerNode(s, ("policy",), "policy", w.policy.device, p) for p in policies for s in servers[p]]
     workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
     workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
                 for a in actors]
     workers += [WorkerNode(e, ("eval",), "eval", "cpu") for e in evaluators]
 
     streams = []
-    if w.placement == "srl":  # actors spread evenly over the policy workers
-        streams += [Stream("inference", p, tuple(a for i, a in enumerate(actors) if i % len(policies) == k),
-                           w.actor.inference_transport) for k, p in enumerate(policies)]
-    elif w.placement == "seed":
-        streams.append(Stream("inference", trainers[0], tuple(actors), w.actor.inference_transport))
-    else:
-        streams += [Stream("inference", a, (a,), "inline") for a in actors]
+    for p in policies:  # every actor acts for every policy: a request to one of each policy's servers
+        if w.placement == "srl":  # actors spread evenly over the policy workers
+            streams += [Stream("inference", s, tuple(a for i, a in enumerate(actors) if i % len(servers[p]) == k),
+                               w.actor.inference_transport) for k, s in enumerate(servers[p])]
+        elif w.placement == "seed":
+            streams.append(Stream("inference", trainers[p][0], tuple(actors), w.actor.inference_transport))
+        else:
+            streams += [Stream("inference", a, (a,), "inline") for a in actors]
     if buffers:  # off-policy: actors spread over the buffers; every buffer feeds every trainer
+        every = trainers[""]
         streams += [Stream("samples", b, tuple(a for i, a in enumerate(actors) if i % len(buffers) == k), "zmq")
                     for k, b in enumerate(buffers)]
-        streams += [Stream("replay", t, tuple(buffers), "zmq") for t in trainers]
-        streams += [Stream("priorities", b, tuple(trainers), "zmq") for b in buffers]
-    else:  # any actor to any trainer, each segment with the leave of the trainer it goes to (flow control)
-        streams += [Stream("samples", t, tuple(actors), "zmq") for t in trainers]
-        streams += [Stream("credits", t, tuple(actors), "zmq") for t in trainers]
-    subscribers = tuple(n.name for n in workers if "policy" in n.handlers)
-    if w.placement == "seed":  # trainer/0's own policy handler reads the weights in-process
-        streams.append(Stream("parameters", trainers[0], subscribers, "inline"))
-        subscribers = ()
-    tree = parameter_tree(trainers[0], subscribers, w.parameter_fanout)
-    if tree[0][1] or evaluators:  # evaluators (a few) take the weights from trainer/0 itself
-        streams.append(Stream("parameters", trainers[0], tree[0][1] + tuple(evaluators), "zmq"))
-    streams += [Stream("parameters", relay, children, "zmq") for relay, children in tree[1:]]
-    relays = {relay for relay, _ in tree[1:]}
+        streams += [Stream("replay", t, tuple(buffers), "zmq") for t in every]
+        streams += [Stream("priorities", b, tuple(every), "zmq") for b in buffers]
+    else:  # any actor to any of a policy's trainers, each segment with the leave of the trainer it goes to
+        streams += [Stream("samples", t, tuple(actors), "zmq") for p in policies for t in trainers[p]]
+        streams += [Stream("credits", t, tuple(actors), "zmq") for p in policies for t in trainers[p]]
+    relays = set()
+    for p in policies:
+        root = trainers[p][0]
+        subscribers = tuple(n.name for n in workers if "policy" in n.handlers and n.policy == p)
+        if w.placement == "seed":  # trainer/0's own policy handler reads the weights in-process
+            streams.append(Stream("parameters", root, subscribers, "inline"))
+            subscribers = ()
+        tree = parameter_tree(root, subscribers, w.parameter_fanout)
+        if tree[0][1] or evaluators:  # evaluators (a few) take the weights from trainer/0 itself
+            streams.append(Stream("parameters", root, tree[0][1] + tuple(evaluators), "zmq"))
+        streams += [Stream("parameters", relay, children, "zmq") for relay, children in tree[1:]]
+        relays |= {relay for relay, _ in tree[1:]}
     workers = [replace(n, handlers=n.handlers + ("relay",)) if n.name in relays else n for n in workers]
     streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))
     return Graph(tuple(workers), tuple(streams))
@@ -160,7 +182,8 @@ def describe(graph: Graph) -> str:
     for group, members in graph.groups():
         lines.append(f"  group {group}:")
         for node in members:
-            lines.append(f"    {task:>4}  {node.name:<14} {'+'.join(node.handlers):<18} {node.device}")
+            policy = f"  policy {node.policy}" if node.policy else ""
+            lines.append(f"    {task:>4}  {node.name:<14} {'+'.join(node.handlers):<18} {node.device}{policy}")
             task += 1
     lines.append("streams (kind: server <- clients [transport]):")
     for s in graph.streams:

@@ -11,7 +11,7 @@
                               <worker>[.attempt-N].restart-K.h5 from a restarted worker's K-th replacement)
     RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
-    RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically
+    RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
     RUN/launcher.pid          the local launcher running this run
     RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
@@ -106,7 +106,11 @@ class RunDir:
 
     @property
     def checkpoint(self) -> Path:
-        return self.checkpoints / "latest.pt"
+        return self.checkpoint_of("")
+
+    def checkpoint_of(self, policy: str) -> Path:
+        """A policy's checkpoint (the experiment's `policies`); "" is the one policy of a run without them."""
+        return self.checkpoints / f"{policy or 'latest'}.pt"
 
     @property
     def rendezvous(self) -> Path:

@@ -93,10 +93,11 @@ def actor(tmp_path):
     router.bind("inproc://inference")
     dealer = worker.ctx.socket(zmq.DEALER)
     dealer.connect("inproc://inference")
-    actor.inference = InferenceClient(dealer)
+    (link,) = actor.links  # one policy: its inference and sample streams, on test sockets
+    link.inference = InferenceClient(dealer)
     pull = worker.ctx.socket(zmq.PULL)
     pull.bind("inproc://samples")
-    actor.samples = SampleProducer(worker.ctx, ["inproc://samples"])
+    link.samples = SampleProducer(worker.ctx, ["inproc://samples"])
     yield actor, InferenceServer(router), pull
     worker.close()
 

@@ -172,3 +172,19 @@ def test_exponents_without_a_dot_are_numbers_where_a_float_is_expected():
     assert exp.algorithm.lr == 0.001
     with pytest.raises(config.ConfigError, match="algorithm.lr: must be float, got a string 'fast'"):
         config.with_overrides(exp, ["algorithm.lr=fast"])
+
+
+def test_several_policies_are_checked_by_key_and_line():
+    tag = "name: t\nenv: {id: x}\nstop: {wall_time: 1}\npolicies:\n  predator: [adversary_*]\n  prey: [agent_*]\n"
+    assert config.loads(tag).policies == {"predator": ("adversary_*",), "prey": ("agent_*",)}
+    found = problems(tag + "  empty: []\n  'a b': [x]\n")
+    assert found[("policies.empty", 7)] == "must list at least one agent pattern"
+    assert "parameter tag and file name" in found[("policies.a b", 8)]
+    assert ("policies.prey", 6) in problems(tag.replace("[agent_*]", "agent_*"))  # a list, not a string
+    found = problems(tag + "workers: {placement: impala, policy: {count: 0}, eval: {count: 1}}\n")
+    assert "policy workers of their own" in found[("workers.placement", 7)]
+    assert "evaluation workers play one policy" in found[("workers.eval.count", 7)]
+    found = problems(tag.replace("{wall_time: 1}", "{target_return: 5}") + "algorithm: {name: dqn}\n"
+                     "workers: {buffer: {count: 1}}\n")
+    assert "on-policy algorithms only" in found[("workers.buffer.count", 8)]
+    assert "stop by env_frames or wall_time" in found[("stop.target_return", 3)]

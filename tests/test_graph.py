@@ -27,6 +27,22 @@ def test_placements_move_the_policy_handler():
     assert [g for g, _ in seed.groups()] == ["trainer", "actor"]
 
 
+def test_each_policy_has_its_own_policy_workers_trainers_and_weights_and_every_actor_reaches_both():
+    g = build(BASE + "  policy: {count: 2}\n  trainer: {count: 2}\n"
+              "policies: {predator: [adversary_*], prey: [agent_*]}\n")
+    assert g.policies() == ["predator", "prey"]
+    assert [w.name for w in g.trainers("prey")] == ["trainer/2", "trainer/3"]  # prey's ranks 0 and 1
+    assert {w.name: w.policy for w in g.workers if w.kind == "policy"} == \
+        {"policy/0": "predator", "policy/1": "predator", "policy/2": "prey", "policy/3": "prey"}
+    for actor in ("actor/0", "actor/1", "actor/2"):  # one policy worker of each policy, every trainer
+        assert sorted(g.worker(s.server).policy for s in g.servers_for("inference", actor)) == ["predator", "prey"]
+        assert len(g.servers_for("samples", actor)) == len(g.servers_for("credits", actor)) == 4
+    # each policy's weights go from its first trainer to its own policy workers only
+    assert {s.server: s.clients for s in g.streams if s.kind == "parameters"} == \
+        {"trainer/0": ("policy/0", "policy/1"), "trainer/2": ("policy/2", "policy/3")}
+    assert [group for group, _ in g.groups()] == ["trainer", "policy", "actor"]  # one het job as ever
+
+
 def test_weights_reach_many_subscribers_through_a_tree_of_relays():
     assert graph.parameter_tree("t", ("a", "b", "c"), 4) == [("t", ("a", "b", "c"))]  # few: no relays
     names = tuple(f"s{i}" for i in range(11))

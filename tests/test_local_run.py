@@ -180,6 +180,36 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     assert enjoy.returncode == 2 and "multi-agent" in enjoy.stderr  # said, not a traceback
 
 
+def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_them_apart(tmp_path):
+    """simple_tag's predators and prey, each policy with two data-parallel trainers and a policy worker of
+    its own: both train (each DDP pair ends identical, the pairs differ), each policy worker serves its own
+    policy's weights (published under its tag), and every episode is counted for the policy of its agent."""
+    run_dir = tmp_path / "run"
+    summary = launch(ROOT / "experiments" / "mpe_tag_two_policies.yaml", run_dir, "stop.wall_time=10",
+                     "workers.actor.ring_size=4", "workers.trainer.count=2", "workers.trainer.batch_segments=4")
+    checksums, versions = {}, {}
+    for i, policy in enumerate(["predator", "predator", "prey", "prey"]):
+        with h5py.File(run_dir / "traces" / f"trainer-{i}.h5") as f:
+            version, checksum = int(f["final_parameters"]["version"][-1]), int(f["final_parameters"]["checksum"][-1])
+        checksums.setdefault(policy, set()).add(checksum)
+        versions[policy] = version
+        assert summary["policies"][policy]["version"] == version > 1
+    assert len(checksums["predator"]) == len(checksums["prey"]) == 1 and checksums["predator"] != checksums["prey"]
+    for policy in versions:
+        assert (run_dir / "checkpoints" / f"{policy}.pt").exists()
+    for i, policy in enumerate(["predator", "prey"]):
+        with h5py.File(run_dir / "traces" / f"policy-{i}.h5") as f:
+            assert 0 < f["inference"]["version"][-1] <= versions[policy]  # its own policy's weights
+    trace = subprocess.run([script("srl-trace"), str(run_dir), "--json"], capture_output=True, text=True, timeout=120)
+    by_policy = json.loads(trace.stdout)["returns_by_policy"]
+    # every env's episode ends for all four agents at once: three predator episodes per prey episode
+    assert by_policy["prey"]["episodes"] > 0 and by_policy["predator"]["episodes"] == 3 * by_policy["prey"]["episodes"]
+    board = tensorboard_scalars(run_dir / "tb")
+    for policy in versions:
+        assert board[f"{policy}/version"][-1][1] > 1 and board[f"{policy}/return"]
+        assert f"train/{policy}/policy_loss" in board
+
+
 def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_path):
     summary = launch(ROOT / "experiments" / "mpe_spread_vdn.yaml", tmp_path / "run", "stop.wall_time=10",
                      "algorithm.learning_starts=500", "algorithm.batch_size=64")

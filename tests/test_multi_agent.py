@@ -9,7 +9,7 @@ from srl_hpc import config
 from srl_hpc.algorithms import SPECS
 from srl_hpc.algorithms.mappo import MAPPO
 from srl_hpc.algorithms.vdn import team_q, team_targets
-from srl_hpc.envs.agents import AgentRows
+from srl_hpc.envs.agents import AgentRows, TeamRows, assign_teams
 from srl_hpc.envs.backends import agent_count, make_env_group, spaces
 from srl_hpc.handlers.actor import RingGroup, segment_fields
 from srl_hpc.handlers.buffer import team_steps
@@ -81,6 +81,66 @@ def test_agents_need_one_observation_and_action_space():
 
     with pytest.raises(ValueError, match="'a' and 'b' have different observation or action spaces"):
         AgentRows([Mixed()])
+
+
+def test_agents_go_to_the_policy_whose_pattern_they_match_and_to_exactly_one():
+    agents = ["adversary_0", "adversary_1", "agent_0"]
+    assert assign_teams(agents, {"prey": ("agent_*",), "predator": ("adversary_*",)}) == \
+        {"prey": ["agent_0"], "predator": ["adversary_0", "adversary_1"]}
+    with pytest.raises(ValueError, match="agent 'agent_0' matches no policy"):
+        assign_teams(agents, {"predator": ("adversary_*",)})
+    with pytest.raises(ValueError, match="agent 'adversary_1' matches policies a, b"):
+        assign_teams(agents, {"a": ("adversary_*", "agent_*"), "b": ("adversary_1",)})
+    with pytest.raises(ValueError, match="policy 'c' matches none of the env's agents"):
+        assign_teams(agents, {"a": ("*",), "c": ("wolf_*",)})
+
+
+class Chase(Relay):
+    """Two hunters (2 observation floats, 3 actions) and a runner (3 floats, 2 actions); the runner is caught
+    (terminates) on the 2nd step; rewards say which action an agent took (10 x action + its number)."""
+    possible_agents = ["hunter_0", "runner_0", "hunter_1"]
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(0, 100, (2 if agent.startswith("hunter") else 3,), np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(3 if agent.startswith("hunter") else 2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {}
+
+    def _obs(self):
+        return {a: np.full(self.observation_space(a).shape, self.t, np.float32) for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents)
+        self.t += 1
+        rewards = {a: 10.0 * actions[a] + int(a[-1]) for a in self.agents}
+        term = {a: a == "runner_0" and self.t == 2 for a in self.agents}
+        trunc = {a: self.t == 3 for a in self.agents}
+        obs = self._obs()
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, {}
+
+
+def test_each_policy_gets_its_agents_rows_and_the_env_steps_with_every_policys_actions():
+    rows = TeamRows([Chase(), Chase()], [["hunter_0", "hunter_1"], ["runner_0"]])
+    hunters, runners = rows.teams
+    assert (hunters.num_envs, hunters.single_observation_space.shape, hunters.single_action_space.n) == (4, (2,), 3)
+    assert (runners.num_envs, runners.single_observation_space.shape, runners.single_action_space.n) == (2, (3,), 2)
+    (h_obs, h_info), (r_obs, r_info) = rows.reset(seed=0)
+    assert h_obs.shape == (4, 2) and r_obs.shape == (2, 3) and h_info["present"].all() and r_info["present"].all()
+    # rows env-major: env 0's hunters, env 1's hunters; each agent's reward shows the action its policy chose
+    (h_obs, h_rew, _, _, _), (r_obs, r_rew, r_term, _, r_info) = rows.step([np.array([1, 2, 0, 1]), np.array([1, 0])])
+    assert h_rew.tolist() == [10, 21, 0, 11] and r_rew.tolist() == [10, 0]
+    assert h_obs[:, 0].tolist() == [1] * 4 and r_obs.shape == (2, 3)
+    (_, h_rew, *_), (_, r_rew, r_term, _, r_info) = rows.step([np.zeros(4, int), np.ones(2, int)])
+    assert r_term.tolist() == [True, True] and not r_info["present"].any()  # caught: masked from now on
+    (_, h_rew, _, h_trunc, h_info), (_, r_rew, *_) = rows.step([np.ones(4, int), np.ones(2, int)])
+    assert h_rew.tolist() == [10, 11, 10, 11] and r_rew.tolist() == [0, 0] and h_trunc.all()
+    (_, h_rew, *_), (r_obs, _, _, _, r_info) = rows.step([np.ones(4, int), np.ones(2, int)])  # the auto-reset
+    assert h_rew.tolist() == [0] * 4 and r_info["present"].all() and r_obs[:, 0].tolist() == [0, 0]
 
 
 def test_global_state_puts_each_envs_agents_side_by_side():

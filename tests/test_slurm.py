@@ -164,10 +164,13 @@ def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
 
 @pytest.mark.parametrize("experiment, overrides", [
     ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"]),
-    ("mpe_spread_mappo.yaml", ["workers.actor.ring_size=4", "workers.trainer.batch_segments=12"])])
+    ("mpe_spread_mappo.yaml", ["workers.actor.ring_size=4", "workers.trainer.batch_segments=12", "env.kwargs.N=4",
+                               "policies={left: [agent_0, agent_1], right: [agent_2, agent_3]}",
+                               "slurm.trainer.tasks_per_node=2", "slurm.policy.tasks_per_node=2"])])
 def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, experiment, overrides):
     """A GRU's state and MAPPO's agent rows cross nodes as any run's data does: trainer, policy worker and
-    actors in their het groups."""
+    actors in their het groups; with two policies (MAPPO for each pair of spread's four agents), each policy's
+    trainer and policy worker in the trainer and policy groups."""
     run_dir = tmp_path / "run"
     sets = [arg for o in ["stop.wall_time=10", "stop.target_return=null", *overrides] for arg in ("--set", o)]
     proc = srl(ROOT / "experiments" / experiment, "--slurm", "--follow", "--run-dir", run_dir, *sets)
@@ -176,6 +179,13 @@ def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, exper
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["policy_version"] > 1 and summary["episodes"] > 0
     assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    for policy in summary.get("policies", {}):  # each trained, beside the other
+        assert summary["policies"][policy]["version"] > 1 and summary["policies"][policy]["mean_return"] is not None
+    if "policies" in summary:
+        table = json.loads((run_dir / "workers.json").read_text())
+        assert sorted(summary["policies"]) == ["left", "right"]
+        assert "# group policy: policy/0-1" in (run_dir / "job.sbatch").read_text()
+        assert table["trainer/0"]["node"] == table["trainer/1"]["node"] != table["policy/1"]["node"]
 
 
 def requeue_run(tmp_path):

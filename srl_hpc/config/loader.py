@@ -181,7 +181,10 @@ def _convert(tp, value, path, lines, problems):
         if not isinstance(value, dict):
             problems.append((path, lines.get(path), f"must be a mapping, got {_kind(value)}"))
             return _BAD
-        return value
+        if origin is not dict or typing.get_args(tp)[1] is typing.Any:
+            return value
+        items = {k: _convert(typing.get_args(tp)[1], v, f"{path}.{k}", lines, problems) for k, v in value.items()}
+        return _BAD if _BAD in items.values() else items
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str) and _is_float(value):

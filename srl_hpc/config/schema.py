@@ -482,6 +482,11 @@ class Experiment:
     # a machine of your own (a Slurm run's ports are reachable from every node, so --slurm refuses it off)
     curve: bool = True
     env: EnvConfig = field(default_factory=EnvConfig)
+    # several policies in one run (a multi-agent env): name -> the agents it acts for, as fnmatch patterns
+    # of the env's agent names ({predator: ["adversary_*"], prey: ["agent_*"]}); every agent must match
+    # exactly one. Each policy has its own workers.policy.count policy workers, workers.trainer.count
+    # trainers, checkpoint and parameter tag (its name). Empty: one policy acts for every agent.
+    policies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -511,9 +516,29 @@ class Experiment:
             problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo does)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
+        problems += self._check_policies()
         if isinstance(alg, DQNConfig):
             if workers.actor.segment_length <= alg.n_step:
                 problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
+        return problems
+
+
+    def _check_policies(self) -> list[tuple[str, str]]:
+        """What named policies support so far: their own policy workers and trainers, on-policy, no evaluation."""
+        if not self.policies:
+            return []
+        problems = [(f"policies.{name}", "must list at least one agent pattern") for name, patterns in self.policies.items()
+                    if not patterns]
+        problems += [(f"policies.{name}", "a policy's name is its parameter tag and file name: use only letters, "
+                                          "digits, '-', '_'") for name in self.policies
+                     if not name or not all(c.isalnum() or c in "-_" for c in name)]
+        needs = {"workers.placement": (self.workers.placement != "srl", "policy workers of their own: set 'srl'"),
+                 "workers.buffer.count": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; several "
+                                          "policies train on-policy algorithms only (ppo, mappo)"),
+                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
+                 "stop.target_return": (self.stop.target_return is not None, "one target for several policies' "
+                                        "returns is ambiguous: stop by env_frames or wall_time")}
+        problems += [(key, f"with policies set: {why}") for key, (bad, why) in needs.items() if bad]
         return problems
 
 

@@ -13,10 +13,15 @@ agent is done (gymnasium's next-step auto-reset, like every backend here).
 Any env with PettingZoo's parallel API works by dotted path (`env.id: "mpe2.simple_spread_v3:parallel_env"`,
 its settings in env.kwargs); its agents must share one observation space and one action space (one
 policy acts for all of them).
+
+Several policies (the experiment's `policies`) split the agents into teams: `TeamRows` gives each team rows
+of its own (env-major over the team's agents), with the team's own observation and action spaces, and
+steps the env once all teams' actions are in.
 """
 from __future__ import annotations
 
-import gymnasium
+import fnmatch
+
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
@@ -27,69 +32,116 @@ def is_parallel_env(env) -> bool:
     return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
 
 
-class AgentRows(VectorEnv):
-    def __init__(self, envs: list):
-        self.envs = envs
-        self.agents = list(envs[0].possible_agents)
-        obs_spaces = {a: envs[0].observation_space(a) for a in self.agents}
-        act_spaces = {a: envs[0].action_space(a) for a in self.agents}
-        first = self.agents[0]
-        for a in self.agents[1:]:
-            if obs_spaces[a] != obs_spaces[first] or act_spaces[a] != act_spaces[first]:
+def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    """policy -> its agents (in the env's order), by the policies' fnmatch patterns; every agent matches exactly
+    one policy and every policy at least one agent, or the error names which does not."""
+    teams = {name: [a for a in agents if any(fnmatch.fnmatchcase(a, p) for p in patterns)]
+             for name, patterns in policies.items()}
+    for agent in agents:
+        owners = [name for name, members in teams.items() if agent in members]
+        if len(owners) != 1:
+            raise ValueError(f"agent {agent!r} matches {'no policy' if not owners else 'policies ' + ', '.join(owners)} "
+                             f"(policies: {dict(policies)}; the env's agents: {agents})")
+    for name, members in teams.items():
+        if not members:
+            raise ValueError(f"policy {name!r} matches none of the env's agents {agents} (patterns {list(policies[name])})")
+    return teams
+
+
+class Team:
+    """One policy's rows: its agents in every env, with their (shared) spaces."""
+
+    def __init__(self, env, agents: list[str], num_envs: int):
+        self.agents = agents
+        first = agents[0]
+        self.single_observation_space, self.single_action_space = env.observation_space(first), env.action_space(first)
+        for a in agents[1:]:
+            if (env.observation_space(a), env.action_space(a)) != (self.single_observation_space, self.single_action_space):
                 raise ValueError(f"agents {first!r} and {a!r} have different observation or action spaces: "
                                  "one policy cannot act for both")
-        self.k = len(self.agents)
-        self.num_envs = len(envs) * self.k
-        self.single_observation_space, self.single_action_space = obs_spaces[first], act_spaces[first]
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-        self._obs = np.zeros((self.num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
-        self._needs_reset = np.zeros(len(envs), bool)
+        self.k = len(agents)
+        self.num_envs = num_envs * self.k  # rows
+        space = self.single_observation_space
+        self.obs = np.zeros((self.num_envs, *space.shape), space.dtype)
 
-    def _rows(self, i: int) -> slice:
-        return slice(i * self.k, (i + 1) * self.k)
-
-    def _place(self, i: int, observations: dict) -> None:
-        rows = self._obs[self._rows(i)]
+    def place(self, i: int, observations: dict) -> None:
+        rows = self.obs[i * self.k:(i + 1) * self.k]
         rows[:] = 0  # the rows of absent agents
         for k, agent in enumerate(self.agents):
             if agent in observations:
                 rows[k] = observations[agent]
 
-    def _present(self) -> np.ndarray:
-        return np.array([agent in env.agents for env in self.envs for agent in self.agents])
+    def present(self, envs: list) -> np.ndarray:
+        return np.array([agent in env.agents for env in envs for agent in self.agents])
 
-    def reset(self, *, seed: int | None = None, options=None):
+
+class TeamRows:
+    """Parallel envs whose agents are split into teams, each acted for by its own policy: reset and step take and
+    give one entry per team (observations, rewards, ends and `infos["present"]` of the team's rows)."""
+
+    def __init__(self, envs: list, teams: list[list[str]]):
+        self.envs = envs
+        self.teams = [Team(envs[0], agents, len(envs)) for agents in teams]
+        self._needs_reset = np.zeros(len(envs), bool)
+
+    def _place(self, i: int, observations: dict) -> None:
+        for team in self.teams:
+            team.place(i, observations)
+
+    def reset(self, *, seed: int | None = None, options=None) -> list[tuple]:
         for i, env in enumerate(self.envs):
             observations, _ = env.reset(seed=None if seed is None else seed + i, options=options)
             self._place(i, observations)
         self._needs_reset[:] = False
-        return self._obs.copy(), {"present": self._present()}
+        return [(team.obs.copy(), {"present": team.present(self.envs)}) for team in self.teams]
 
-    def step(self, actions):
-        actions = np.asarray(actions)
-        rewards = np.zeros(self.num_envs, np.float32)
-        terminated, truncated = np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+    def step(self, actions: list) -> list[tuple]:
+        rewards = [np.zeros(t.num_envs, np.float32) for t in self.teams]
+        terminated = [np.zeros(t.num_envs, bool) for t in self.teams]
+        truncated = [np.zeros(t.num_envs, bool) for t in self.teams]
         for i, env in enumerate(self.envs):
             if self._needs_reset[i]:
                 observations, _ = env.reset()
                 self._place(i, observations)
                 self._needs_reset[i] = False
                 continue
-            base = i * self.k
-            acting = {a: actions[base + k] for k, a in enumerate(self.agents) if a in env.agents}
+            acting = {a: actions[n][i * t.k + k] for n, t in enumerate(self.teams) for k, a in enumerate(t.agents)
+                      if a in env.agents}
             observations, reward, term, trunc, _ = env.step(acting)
             self._place(i, observations)
-            for k, agent in enumerate(self.agents):
-                if agent in acting:
-                    rewards[base + k] = reward.get(agent, 0.0)
-                    terminated[base + k] = bool(term.get(agent, False))
-                    truncated[base + k] = bool(trunc.get(agent, False))
+            for n, team in enumerate(self.teams):
+                for k, agent in enumerate(team.agents):
+                    if agent in acting:
+                        row = i * team.k + k
+                        rewards[n][row] = reward.get(agent, 0.0)
+                        terminated[n][row] = bool(term.get(agent, False))
+                        truncated[n][row] = bool(trunc.get(agent, False))
             self._needs_reset[i] = not env.agents
-        return self._obs.copy(), rewards, terminated, truncated, {"present": self._present()}
+        return [(team.obs.copy(), rewards[n], terminated[n], truncated[n], {"present": team.present(self.envs)})
+                for n, team in enumerate(self.teams)]
 
     def close(self, **kwargs):
         for env in self.envs:
             env.close()
 
+
+class AgentRows(VectorEnv):
+    """One policy for every agent: TeamRows with a single team, as a gymnasium VectorEnv."""
+
+    def __init__(self, envs: list):
+        self.rows = TeamRows(envs, [list(envs[0].possible_agents)])
+        (team,) = self.rows.teams
+        self.envs, self.agents, self.k, self.num_envs = envs, team.agents, team.k, team.num_envs
+        self.single_observation_space, self.single_action_space = team.single_observation_space, team.single_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def reset(self, *, seed: int | None = None, options=None):
+        return self.rows.reset(seed=seed, options=options)[0]
+
+    def step(self, actions):
+        return self.rows.step([np.asarray(actions)])[0]
+
+    def close(self, **kwargs):
+        self.rows.close()

@@ -69,6 +69,16 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
     return pool.make_pool(env_cfg, num_envs, seed)
 
 
+def make_env_teams(env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]]) -> agents.TeamRows:
+    """`num_envs` multi-agent envs whose agents are split among `policies` (name -> agent patterns), in their order."""
+    envs = [make_env(env_cfg) for _ in range(num_envs)]
+    if not agents.is_parallel_env(envs[0]):
+        raise ValueError(f"`policies` splits a multi-agent env's agents, but env.id {env_cfg.id!r} is not one "
+                         "(no PettingZoo parallel API)")
+    teams = agents.assign_teams(list(envs[0].possible_agents), policies)
+    return agents.TeamRows(envs, list(teams.values()))
+
+
 def resolve_backend(env_cfg) -> str:
     """The backend `env.backend` means for this id; a clear error when the asked one cannot serve it."""
     backend = env_cfg.backend
@@ -113,20 +123,24 @@ def register_namespace(env_id: str) -> None:
         minatar.gym.register_envs()
 
 
-def spaces(env_cfg) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """Single-env observation and action spaces (a multi-agent env's: each agent's), from a throw-away group of
-    one (the backend actors use)."""
-    envs = make_env_group(env_cfg, 1)
-    try:
-        return envs.single_observation_space, envs.single_action_space
-    finally:
-        envs.close()
+def spaces(env_cfg, policies: dict | None = None, policy: str = "") -> tuple[gymnasium.Space, gymnasium.Space]:
+    """Single-env observation and action spaces (a multi-agent env's: each agent's; with `policies`, those of
+    `policy`'s agents), from a throw-away group of one (the backend actors use)."""
+    team = _team(env_cfg, policies, policy)
+    return team.single_observation_space, team.single_action_space
 
 
-def agent_count(env_cfg) -> int:
-    """Agents per env: 1, or a multi-agent env's possible agents (its rows in a vector env)."""
+def agent_count(env_cfg, policies: dict | None = None, policy: str = "") -> int:
+    """Agents per env: 1, or a multi-agent env's possible agents (with `policies`, `policy`'s): its rows."""
+    return _team(env_cfg, policies, policy).num_envs
+
+
+def _team(env_cfg, policies: dict | None, policy: str):
+    """What an actor's group of one env looks like to one policy (spaces, rows); closed again."""
+    if policies:
+        rows = make_env_teams(env_cfg, 1, policies)
+        rows.close()
+        return rows.teams[list(policies).index(policy)]
     envs = make_env_group(env_cfg, 1)
-    try:
-        return envs.num_envs
-    finally:
-        envs.close()
+    envs.close()
+    return envs

@@ -8,6 +8,10 @@ trajectories into fixed-length segments (all envs of a group step together, so t
 travel as one message of shape (envs, T, ...)). With a recurrent model the ring also keeps each env's
 recurrent state: sent with every request, replaced by the reply's, zeroed where an episode begins, and
 stored at each segment's start (the trainer unrolls the segment from it).
+
+With several policies each ring group's envs are TeamRows: every policy has its own rows (its agents), its
+own request per group to one of its policy workers and its own segments to its trainers (a PolicyLink
+each); the envs step once every policy's reply for the group is in.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import time
 import numpy as np
 
 from srl_hpc.algorithms import HIDDEN, reply_fields, spec
-from srl_hpc.envs.backends import first_seed, make_env_group, resolve_backend
+from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, unix, wire
 from srl_hpc.streams.credits import GatedProducer
@@ -67,18 +71,20 @@ class RingGroup:
     """
 
     def __init__(self, envs, segment_length: int, seed: int, fields: tuple[str, ...], reply_dtypes: dict[str, str],
-                 state_size: int = 0):
-        self.envs = envs
-        self.n = envs.num_envs
+                 state_size: int = 0, first: tuple | None = None):
+        self.envs = envs  # None for a team of TeamRows: the actor steps all teams' envs together
         self.T = segment_length
         self.fields = fields
         self.reply_dtypes = reply_dtypes
-        obs, infos = envs.reset(seed=seed)
+        obs, infos = envs.reset(seed=seed) if first is None else first  # first: a reset done by the actor
         self.obs = np.array(obs)
+        self.n = len(self.obs)
         self._present = infos.get("present")  # multi-agent rows: whose agents act in the next step (None: all)
         self.hidden = np.zeros((self.n, state_size), np.float32) if state_size else None
         self.segment = self._new_segment()
         self.t = 0
+        self.actions = None  # of the step being taken (act() to observe())
+        self._valid = None
         self._pending = False  # the step at t-1 still waits for its next values
         self._terminated = np.zeros(self.n, bool)
         self._resetting = np.zeros(self.n, bool)  # the next step of these envs is their auto-reset
@@ -115,21 +121,33 @@ class RingGroup:
         return finished
 
     def advance(self, reply: dict[str, np.ndarray], version: int) -> tuple[np.ndarray, dict | None]:
-        """Apply one reply. Returns (next request's observations, a finished segment or None)."""
+        """Apply one reply and step the envs. Returns (next request's observations, a finished segment or None)."""
+        finished = self.act(reply, version)
+        self.observe(*self.envs.step(self.actions))
+        return self.obs, finished
+
+    def act(self, reply: dict[str, np.ndarray], version: int) -> dict | None:
+        """The first half of a step: record what the reply decided (`self.actions` to step the envs with).
+        Returns the segment the reply's bootstrap values finished, if any."""
         finished = self.bootstrap(reply) if self._pending else None
         t, seg = self.t, self.segment
-        valid = ~self._resetting if self._present is None else ~self._resetting & self._present
+        self._valid = ~self._resetting if self._present is None else ~self._resetting & self._present
         seg["obs"][:, t] = self.obs
         for name in self.reply_dtypes:
             if name in seg:
                 seg[name][:, t] = reply[name]
         seg["versions"][:, t] = version
-        seg["valid"][:, t] = valid
+        seg["valid"][:, t] = self._valid
         if self.hidden is not None:
             if t == 0:
                 seg[HIDDEN][:] = self.hidden  # what this step's request carried
             self.hidden = np.array(reply[HIDDEN])  # (a copy: shared-memory replies are rewritten)
-        obs, rewards, terminated, truncated, infos = self.envs.step(np.asarray(reply["actions"]))
+        self.actions = np.asarray(reply["actions"])
+        return finished
+
+    def observe(self, obs, rewards, terminated, truncated, infos) -> None:
+        """The second half: what the envs returned for `self.actions`."""
+        t, seg, valid = self.t, self.segment, self._valid
         self._present = infos.get("present")
         done = np.logical_or(terminated, truncated)
         seg["rewards"][:, t] = rewards
@@ -148,7 +166,17 @@ class RingGroup:
         self.obs = np.array(obs)  # (a backend may step into the same buffer again; requests and segments keep this)
         self.t += 1
         self._pending = True
-        return self.obs, finished
+
+
+class PolicyLink:
+    """What an actor keeps per policy: its ring groups' rows of that policy, the inference stream to one of its
+    policy workers, and the sample stream to its trainers. One link, holding every row, without `policies`."""
+
+    def __init__(self, name: str, groups: list[RingGroup]):
+        self.name = name  # "" for the one policy of every agent
+        self.groups = groups
+        self.inference = None
+        self.samples = None
 
 
 class ActorHandler(Handler):
@@ -162,75 +190,98 @@ class ActorHandler(Handler):
         seed = first_seed(worker.seed * 1_000_003 + index * a.ring_size, a.ring_size)
         per_group = a.ring_size // a.inference_splits
         self.state_size = exp.model.state_size
-        fields = segment_fields(self.spec, self.state_size)
-        self.groups = []
+        fields, reply = segment_fields(self.spec, self.state_size), dict(self.spec.reply)
         logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
                                          exp.env.backend, resolve_backend(exp.env))  # what auto picked
+        self.team_rows = []  # per ring group, with `policies`: the envs every policy's rows step in
+        groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
-            envs = make_env_group(exp.env, per_group, seed + g * per_group)
-            self.groups.append(RingGroup(envs, a.segment_length, seed + g * per_group, fields, dict(self.spec.reply),
-                                         self.state_size))
+            group_seed = seed + g * per_group
+            if exp.policies:
+                rows = make_env_teams(exp.env, per_group, exp.policies)
+                self.team_rows.append(rows)
+                groups.append([RingGroup(None, a.segment_length, group_seed, fields, reply, self.state_size, first)
+                               for first in rows.reset(seed=group_seed)])
+            else:
+                groups.append([RingGroup(make_env_group(exp.env, per_group, group_seed), a.segment_length, group_seed,
+                                         fields, reply, self.state_size)])
+        self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(self.graph.policies())]
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
         self.frames_sent = 0
         self.frames_discarded = 0  # filled segments that could not be sent before stop
         self.episodes = 0
-        self._returns: list[tuple[float, int]] = []
-        self._pending_segment = None  # packed, waiting for a consumer to take it (back-pressure)
-        self._parked: dict[int, np.ndarray] = {}  # group -> its next request, waiting for leave
+        self._returns: list[tuple] = []  # (return, length), with `policies` (policy index, return, length)
+        self._unsent: list[tuple] = []  # packed segments waiting for a consumer to take them (back-pressure)
+        self._parked: set[int] = set()  # groups whose next requests wait for leave
+        self._replies: dict[int, list] = {}  # group -> the replies in so far (one per policy)
         self._leave_wait_since: float | None = None  # when the ring stopped at a group without leave
         self._segments = [0] * a.inference_splits  # per group: the number of the segment being filled
 
     def connect(self, table):
-        (stream,) = self.graph.servers_for("inference", self.name)
-        if stream.transport == "inline":
-            self.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
-        else:
-            self.inference = self._client(table, stream)
-        servers = [s.server for s in self.graph.servers_for("samples", self.name)]
-        if self.graph.servers_for("credits", self.name):  # trainers: each segment with its trainer's leave
-            self.samples = GatedProducer(self.worker.ctx, self.name, [
-                (endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers])
-        else:  # buffers: any of them, as fast as they take it
-            self.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers])
+        for link in self.links:
+            (stream,) = [s for s in self.graph.servers_for("inference", self.name)
+                         if self.graph.worker(s.server).policy == link.name]
+            if stream.transport == "inline":
+                link.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
+            else:
+                link.inference = self._client(table, stream, link)
+            servers = [s.server for s in self.graph.servers_for("samples", self.name)
+                       if self.graph.worker(s.server).policy == link.name]
+            if self.graph.servers_for("credits", self.name):  # trainers: each segment with its trainer's leave
+                link.samples = GatedProducer(self.worker.ctx, self.name, [
+                    (endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers])
+            else:  # buffers: any of them, as fast as they take it
+                link.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers])
 
-    def _client(self, table: dict, stream) -> InferenceClient | ShmInferenceClient:
+    def _client(self, table: dict, stream, link: PolicyLink) -> InferenceClient | ShmInferenceClient:
         same_node = endpoints.same_node(table, stream.server, self.name)
         if stream.transport == "shm" and not same_node:
             raise RuntimeError("inference_transport 'shm' needs the inference server on this node; it is not")
         if stream.transport == "zmq" or not same_node:
             return InferenceClient(inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference")))
-        obs = self.groups[0].obs
-        return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(self.groups), len(obs),
+        obs = link.groups[0].obs
+        segment = self.name + (f"-{link.name}" if link.name else "")  # one shared-memory segment per policy
+        return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(link.groups), len(obs),
                                   obs.shape[1:], obs.dtype, reply_fields(self.spec, self.state_size),
-                                  name=shm_name(self.worker.run_dir.root, self.name, self.worker.incarnation))
+                                  name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation))
 
     def close(self):
-        if isinstance(getattr(self, "inference", None), ShmInferenceClient):
-            self.inference.close()
-        for group in self.groups:
-            group.envs.close()
+        for link in self.links:
+            if isinstance(link.inference, ShmInferenceClient):
+                link.inference.close()
+            for group in link.groups:
+                if group.envs is not None:
+                    group.envs.close()
+        for rows in self.team_rows:
+            rows.close()
 
     def start(self):
-        self._sent_at = [time.perf_counter()] * len(self.groups)
-        self._filling_since = [time.perf_counter()] * len(self.groups)  # when each group's segment began
+        n = self.exp.workers.actor.inference_splits
+        self._sent_at = [time.perf_counter()] * n
+        self._filling_since = [time.perf_counter()] * n  # when each group's segment began
         self._waiting_since: float | None = None  # when the ring started waiting for the current group
-        for g, group in enumerate(self.groups):
-            self._parked[g] = group.request_obs()
+        for g in range(n):
+            self._parked.add(g)
             self._unpark(g, 0)
 
+    def _has_leave(self, g: int, segment: int, timeout_ms: int) -> bool:
+        """Whether group g's segment number `segment` may be sent, for every policy (flow control)."""
+        return all(link.samples.reserve((g, segment), timeout_ms) for link in self.links)
+
     def _unpark(self, g: int, timeout_ms: int) -> bool:
-        """Send group g's parked request once its next segment has leave to be sent (flow control)."""
-        if not self.samples.reserve((g, self._segments[g]), timeout_ms):
+        """Send group g's parked requests once its next segments have leave to be sent (flow control)."""
+        if not self._has_leave(g, self._segments[g], timeout_ms):
             return False
-        request = self._parked.pop(g)
-        self.inference.send(g, request, self.explore, self.groups[g].hidden)
+        self._parked.discard(g)
+        for link in self.links:
+            link.inference.send(g, link.groups[g].request_obs(), self.explore, link.groups[g].hidden)
         self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
 
     def poll(self, timeout_ms):
-        if self._pending_segment is not None:  # a consumer was busy: retry before stepping on
+        if self._unsent:  # a consumer was busy: retry before stepping on
             self._push(timeout_ms)
             return
         g = self.next_group
@@ -243,67 +294,85 @@ class ActorHandler(Handler):
             return
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
-        reply = self.inference.wait(g, timeout_ms)
-        if reply is None:
-            return  # the policy handler is busy or gone; the worker checks commands and heartbeats
+        replies = self._replies.setdefault(g, [])
+        while len(replies) < len(self.links):
+            reply = self.links[len(replies)].inference.wait(g, timeout_ms)
+            if reply is None:
+                return  # a policy handler is busy or gone; the worker checks commands and heartbeats
+            replies.append(reply)
+        del self._replies[g]
         t0, self._waiting_since = self._waiting_since, None
         t1 = time.perf_counter()
-        group = self.groups[g]
-        self.next_group = (g + 1) % len(self.groups)
-        if group.full and not self.samples.reserve((g, self._segments[g] + 1), 0):
+        groups = [link.groups[g] for link in self.links]
+        self.next_group = (g + 1) % len(self._sent_at)
+        if groups[0].full and not self._has_leave(g, self._segments[g] + 1, 0):
             # No leave yet for the group's next segment: this reply only finishes the segment (bootstrap
             # values), which goes now; the first step's actions are asked for again once leave comes, so
             # that they are the policy's of then, not of before the wait.
-            self._send_segment(g, group.bootstrap(reply.arrays))
-            self._parked[g] = group.request_obs()
+            self._send_segments(g, [group.bootstrap(reply.arrays) for group, reply in zip(groups, replies)])
+            self._parked.add(g)
             return
-        request, segment = group.advance(reply.arrays, reply.meta["version"])
+        if self.team_rows:
+            segments = [group.act(reply.arrays, reply.meta["version"]) for group, reply in zip(groups, replies)]
+            for group, result in zip(groups, self.team_rows[g].step([group.actions for group in groups])):
+                group.observe(*result)
+        else:
+            segments = [groups[0].advance(replies[0].arrays, replies[0].meta["version"])[1]]
         t2 = time.perf_counter()
-        self.inference.send(g, request, self.explore, group.hidden)
+        for link, group in zip(self.links, groups):
+            link.inference.send(g, group.obs, self.explore, group.hidden)
         t3 = time.perf_counter()
         # request_seconds: sending the next request; with the inline transport, the inference itself
-        self.trace.record("env_step", group=g, envs=group.n, step_seconds=t2 - t1, request_seconds=t3 - t2,
+        self.trace.record("env_step", group=g, envs=groups[0].n, step_seconds=t2 - t1, request_seconds=t3 - t2,
                           wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
         self._sent_at[g] = t3
-        for ret, length in group.finished_episodes:
-            self.trace.record("episode", episode_return=ret, length=length)
-        self._returns += group.finished_episodes
-        self.episodes += len(group.finished_episodes)
-        group.finished_episodes = []
-        if segment is not None:
-            self._send_segment(g, segment)
+        for p, group in enumerate(groups):
+            for ret, length in group.finished_episodes:
+                if self.team_rows:
+                    self.trace.record("episode", episode_return=ret, length=length, policy=p)
+                    self._returns.append((p, ret, length))
+                else:
+                    self.trace.record("episode", episode_return=ret, length=length)
+                    self._returns.append((ret, length))
+            self.episodes += len(group.finished_episodes)
+            group.finished_episodes = []
+        if segments[0] is not None:
+            self._send_segments(g, segments)
 
-    def _send_segment(self, g: int, segment: dict) -> None:
-        frames = segment_frames(segment, self.frames_per_step)
+    def _send_segments(self, g: int, segments: list[dict]) -> None:
+        """Group g's segments (one per policy, all of the same steps) to their policies' consumers."""
         now = time.perf_counter()
-        # (actor, group): one stream of steps; fill_seconds: how long the segment took to fill (a trainer
-        # sizes its flow-control window by it), from its first request to now
-        meta = {"actor": self.name, "group": g, "frames": frames, "fill_seconds": now - self._filling_since[g]}
+        for link, segment in zip(self.links, segments):
+            frames = segment_frames(segment, self.frames_per_step)
+            # (actor, group): one stream of steps; fill_seconds: how long the segment took to fill (a trainer
+            # sizes its flow-control window by it), from its first request to now
+            meta = {"actor": self.name, "group": g, "frames": frames, "fill_seconds": now - self._filling_since[g]}
+            self._unsent.append((link, frames, wire.pack("segment", meta, segment), now, (g, self._segments[g])))
         self._filling_since[g] = now  # the next segment begins with this reply's actions (or when leave comes)
-        self._pending_segment = (frames, wire.pack("segment", meta, segment), time.perf_counter(), (g, self._segments[g]))
         self._segments[g] += 1
         self._push(0)
 
     def _push(self, timeout_ms: int) -> None:
-        frames, msg, since, key = self._pending_segment
-        if self.samples.try_send(msg, timeout_ms, key=key):  # with the leave reserved when it began
+        while self._unsent:
+            link, frames, msg, since, key = self._unsent[0]
+            if not link.samples.try_send(msg, timeout_ms, key=key):  # with the leave reserved when it began
+                return
             self.frames_sent += frames
             self.trace.record("segment", frames=frames, send_wait=time.perf_counter() - since)
-            self._pending_segment = None
+            self._unsent.pop(0)
 
     def finish(self):
-        if self._pending_segment is not None:  # never taken before the stop
-            self.frames_discarded += self._pending_segment[0]
-            self._pending_segment = None
+        self.frames_discarded += sum(frames for _, frames, *_ in self._unsent)  # never taken before the stop
+        self._unsent = []
 
     @property
     def env_frames(self) -> int:
-        return sum(group.valid_steps for group in self.groups) * self.frames_per_step
+        return sum(group.valid_steps for link in self.links for group in link.groups) * self.frames_per_step
 
     def queue_depths(self):
-        return {"unsent_segments": int(self._pending_segment is not None)}
+        return {"unsent_segments": len(self._unsent)}
 
     def stats(self) -> dict:
         returns, self._returns = self._returns, []
-        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent,
-                "frames_discarded": self.frames_discarded, "episodes": self.episodes, "returns": returns}
+        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent, "frames_discarded": self.frames_discarded,
+                "episodes": self.episodes, ("policy_returns" if self.team_rows else "returns"): returns}

@@ -52,6 +52,9 @@ class ControllerHandler(Handler):
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         self.returns = collections.deque(maxlen=exp.stop.return_window)  # this attempt's: a resumed run refills it
         self.ended: list[tuple[float, int]] = []  # (return, length) of the episodes since the last progress line
+        self.policies = list(exp.policies)  # several: their returns are kept apart (an agent's, by its policy)
+        self.policy_returns = [collections.deque(maxlen=exp.stop.return_window) for _ in self.policies]
+        self.policy_ended: list[list[float]] = [[] for _ in self.policies]
         self.evaluations: list[dict] = []  # evaluation rounds, in the order they came
         self.board: Board | None = None
         self.lag_sum = self.lag_count = 0
@@ -189,6 +192,10 @@ class ControllerHandler(Handler):
                     self.returns.append(ret)
                     self.ended.append((ret, length))
                     self.episodes += 1
+                for p, ret, length in msg.meta.pop("policy_returns", []):
+                    self.policy_returns[int(p)].append(ret)
+                    self.policy_ended[int(p)].append(ret)
+                    self.episodes += 1
                 self._evaluated(worker, msg.meta.pop("eval_episodes", []))
                 self.lag_sum += msg.meta.pop("lag_sum", 0)
                 self.lag_count += msg.meta.pop("lag_count", 0)
@@ -259,6 +266,7 @@ class ControllerHandler(Handler):
                    "episodes": self.episodes, "mean_return": self._mean_return(),
                    "policy_version": self._version(), **accounting,
                    "failed_workers": self.failed, "restarts": self.restarts, **self._evaluation_summary(),
+                   **self._policies_summary(),
                    "counters": {**self._counters(), **self._refused_or_dropped()}}
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
@@ -310,6 +318,9 @@ class ControllerHandler(Handler):
         self.lag_sum = self.lag_count = 0
         version = self._version()
         ret = f"{mean_return:7.1f}" if mean_return is not None else "      -"
+        if self.policies:  # each policy's own
+            ret = " ".join(f"{name} " + (f"{sum(r) / len(r):.1f}" if r else "-")
+                           for name, r in zip(self.policies, self.policy_returns))
         evaluated = self.evaluations[-1]["mean_return"] if self.evaluations else None
         shown = "" if not self.exp.workers.eval.count else \
             " | eval " + (f"{evaluated:7.1f}" if evaluated is not None else "      -")
@@ -322,6 +333,7 @@ class ControllerHandler(Handler):
                                "" if evaluated is None else round(evaluated, 3)])
         self._metrics_file.flush()
         ended, self.ended = self.ended, []
+        per_policy = self._policy_scalars()
         if self.board is not None:
             self.board.write(frames, {
                 "episode/return_mean": mean_return,  # over the last stop.return_window episodes (the stop rule's)
@@ -329,12 +341,35 @@ class ControllerHandler(Handler):
                 "episode/count": self.episodes, "throughput/sample_fps": sample_fps, "throughput/train_fps": train_fps,
                 "policy/version": version, "policy/lag": lag, "frames/dropped": self._sum("frames_dropped"),
                 "frames/malformed_dropped": self._malformed(), "replay/ratio": self._replay_ratio(),
+                **per_policy,
                 **{f"train/{k}": v for k, v in self._losses().items()},
                 **{f"queue/{k}": v for k, v in self._queue_depths().items()}})
         self.trace.record("progress", env_frames=frames, frames_consumed=consumed, sample_fps=sample_fps,
                           train_fps=train_fps, episodes=self.episodes,
                           mean_return=float("nan") if mean_return is None else mean_return,
                           policy_version=version, policy_lag=lag, events_received=self.control.received)
+
+    def _policy_version(self, policy: str) -> int:
+        return max((self.latest.get(t.name, {}).get("version", 0) for t in self.graph.trainers(policy)), default=0)
+
+    def _policy_scalars(self) -> dict:
+        """Several policies: each one's returns (since the last line, and of its last return_window episodes)
+        and trained version, under its name."""
+        out = {}
+        for name, window, ended in zip(self.policies, self.policy_returns, self.policy_ended):
+            out.update({f"{name}/return_mean": _mean(list(window)), f"{name}/return": _mean(ended),
+                        f"{name}/version": self._policy_version(name)})
+            ended.clear()
+        return out
+
+    def _policies_summary(self) -> dict:
+        """summary.json's "policies" (several policies): each one's mean return of its last return_window
+        episodes, trained version and checkpoint."""
+        if not self.policies:
+            return {}
+        return {"policies": {name: {"mean_return": _mean(list(window)), "version": self._policy_version(name),
+                                    "checkpoint": str(self.run_dir.checkpoint_of(name))}
+                             for name, window in zip(self.policies, self.policy_returns)}}
 
     def _evaluation_summary(self) -> dict:
         """summary.json's "evaluation": the latest and the best round, every episode of each (runs with eval workers)."""
@@ -345,10 +380,15 @@ class ControllerHandler(Handler):
                                "best": best}}
 
     def _losses(self) -> dict[str, float]:
-        """Each loss averaged over the trainers that report it (data-parallel trainers report alike)."""
-        reports = [m["losses"] for m in self.latest.values() if m.get("losses")]
-        names = sorted({k for r in reports for k in r})
-        return {k: _mean([r[k] for r in reports if k in r]) for k in names}
+        """Each loss averaged over the trainers that report it (data-parallel trainers report alike); with
+        several policies, each policy's under its name ("predator/policy_loss")."""
+        out = {}
+        for policy in self.graph.policies():
+            reports = [self.latest[t.name]["losses"] for t in self.graph.trainers(policy)
+                       if self.latest.get(t.name, {}).get("losses")]
+            prefix = f"{policy}/" if policy else ""
+            out.update({prefix + k: _mean([r[k] for r in reports if k in r]) for k in sorted({k for r in reports for k in r})})
+        return out
 
     def _queue_depths(self) -> dict[str, int]:
         """Items waiting in each kind of queue, summed over the workers that have one."""

@@ -43,7 +43,7 @@ class EvalHandler(Handler):
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
         if worker.attempt > 1:
-            self.engine.resume(worker.run_dir)
+            self.engine.resume(worker.run_dir.checkpoint)
         self.envs = make_env_group(exp.env, n, first_seed(self.seed, n))
         self.rows = self.envs.num_envs  # an episode per env; a multi-agent env's: one per agent
         self.explore = {k: np.full(self.rows, v, np.float32) for k, v in explore.items()}

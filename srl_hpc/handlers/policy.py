@@ -17,7 +17,7 @@ from srl_hpc.algorithms import reply_fields, spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
-from srl_hpc.services.parameters import InlineSubscriber, ParameterSubscriber
+from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.inference import InferenceServer
 
@@ -50,12 +50,12 @@ class InferenceEngine:
         if newest is not None and newest.meta["version"] > self.version:
             self.load(newest, trace, t0)
 
-    def resume(self, run_dir) -> None:
+    def resume(self, checkpoint) -> None:
         """A resumed run (attempt > 1) acts with its checkpoint's weights from the first request: the seed's
         initial weights (version 0) would act at random until the trainer's first publication, and an
         evaluation round would score them as the run's newest policy."""
-        if run_dir.checkpoint.exists():
-            state = torch.load(run_dir.checkpoint, map_location="cpu")
+        if checkpoint.exists():
+            state = torch.load(checkpoint, map_location="cpu")
             self.model.load_state_dict(state["model"])
             self.version = state["version"]
 
@@ -80,11 +80,12 @@ class PolicyHandler(Handler):
         self.explore_keys = tuple(algorithm.explore(exp.algorithm, 0, 1))
         index = self.graph.worker(self.name).index
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.obs_space, action_space = spaces(exp.env)
-        self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space), algorithm.load().act, device,
+        self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
+        self.obs_space, action_space = spaces(exp.env, exp.policies, self.policy)
+        self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space, self.policy), algorithm.load().act, device,
                                       worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         if worker.attempt > 1:
-            self.engine.resume(worker.run_dir)
+            self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
         self.max_batch = cfg.max_batch
         self.stream = self.graph.served_by("inference", self.name)
         self.active = self.stream is not None and self.stream.transport != "inline"
@@ -102,13 +103,14 @@ class PolicyHandler(Handler):
 
     def connect(self, table):
         (stream,) = [s for s in self.graph.servers_for("parameters", self.name)]
+        tag = self.policy or LATEST  # its policy's weights
         if "relay" in self.worker.handlers:  # the relay beside us passes the weights on: read what it has
-            self.parameters = InlineSubscriber(self.worker.handlers["relay"].publisher)
+            self.parameters = InlineSubscriber(self.worker.handlers["relay"].publisher, tag)
         elif stream.transport == "inline":  # the trainer hosted beside us publishes
-            self.parameters = InlineSubscriber(self.worker.handlers["trainer"].publisher)
+            self.parameters = InlineSubscriber(self.worker.handlers["trainer"].publisher, tag)
         else:
             address = endpoints.address(table, stream.server, "parameters")
-            self.parameters = ParameterSubscriber.connect(self.worker.ctx, address)
+            self.parameters = ParameterSubscriber.connect(self.worker.ctx, address, tag)
 
     def poll(self, timeout_ms):
         """Dynamic batching: answer every pending request (up to max_batch observations) with one forward pass."""

@@ -33,7 +33,7 @@ from srl_hpc.handlers import Handler
 from srl_hpc.handlers.actor import segment_fields, segment_frames, segment_layout
 from srl_hpc.handlers.buffer import replay_layout
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
-from srl_hpc.services.parameters import ParameterPublisher
+from srl_hpc.services.parameters import LATEST, ParameterPublisher
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
@@ -169,10 +169,12 @@ class TrainerHandler(Handler):
         exp, cfg = self.exp, self.exp.workers.trainer
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
-        self.index = self.graph.worker(self.name).index
+        self.policy = self.graph.worker(self.name).policy  # with several policies, the one it trains
+        self.peers = [w.name for w in self.graph.trainers(self.policy)]  # data-parallel with these, by rank
+        self.rank = self.peers.index(self.name)
         self.device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.obs_space, self.action_space = spaces(exp.env)
-        self.model = build_model(exp, self.obs_space, self.action_space).to(self.device)
+        self.obs_space, self.action_space = spaces(exp.env, exp.policies, self.policy)
+        self.model = build_model(exp, self.obs_space, self.action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
         self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
                                           total_frames=exp.stop.env_frames)
@@ -180,8 +182,10 @@ class TrainerHandler(Handler):
         if cfg.batch_segments % agents:
             raise ValueError(f"workers.trainer.batch_segments ({cfg.batch_segments}) must be a multiple of the env's "
                              f"{agents} agents: {exp.algorithm.name}'s value reads whole envs")
-        self.leader = self.index == 0  # publishes weights and writes checkpoints
-        self.distributed = cfg.count > 1
+        self.leader = self.rank == 0  # publishes weights (under the policy's tag) and writes checkpoints
+        self.tags = (self.policy or LATEST,)
+        self.checkpoint = worker.run_dir.checkpoint_of(self.policy)
+        self.distributed = len(self.peers) > 1
         self._held_batch = None  # distributed: a batch waiting for the others to have one too
         self._all_ready = False
         self.version = 0
@@ -204,7 +208,7 @@ class TrainerHandler(Handler):
     def _resume(self):
         """A resumed run (attempt > 1) continues from the checkpoint: weights, optimizer state, version and
         counters; every trainer reads the same file, so data-parallel trainers start identical."""
-        path = self.worker.run_dir.checkpoint
+        path = self.checkpoint
         if not path.exists():  # requeued before the first checkpoint: nothing to resume
             print(f"[{self.name}] attempt {self.worker.attempt}, but no checkpoint yet: training from scratch",
                   flush=True)
@@ -255,19 +259,19 @@ class TrainerHandler(Handler):
                          for s in self.graph.servers_for("priorities", self.name)}
         if not self.distributed:
             return
-        leader = self.graph.hosts("trainer")[0].name
+        leader = self.peers[0]
         store = self._store if self.leader else dist.TCPStore(table[leader]["host"], table[leader]["ports"][endpoints.DDP],
                                                               None, False, timeout=DDP_TIMEOUT)
         backend = self._ddp_backend(store)
-        dist.init_process_group(backend, store=store, rank=self.index, world_size=self.cfg.count, timeout=DDP_TIMEOUT)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=len(self.peers), timeout=DDP_TIMEOUT)
         # the algorithm trains through the DDP wrapper: gradients are averaged across trainers in backward()
         self.algorithm.model = DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda" else None)
 
     def _ddp_backend(self, store) -> str:
         if self.device.type != "cuda":
             return "gloo"
-        store.set(f"gpu/{self.index}", f"{socket.gethostname()}/{torch.cuda.get_device_properties(self.device).uuid}")
-        gpus = [store.get(f"gpu/{i}").decode() for i in range(self.cfg.count)]
+        store.set(f"gpu/{self.rank}", f"{socket.gethostname()}/{torch.cuda.get_device_properties(self.device).uuid}")
+        gpus = [store.get(f"gpu/{i}").decode() for i in range(len(self.peers))]
         backend = ddp_backend(gpus)
         if backend == "gloo":
             print(f"[{self.name}] trainers share a GPU ({', '.join(gpus)}): NCCL cannot run two ranks on one "
@@ -277,7 +281,7 @@ class TrainerHandler(Handler):
     def start(self):
         self._ready_since = time.perf_counter()
         if self.leader:
-            self.publisher.publish(self.version, state_arrays(self.model))
+            self.publisher.publish(self.version, state_arrays(self.model), self.tags)
         if self.cfg.prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="prefetch", daemon=True)
             self._thread.start()
@@ -374,7 +378,7 @@ class TrainerHandler(Handler):
         self.transitions_trained += batch.get("transitions", 0)
         self.version += 1
         if self.leader:
-            self.publisher.publish(self.version, state_arrays(self.model))
+            self.publisher.publish(self.version, state_arrays(self.model), self.tags)
         t3 = time.perf_counter()
         self.train_seconds += t3 - t1
         self._ready_since = t3
@@ -422,7 +426,7 @@ class TrainerHandler(Handler):
             dist.destroy_process_group()
 
     def save_checkpoint(self):
-        path = self.worker.run_dir.checkpoint
+        path = self.checkpoint
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         torch.save({"version": self.version, "frames_consumed": self.frames_consumed,

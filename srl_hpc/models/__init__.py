@@ -171,9 +171,9 @@ class QHead(nn.Module):
         return self.value(x) + a - a.mean(-1, keepdim=True)
 
 
-def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> nn.Module:
-    """The experiment's model under its algorithm's head. The same seed gives the same initial weights in
-    the trainer and in every policy handler."""
+def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, policy: str = "") -> nn.Module:
+    """The experiment's model (of `policy`, with several) under its algorithm's head. The same seed gives the
+    same initial weights in the trainer and in every policy handler."""
 
     if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise ValueError(f"only discrete action spaces are supported, the env has {action_space}")
@@ -186,7 +186,7 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space) 
         return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp" else NatureCNN(tuple(obs_space.shape))
 
     if head == "central_critic":
-        agents = agent_count(exp.env)
+        agents = agent_count(exp.env, exp.policies, policy)
         if agents < 2:
             raise ValueError(f"{exp.algorithm.name} needs a multi-agent env: env.id {exp.env.id!r} has one agent "
                              "(algorithm.name: ppo trains it)")

@@ -23,7 +23,8 @@ def report_interval(n_workers: int) -> float:
     MAX_REPORTS_PER_S workers, so that the controller's load stays bounded as the run grows."""
     return max(1.0, n_workers / MAX_REPORTS_PER_S)
 WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]; the others are reports
-EPISODE_FIELDS = {"returns": 2, "eval_episodes": 3}  # lists of episodes: (return, length), (version, return, length)
+# lists of episodes: (return, length), with several policies (policy index, return, length), (version, return, length)
+EPISODE_FIELDS = {"returns": 2, "policy_returns": 3, "eval_episodes": 3}
 
 
 def is_event(kind: str, meta: dict, workers) -> bool:

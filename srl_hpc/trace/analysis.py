@@ -335,10 +335,13 @@ def policy_lag(run: RunTrace) -> dict:
     return out
 
 
-def returns_over_time(run: RunTrace, bins: int = 10) -> dict:
-    """Episode returns of all actors: first and last window means, and the mean per time bin."""
+def returns_over_time(run: RunTrace, bins: int = 10, policy: int | None = None) -> dict:
+    """Episode returns of all actors (with several policies, of run.policies[policy]'s agents): first and last
+    window means, and the mean per time bin."""
     t0 = run.t0
     tables = [w.table("episode") for w in run.hosting("actor") if "episode_return" in w.table("episode")]
+    if policy is not None:
+        tables = [{k: v[tab["policy"] == policy] for k, v in tab.items()} for tab in tables]
     if not tables:
         return {"episodes": 0}
     t = np.concatenate([tab["t"] for tab in tables]) - t0
@@ -404,7 +407,7 @@ def summarize(run: RunTrace) -> dict:
         "traced_seconds": max(ends) if ends else 0.0,
         "attempts": max((w.attempts for w in run.workers), default=1),  # a resumed run's spans hold the gaps
         "restarts": {w.name: w.restarts for w in run.workers if w.restarts},  # replaced workers, read as one each
-        "workers": [{"name": w.name, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
+        "workers": [{"name": w.name, "policy": w.policy, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
                      "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}
                     for w in run.workers],
         "problems": [{"file": p.path.name, "reason": p.reason} for p in run.problems],
@@ -416,6 +419,7 @@ def summarize(run: RunTrace) -> dict:
         "batch_size": batch_sizes(run),
         "policy_lag": lag,
         "returns": returns_over_time(run),
+        "returns_by_policy": {name: returns_over_time(run, policy=i) for i, name in enumerate(run.policies)},
         "evaluation": evaluation(run),
         "verdict": {"stage": found.stage, "evidence": found.evidence},
     }

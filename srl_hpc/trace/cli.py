@@ -86,9 +86,11 @@ def format_summary(s: dict) -> str:
                      f"{t['per_second']:>12,.0f} {t['unit']}/s{per}")
 
     lines += ["", "where each worker's time goes (share of its traced span)"]
+    policies = {w["name"]: f" ({w['policy']})" for w in s["workers"] if w["policy"]}
+    width = max((len(n + policies.get(n, "")) for n in s["time_shares"]["by_worker"]), default=0) + 1
     for name, shares in s["time_shares"]["by_worker"].items():
         if shares:
-            lines.append(f"  {name:<11}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}"
+            lines.append(f"  {name + policies.get(name, ''):<{max(width, 11)}}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}"
                                                      for k, v in shares.items()))
     if s["trainer_busy_fraction"] is not None:
         lines.append(f"  trainer busy fraction (computing + publishing): {_pct(s['trainer_busy_fraction'])}")
@@ -107,13 +109,13 @@ def format_summary(s: dict) -> str:
         lines += ["", f"policy lag at the trainer (versions): {_stats(lag)}; "
                       f"{lag['dropped']:,} of {lag['segments']:,} segments dropped as too stale",
                   "  " + _hist(lag["histogram"])]
-    r = s["returns"]
-    if r["episodes"]:
-        n = min(analysis.RETURN_WINDOW, r["episodes"])
-        lines += ["", f"episode return: {r['episodes']:,} episodes; mean of the first {n} {r['first']:.1f}, "
-                      f"of the last {n} {r['last']:.1f}",
-                  "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
-                                    for b in r["over_time"] if b["mean_return"] is not None)]
+    for name, r in s["returns_by_policy"].items() or [("", s["returns"])]:
+        if r["episodes"]:
+            n = min(analysis.RETURN_WINDOW, r["episodes"])
+            lines += ["", f"episode return{' of policy ' + name if name else ''}: {r['episodes']:,} episodes; mean of "
+                          f"the first {n} {r['first']:.1f}, of the last {n} {r['last']:.1f}",
+                      "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
+                                        for b in r["over_time"] if b["mean_return"] is not None)]
     e = s["evaluation"]
     if e["rounds"]:
         shown = e["all"][::max(1, len(e["all"]) // 10)][:10]  # about ten rounds across the run

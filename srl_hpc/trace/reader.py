@@ -50,6 +50,7 @@ class WorkerTrace:
     tables: dict[str, Table]
     notes: list[str] = field(default_factory=list)  # data read but adjusted or incomplete
     handlers: tuple[str, ...] = ()  # the task handlers the run's graph put in this worker
+    policy: str = ""  # with several policies: the one this trainer trains or policy worker serves
     attempts: int = 1  # a resumed run: its attempts' files read as one trace
     restarts: int = 0  # a restarted worker: its replacements' files, read as the same trace
 
@@ -68,6 +69,7 @@ class RunTrace:
     workers: list[WorkerTrace]
     problems: list[Problem]
     meta: dict  # experiment name and the controller's summary.json, where present
+    policies: list[str] = field(default_factory=list)  # several policies: their names (actors' episodes say which)
 
     def hosting(self, handler: str) -> list[WorkerTrace]:
         """The workers that host a task handler (an IMPALA actor hosts "actor" and "policy")."""
@@ -102,12 +104,14 @@ def read_run(run_dir: str | Path) -> RunTrace:
     if not workers:
         raise TraceError(f"{run_dir}: none of the {len(files)} trace files could be read:\n"
                          + "\n".join(f"  {p}" for p in problems))
-    order = _graph_handlers(run_dir)
+    nodes = _graph_nodes(run_dir)
     for w in workers:
-        w.handlers = order.get(w.name, (w.kind,))
-    names = list(order)
+        node = nodes.get(w.name)
+        w.handlers, w.policy = (node.handlers, node.policy) if node else ((w.kind,), "")
+    names = list(nodes)
     workers.sort(key=lambda w: (names.index(w.name) if w.name in names else len(names), w.name))
-    return RunTrace(run_dir, workers, problems, _run_meta(run_dir))
+    policies = list(dict.fromkeys(n.policy for n in nodes.values() if n.policy))
+    return RunTrace(run_dir, workers, problems, _run_meta(run_dir), policies)
 
 
 def _attempt_of(path: Path) -> tuple[int, int, str]:
@@ -202,11 +206,11 @@ def _run_meta(run_dir: Path) -> dict:
     return meta
 
 
-def _graph_handlers(run_dir: Path) -> dict[str, tuple[str, ...]]:
-    """worker -> its handlers, in task order, from the run's own graph (empty if experiment.yaml is unusable:
-    then a worker is assumed to host the handler its name says)."""
+def _graph_nodes(run_dir: Path) -> dict[str, graph.WorkerNode]:
+    """worker -> its node (handlers, policy), in task order, from the run's own graph (empty if experiment.yaml
+    is unusable: then a worker is assumed to host the handler its name says)."""
     try:
-        return {w.name: w.handlers for w in graph.build(config.load(run_dir / "experiment.yaml")).workers}
+        return {w.name: w for w in graph.build(config.load(run_dir / "experiment.yaml")).workers}
     except (config.ConfigError, OSError):
         return {}
 
