@@ -148,20 +148,27 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
         assert counters["parameter_bytes_sent"] <= 2 * counters["relayed_bytes_sent"] * counters["parameter_versions_sent"]
 
 
-@pytest.mark.parametrize("placement", ["srl", "impala"])
-def test_a_recurrent_policy_trains_is_evaluated_and_watched_in_every_placement(tmp_path, placement):
-    """GRU PPO on CartPole without velocities: the state travels through shared memory (srl) or stays in the
-    actor (impala); the evaluation worker and `enjoy` keep their own."""
+@pytest.mark.parametrize("placement, algorithm", [("srl", "ppo"), ("impala", "dqn")])
+def test_a_recurrent_policy_trains_is_evaluated_and_watched(tmp_path, placement, algorithm):
+    """On CartPole without velocities: GRU PPO, the state through shared memory (srl), and recurrent DQN, the
+    state kept in the actor (impala) and its sequences replayed after a burn-in; the evaluation worker and
+    `enjoy` keep their own."""
     run_dir = tmp_path / "run"
-    more = ["workers.eval.count=1", "workers.eval.interval=1", "workers.eval.episodes=2"]
-    if placement == "impala":
-        more = ["workers.placement=impala", "workers.policy.count=0"]
-    summary = launch(write_experiment(tmp_path, env_id="srl_hpc/CartPoleNoVelocity-v1"), run_dir, "model.rnn=gru",
-                     "model.rnn_size=16", *more)
+    more = ["model.rnn_size=16", "workers.eval.count=1", "workers.eval.interval=1", "workers.eval.episodes=2"]
+    if algorithm == "ppo":
+        experiment = write_experiment(tmp_path, env_id="srl_hpc/CartPoleNoVelocity-v1")
+        more.append("model.rnn=gru")
+    else:
+        experiment = ROOT / "experiments" / "cartpole_novelocity_gru_dqn.yaml"
+        more += ["workers.placement=impala", "workers.policy.count=0", "stop.wall_time=8", "stop.target_return=null",
+                 "algorithm.learning_starts=64", "monitor.status_interval=1"]
+    summary = launch(experiment, run_dir, *more)
     with h5py.File(run_dir / "traces" / ("policy-0.h5" if placement == "srl" else "actor-0.h5")) as f:
         assert f["inference"]["version"][-1] > 0  # served with trained weights
-    if placement == "srl":
-        assert summary["counters"]["eval_rounds"] >= 1
+    assert summary["counters"]["eval_rounds"] >= 1
+    if algorithm == "dqn":  # items are an env's 16-step segments: the frames consumed are their valid steps
+        stored = summary["counters"]["transitions_stored"]
+        assert summary["counters"]["transitions_trained"] > 0 and 0.8 * 16 * stored <= summary["frames_consumed"] <= 16 * stored
     assert all(8 <= n <= 500 for n in watch(run_dir, tmp_path / "watched.mp4", (600, 400)))
 
 

@@ -8,7 +8,10 @@ import zmq
 from conftest import ROOT
 from srl_hpc import config
 from srl_hpc.algorithms import HIDDEN, SPECS, reply_fields
+from srl_hpc.algorithms.dqn import DQN
 from srl_hpc.algorithms.ppo import PPO
+from srl_hpc.algorithms.replay import nstep_transitions
+from srl_hpc.handlers.buffer import sequences
 from srl_hpc.envs.backends import make_env_group, spaces
 from srl_hpc.handlers.actor import RingGroup, segment_fields
 from srl_hpc.handlers.policy import InferenceEngine
@@ -17,20 +20,21 @@ from srl_hpc.streams import unix
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient
 
 EXPERIMENT = ROOT / "experiments" / "cartpole_novelocity_gru_ppo.yaml"
+DQN_EXPERIMENT = ROOT / "experiments" / "cartpole_novelocity_gru_dqn.yaml"
 
 
 def experiment(rnn: str):
     return config.with_overrides(config.load(EXPERIMENT), [f"model.rnn={rnn}"])
 
 
-def play(exp, engine, envs: int, segment_length: int, steps: int) -> list[dict]:
+def play(exp, engine, envs: int, segment_length: int, steps: int, explore=None) -> list[dict]:
     """An actor's ring group driven by a policy engine, as a policy worker would answer it; its segments."""
-    state_size = exp.model.state_size
-    group = RingGroup(make_env_group(exp.env, envs, seed=3), segment_length, 3, segment_fields(SPECS["ppo"], state_size),
-                      dict(SPECS["ppo"].reply), state_size)
+    state_size, algorithm = exp.model.state_size, SPECS[exp.algorithm.name]
+    group = RingGroup(make_env_group(exp.env, envs, seed=3), segment_length, 3, segment_fields(algorithm, state_size),
+                      dict(algorithm.reply), state_size)
     segments, obs = [], group.request_obs()
     for _ in range(steps):
-        reply = engine.infer(obs, {}, group.hidden)
+        reply = engine.infer(obs, explore or {}, group.hidden)
         obs, segment = group.advance(reply, engine.version)
         if segment is not None:
             segments.append(segment)
@@ -59,6 +63,40 @@ def test_unrolling_a_segment_replays_the_states_its_actions_were_chosen_with(rnn
         assert not torch.allclose(carried[valid], values[valid], atol=1e-3)
 
 
+@pytest.mark.parametrize("burn_in", [True, False])
+def test_recurrent_dqn_replays_sequences_from_the_states_actors_acted_with(burn_in):
+    """Sequences as a buffer makes them: the burn-in (the segment before, unrolled from its stored state)
+    ends in exactly the state the actors stored at the trained segment's start, through episode ends; the
+    n-step targets' parts are those of the feed-forward path's transitions; an update trains."""
+    exp = config.with_overrides(config.load(DQN_EXPERIMENT), [f"algorithm.burn_in={str(burn_in).lower()}"])
+    model = build_model(exp, *spaces(exp.env))
+    engine = InferenceEngine(model, DQN.act, torch.device("cpu"), seed=0)
+    epsilon = {"epsilon": np.full(4, 0.5, np.float32)}
+    segments = play(exp, engine, envs=4, segment_length=16, steps=4 * 16 + 4, explore=epsilon)
+    dqn = DQN(model, exp.algorithm, torch.device("cpu"))
+    n, T = exp.algorithm.n_step, 16
+    for previous, last, following in [(None, segments[0], segments[1]), (segments[1], segments[2], segments[3])]:
+        items = sequences(previous, last, following, n, burn_in)
+        assert items["obs"].shape[:2] == (4, (2 * T if burn_in else T) + n)
+        batch = dqn.prepare({**items, "weights": np.ones(4, np.float32)})
+        if burn_in:
+            with torch.no_grad():
+                _, state = model(batch["obs"][:, :T], batch[HIDDEN], batch["resets"][:, :T])
+            assert batch["resets"][:, T].all() == (previous is None)  # before a stream's first segment: zeroed
+            expected = torch.from_numpy(last[HIDDEN]) * ~batch["resets"][:, T:T + 1]
+            assert torch.allclose(state * ~batch["resets"][:, T:T + 1], expected, atol=1e-5)
+        transitions = nstep_transitions({k: np.concatenate([last[k], following[k][:, :n]], 1) for k in last}, n,
+                                        exp.algorithm.gamma)
+        valid = batch["valid"].numpy()
+        assert valid.sum() == last["valid"].sum() == len(transitions["returns"])
+        assert np.allclose(batch["returns"].numpy()[valid], transitions["returns"])
+        assert np.allclose(batch["discounts"].numpy()[valid], transitions["discounts"])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stats, feedback = dqn.update(batch, frames_done=0)
+    assert all(np.isfinite(v) for v in stats.values()) and feedback["priorities"].shape == (4,)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_a_recurrent_ppo_update_trains_on_valid_steps_only():
     exp = experiment("gru")
     model = build_model(exp, *spaces(exp.env))
@@ -83,9 +121,10 @@ def test_a_recurrent_ppo_update_trains_on_valid_steps_only():
     assert first == pytest.approx(second)
 
 
-def test_only_ppo_trains_recurrent_models_and_the_user_is_told_where():
-    with pytest.raises(config.ConfigError, match=r"model\.rnn.*dqn does not train recurrent models"):
-        config.loads("model: {rnn: gru}\nalgorithm: {name: dqn}\nworkers: {buffer: {count: 1}}\n")
+def test_ppo_and_dqn_train_recurrent_models_and_others_are_told_where():
+    with pytest.raises(config.ConfigError, match=r"model\.rnn.*vdn does not train recurrent models"):
+        config.loads("model: {rnn: gru}\nalgorithm: {name: vdn}\nworkers: {buffer: {count: 1}}\nstop: {wall_time: 1}\n")
+    config.loads("model: {rnn: gru}\nalgorithm: {name: dqn}\nworkers: {buffer: {count: 1}}\nstop: {wall_time: 1}\n")
     with pytest.raises(config.ConfigError, match=r"model\.separate_critic"):
         config.loads("model: {rnn: lstm, separate_critic: true}\n")
     assert config.loads("model: {rnn: lstm, rnn_size: 32}\nstop: {wall_time: 1}\n").model.state_size == 64

@@ -163,28 +163,39 @@ def nstep_transitions(seq: dict[str, np.ndarray], n: int, gamma: float) -> dict[
     have not arrived yet, so they emit nothing: the caller keeps them and prepends them to the next
     sequence, and every step then becomes a transition exactly once. Rows are flattened in (env, t) order.
     """
+    count = max(np.shape(seq["dones"])[1] - n, 0)
+    returns, steps, discounts = nstep_returns(seq, n, gamma, 0, count)
+    valid = np.asarray(seq["valid"], bool)[:, :count]
+    obs = np.asarray(seq["obs"])
+    env = np.arange(len(obs))[:, None]
+    return {
+        "obs": obs[:, :count][valid],
+        "actions": np.asarray(seq["actions"])[:, :count][valid],
+        "returns": returns[valid],
+        "next_obs": obs[env, np.arange(count)[None, :] + steps][valid],
+        "discounts": discounts[valid],
+    }
+
+
+def nstep_returns(seq: dict[str, np.ndarray], n: int, gamma: float, start: int, count: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the steps start .. start+count-1 of (E, L) sequences (L >= start + count + n): the n-step return of
+    each, the number of steps m it sums (n, or fewer up to and including the first episode end) and its
+    bootstrap discount (gamma ** m, or 0 when the episode terminated at step t + m - 1): the target is
+    return + discount * value(step t + m). Each (E, count)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     rewards = np.asarray(seq["rewards"], np.float64)
     dones = np.asarray(seq["dones"], bool)
-    num_envs, length = dones.shape
-    count = max(length - n, 0)
+    num_envs = len(dones)
     returns = np.zeros((num_envs, count))
     steps = np.zeros((num_envs, count), np.int64)
     running = np.ones((num_envs, count), bool)  # no episode end yet in [t, t + j)
     for j in range(n):
-        returns += running * gamma ** j * rewards[:, j:j + count]
+        window = slice(start + j, start + j + count)
+        returns += running * gamma ** j * rewards[:, window]
         steps += running
-        running &= ~dones[:, j:j + count]
-    env = np.arange(num_envs)[:, None]
-    t = np.arange(count)[None, :]
-    terminated = np.asarray(seq["terminated"], bool)[env, t + steps - 1]
-    valid = np.asarray(seq["valid"], bool)[:, :count]
-    obs = np.asarray(seq["obs"])
-    return {
-        "obs": obs[:, :count][valid],
-        "actions": np.asarray(seq["actions"])[:, :count][valid],
-        "returns": returns[valid].astype(np.float32),
-        "next_obs": obs[env, t + steps][valid],
-        "discounts": np.where(terminated, 0.0, gamma ** steps)[valid].astype(np.float32),
-    }
+        running &= ~dones[:, window]
+    last = start + np.arange(count)[None, :] + steps - 1
+    terminated = np.asarray(seq["terminated"], bool)[np.arange(num_envs)[:, None], last]
+    return returns.astype(np.float32), steps, np.where(terminated, 0.0, gamma ** steps).astype(np.float32)

@@ -139,6 +139,10 @@ class DQNConfig:
     epsilon: float = 0.4  # Ape-X: actor i of N explores with epsilon ** (1 + epsilon_alpha * i / (N - 1))
     epsilon_alpha: float = 7.0
     max_replay_ratio: float = 8.0  # transitions trained per transition stored; buffers wait above it
+    # with a recurrent model (model.rnn), where replay items are sequences (an env's segment, so batch_size,
+    # replay_capacity and learning_starts count sequences): unroll the segment before each one first, from the
+    # state the actors stored, without gradients, so training starts from the current network's state
+    burn_in: bool = True
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_unit(self, ("gamma", "epsilon", "priority_alpha", "priority_beta"))
@@ -513,7 +517,7 @@ class Experiment:
             problems.append(("model.separate_critic", f"{alg.name}'s model has no shared torso to separate a critic from "
                                                       f"(its head is {spec(alg).head})"))
         if self.model.rnn != "none" and not spec(alg).recurrent:
-            problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo does)"))
+            problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo and dqn do)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         problems += self._check_policies()

@@ -10,9 +10,16 @@ A buffer worker that dies is replaced (srl_hpc.supervisor) with an empty replay:
 carry the incarnation that sampled them, so priorities meant for the lost replay are not applied to
 the new one's items.
 
-Frame accounting: every frame received is stored (as a transition) or dropped at stop (the last n
-steps of each sequence, which never got their n-step future), and counted either way.
-Never imports torch.
+With a recurrent model the items are sequences instead (recurrent DQN, R2D2-style): one env's segment
+with the recurrent state the actor stored at its start, followed by the first n steps of the next segment
+(its last steps' n-step future) and, with `algorithm.burn_in`, preceded by the segment before it (whose
+stored state the trainer unrolls from, without gradients). A segment is stored once the next one arrives;
+the first of a stream gets an all-invalid burn-in, after which the unroll zeroes the state, as the actor's
+was zero then.
+
+Frame accounting: every frame received is stored (as a transition, or a step of a sequence's segment) or
+dropped at stop (the last n steps of each stream, or its last segment, which never got their n-step
+future), and counted either way. Never imports torch.
 """
 from __future__ import annotations
 
@@ -23,21 +30,29 @@ import zmq
 
 from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import HIDDEN, spec
 from srl_hpc.envs.backends import agent_count, spaces
-from srl_hpc.handlers.actor import segment_frames, segment_layout
+from srl_hpc.handlers.actor import STEP_DTYPES, segment_frames, segment_layout
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
+REPLAYED_STEPS = ("obs", "actions", "rewards", "dones", "terminated", "valid")  # each step of a recurrent sequence
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
 
 
-def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str], team: int = 0) -> Layout:
+def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str], team: int = 0,
+                  sequence: tuple[int, int] | None = None) -> Layout:
     """A sampled batch as a trainer accepts it (observations of the env's dtype, n-step fields, weights, indices);
-    with `team` agents, each item an env's agents together."""
+    with `team` agents, each item an env's agents together; with `sequence` (length, state size), sequences."""
+    if sequence is not None:
+        length, state_size = sequence
+        steps = {k: (STEP_DTYPES[k], (BATCH, length)) for k in REPLAYED_STEPS[1:]}
+        return Layout("replay", {"obs": (None, (BATCH, length, *obs_shape)), **steps, HIDDEN: ("<f4", (BATCH, state_size)),
+                                 "weights": ("<f4", (BATCH,)), "indices": ("<i8", (BATCH,))},
+                      {"buffer": one_of(buffers), "incarnation": integer()}, values=within("actions", 0, actions))
     agents = (team,) if team else ()
     obs = (None, (BATCH, *agents, *obs_shape))
     return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH, *agents)), "returns": ("<f4", (BATCH,)),
@@ -68,6 +83,21 @@ def team_steps(seg: dict[str, np.ndarray], agents: int, actor: str) -> dict[str,
             "terminated": by_team(seg["terminated"]).all(-1), "versions": by_team(seg["versions"]).min(-1)}
 
 
+def sequences(previous: dict | None, last: dict, following: dict, n: int, burn_in: bool) -> dict[str, np.ndarray]:
+    """Replay items of a recurrent model, one per env of segment `last`: its steps, the first n of `following`
+    (the n-step future of its last steps) and, with burn_in, `previous` before them (None before a stream's
+    first segment: all invalid, after which the trainer's unroll zeroes the state, as the actor's was zero);
+    `hidden`: the state the actor stored at the first step."""
+    parts = [last, {k: following[k][:, :n] for k in REPLAYED_STEPS}]
+    start = last
+    if burn_in:
+        start = previous if previous is not None else {HIDDEN: np.zeros_like(last[HIDDEN])}
+        parts.insert(0, previous if previous is not None else {k: np.zeros_like(last[k]) for k in REPLAYED_STEPS})
+    items = {k: np.concatenate([p[k] for p in parts], axis=1) for k in REPLAYED_STEPS}
+    items[HIDDEN] = start[HIDDEN]
+    return items
+
+
 class BufferHandler(Handler):
     kind = "buffer"
 
@@ -86,12 +116,15 @@ class BufferHandler(Handler):
         index = self.graph.worker(self.name).index
         self.rng_seed = self.worker.seed * 7_919 + index
         self.team = agent_count(self.exp.env) if spec(self.exp.algorithm).team else 0  # agents per replay item
+        self.state_size = self.exp.model.state_size  # a recurrent model: sequences, not transitions
+        self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
 
     def bind(self):
         obs_space, action_space = spaces(self.exp.env)
         actors = [w.name for w in self.graph.hosts("actor")]
         self.samples = SampleConsumer(self.worker.ctx, segment_layout(
-            spec(self.exp.algorithm), obs_space.shape, action_space.n, self.exp.workers.actor.segment_length, actors))
+            spec(self.exp.algorithm), obs_space.shape, action_space.n, self.exp.workers.actor.segment_length, actors,
+            self.state_size))
         self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
                                          high_water_mark=16)
         reuse = self.worker.ports  # a replacement's: its predecessor's ports
@@ -134,6 +167,12 @@ class BufferHandler(Handler):
         self.frames_received += frames
         self.version = max(self.version, int(seg["versions"].max()))
         key = (msg.meta["actor"], msg.meta["group"])
+        self.lags.append(self.version - int(seg["versions"].min()))
+        if self.state_size:
+            stored = self._store_sequences(key, seg)
+            self.frames_consumed += stored * self.frames_per_step
+            self.trace.record("segment", frames=frames, transitions=stored, lag=self.lags[-1])
+            return
         tail = self.tails.get(key)
         steps = team_steps(seg, self.team, msg.meta["actor"]) if self.team else seg
         seq = {k: steps[k] if tail is None else np.concatenate([tail[k], steps[k]], axis=1) for k in SEQUENCE_FIELDS}
@@ -148,8 +187,21 @@ class BufferHandler(Handler):
         if stored:
             self.replay.add(transitions)
         self.frames_consumed += stored * max(1, self.team) * self.frames_per_step
-        self.lags.append(self.version - int(seg["versions"].min()))
         self.trace.record("segment", frames=frames, transitions=stored, lag=self.lags[-1])
+
+    def _store_sequences(self, key: tuple[str, int], seg: dict[str, np.ndarray]) -> int:
+        """Store the stream's previous segment as sequences, now that `seg` brings their lookahead; its valid
+        steps (the frames it stores)."""
+        previous, last = self.held.get(key, (None, None))
+        self.held[key] = (last, seg)
+        if last is None:  # the stream's first segment: stored when the next one arrives
+            return 0
+        items = sequences(previous, last, seg, self.cfg.n_step, self.cfg.burn_in)
+        if self.replay is None:
+            self.replay = PrioritizedReplay(self.cfg.replay_capacity, {k: (v.shape[1:], v.dtype) for k, v in items.items()},
+                                            alpha=self.cfg.priority_alpha, seed=self.rng_seed)
+        self.replay.add(items)
+        return int(last["valid"].sum())
 
     def _apply_priorities(self) -> None:
         msg = self.priorities.receive()
@@ -194,8 +246,10 @@ class BufferHandler(Handler):
             self.worker.poll_commands()
             self.worker.maybe_heartbeat(interval=0.2)
         held = sum(int(t["valid"][:, -self.cfg.n_step:].sum()) for t in self.tails.values()) * max(1, self.team)
+        held += sum(int(last["valid"].sum()) for _, last in self.held.values())
         self.frames_dropped += held * self.frames_per_step
         self.tails.clear()
+        self.held.clear()
 
     def queue_depths(self):
         return {"replay_size": len(self.replay) if self.replay else 0}

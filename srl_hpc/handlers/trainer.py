@@ -228,8 +228,12 @@ class TrainerHandler(Handler):
         if self.graph.served_by("replay", self.name):
             buffers = list(self.graph.served_by("replay", self.name).clients)
             team = agent_count(self.exp.env) if self.spec.team else 0
+            sequence = None
+            if self.exp.model.state_size:  # recurrent: sequences of (burn-in,) a segment and the n-step lookahead
+                alg, segment = self.exp.algorithm, self.exp.workers.actor.segment_length
+                sequence = (segment * (2 if alg.burn_in else 1) + alg.n_step, self.exp.model.state_size)
             self.consumer = SampleConsumer(self.worker.ctx, replay_layout(self.obs_space.shape, self.action_space.n,
-                                                                          buffers, team), high_water_mark=2)
+                                                                          buffers, team, sequence), high_water_mark=2)
             ports["replay"] = self.consumer.bind()
             self.credits = None  # the buffers take what the actors send
             self.source = ReplayReceiver(self.consumer, prepare)

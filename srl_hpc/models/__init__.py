@@ -5,8 +5,9 @@ Heads (the algorithm's spec names one):
   actor_critic  forward(obs) -> (action logits (B, A), state values (B,))
   central_critic  forward(obs, state=None) -> as actor_critic, the value over every agent's observation (MAPPO)
   q             forward(obs) -> action values (B, A); dueling: value + centred advantages
-With model.rnn, the actor-critic head sits on a recurrent core (RecurrentActorCritic): forward(obs, state)
-also takes and returns the recurrent state, and forward(obs, state, resets) unrolls whole segments.
+With model.rnn, the actor-critic and q heads sit on a recurrent core (RecurrentActorCritic, RecurrentQ):
+forward(obs, state) also takes and returns the recurrent state, and forward(obs, state, resets) unrolls
+whole segments.
 A user's model is `package.module:Class`, built as Class(obs_space, action_space, **model.kwargs); it must
 return what its algorithm's head returns.
 """
@@ -88,23 +89,21 @@ class ActorCritic(nn.Module):
         return self.logits(x), self.value(v).squeeze(-1)
 
 
-class RecurrentActorCritic(nn.Module):
-    """Torso -> GRU or LSTM cell -> policy logits and state value, for tasks one observation does not tell.
+class RecurrentCore(nn.Module):
+    """Torso -> GRU or LSTM cell, for tasks one observation does not tell; the recurrent heads sit on it.
 
     The state is (B, state_size) floats (an LSTM's hidden and cell side by side). Actors keep it and send it
     with every request, so any policy worker can answer any request and a replaced one loses nothing.
-    forward(obs, state) takes one step; forward(obs, state, resets) unrolls segments (N, T, ...) from the
+    features(obs, state) takes one step; features(obs, state, resets) unrolls segments (N, T, ...) from the
     state their first step was chosen with, zeroing it before the steps marked in resets (an episode's
     first, as actors do): truncated back-propagation through the segment."""
 
-    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int):
+    def __init__(self, torso: nn.Module, kind: str, size: int):
         super().__init__()
         self.torso = torso
         self.lstm = kind == "lstm"
         self.core = (nn.LSTMCell if self.lstm else nn.GRUCell)(torso.width, size)
         self.state_size = 2 * size if self.lstm else size
-        self.logits = _init(nn.Linear(size, n_actions), 0.01)
-        self.value = _init(nn.Linear(size, 1), 1.0)
 
     def _step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.lstm:
@@ -113,11 +112,11 @@ class RecurrentActorCritic(nn.Module):
         h = self.core(x, state)
         return h, h
 
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
-        state = state.to(self.logits.weight.dtype)
+    def features(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+        """(core output (B, size) or (N, T, size), the state after the last step)."""
+        state = state.to(self.core.weight_hh.dtype)
         if resets is None:
-            out, state = self._step(self.torso(obs), state)
-            return self.logits(out), self.value(out).squeeze(-1), state
+            return self._step(self.torso(obs), state)
         n, t = resets.shape
         x = self.torso(obs.flatten(0, 1)).unflatten(0, (n, t))
         keep = (~resets).unsqueeze(-1).to(state.dtype)
@@ -125,8 +124,34 @@ class RecurrentActorCritic(nn.Module):
         for i in range(t):
             out, state = self._step(x[:, i], state * keep[:, i])
             outs.append(out)
-        out = torch.stack(outs, 1)
+        return torch.stack(outs, 1), state
+
+
+class RecurrentActorCritic(RecurrentCore):
+    """The recurrent core -> policy logits and state value: forward(...) -> (logits, values, state)."""
+
+    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int):
+        super().__init__(torso, kind, size)
+        self.logits = _init(nn.Linear(size, n_actions), 0.01)
+        self.value = _init(nn.Linear(size, 1), 1.0)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+        out, state = self.features(obs, state, resets)
         return self.logits(out), self.value(out).squeeze(-1), state
+
+
+class RecurrentQ(RecurrentCore):
+    """The recurrent core -> action values (dueling as QHead): forward(...) -> (q, state). Replay-based
+    training (recurrent DQN) unrolls stored sequences, after a burn-in that rebuilds their state."""
+
+    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int, dueling: bool):
+        super().__init__(torso, kind, size)
+        self.advantage = _init(nn.Linear(size, n_actions), 1.0)
+        self.value = _init(nn.Linear(size, 1), 1.0) if dueling else None
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+        out, state = self.features(obs, state, resets)
+        return q_values(out, self.advantage, self.value), state
 
 
 class CentralisedActorCritic(nn.Module):
@@ -164,11 +189,15 @@ class QHead(nn.Module):
         self.value = _init(nn.Linear(torso.width, 1), 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.torso(obs)
-        a = self.advantage(x)
-        if self.value is None:
-            return a
-        return self.value(x) + a - a.mean(-1, keepdim=True)
+        return q_values(self.torso(obs), self.advantage, self.value)
+
+
+def q_values(x: torch.Tensor, advantage: nn.Module, value: nn.Module | None) -> torch.Tensor:
+    """Action values from features: the advantages, or (dueling) V(s) + A(s, a) - mean_a A(s, a)."""
+    a = advantage(x)
+    if value is None:
+        return a
+    return value(x) + a - a.mean(-1, keepdim=True)
 
 
 def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, policy: str = "") -> nn.Module:
@@ -199,6 +228,8 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
         return RecurrentActorCritic(torso(), n_actions, cfg.rnn, cfg.rnn_size)
     if head == "actor_critic":
         return ActorCritic(torso(), n_actions, torso() if cfg.separate_critic else None)
+    if cfg.rnn != "none":
+        return RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=exp.algorithm.dueling)
     return QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
 
 
