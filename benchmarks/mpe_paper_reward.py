@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import watching_policy
+from srl_hpc.algorithms import reads_global_state, watching_policy
 from srl_hpc.envs.backends import make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
@@ -48,7 +48,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     run = RunDir(args.run_dir)
     exp = config.load(run.experiment)
-    model = build_model(exp, *spaces(exp.env))
+    model = build_model(exp, *spaces(exp.env, global_state=reads_global_state(exp.algorithm)))
+    with_state = getattr(model, "state_size", 0) > 0  # MAPPO: the env's state after each agent's observation
     model.load_state_dict(torch.load(run.checkpoint, map_location="cpu")["model"])
     env = make_env(exp.env)
     act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy=False)  # as the least exploring actor
@@ -64,7 +65,10 @@ def main(argv=None) -> int:
             if args.random:
                 actions = {a: int(rng.integers(env.action_space(a).n)) for a in env.agents}
             else:
-                obs = torch.as_tensor(np.stack([observations[a] for a in names]))
+                obs = np.stack([observations[a] for a in names])
+                if with_state:
+                    obs = np.concatenate([obs, np.tile(env.state(), (len(names), 1))], 1)
+                obs = torch.as_tensor(obs, dtype=torch.float32)
                 with torch.no_grad():
                     chosen = act(model, obs, explore, generator)["actions"]
                 actions = {a: int(chosen[k]) for k, a in enumerate(names) if a in env.agents}

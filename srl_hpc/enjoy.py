@@ -28,15 +28,7 @@ SEED_OFFSET = 2 ** 29  # watched episodes' seeds: apart from the actors' and the
 def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | None = None, seed: int = 0,
           out=sys.stdout) -> list[float]:
     """Play `episodes` episodes with the run's checkpoint; returns their returns."""
-    if not run.checkpoint.exists():
-        raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
     exp = config.load(run.experiment)
-    checkpoint = torch.load(run.checkpoint, map_location="cpu")
-    obs_space, action_space = spaces(exp.env)
-    model = build_model(exp, obs_space, action_space)
-    model.load_state_dict(checkpoint["model"])
-    model.eval()
-    choose = _policy(exp, greedy)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # classic-control renders with pygame: no display here
     env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
                                                                                 "render_mode": "rgb_array"})
@@ -45,6 +37,15 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         env.close()
         raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
                          "(evaluation workers, workers.eval, score multi-agent runs)")
+    if not run.checkpoint.exists():
+        env.close()
+        raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
+    checkpoint = torch.load(run.checkpoint, map_location="cpu")
+    obs_space, action_space = spaces(exp.env)
+    model = build_model(exp, obs_space, action_space)
+    model.load_state_dict(checkpoint["model"])
+    model.eval()
+    choose = _policy(exp, greedy)
     writer = None
     returns = []
     try:

@@ -14,7 +14,7 @@ from srl_hpc.envs.backends import agent_count, make_env_group, spaces
 from srl_hpc.handlers.actor import RingGroup, segment_fields
 from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import build_model, global_state
+from srl_hpc.models import MLP, CentralisedActorCritic, build_model, global_state
 
 SPREAD = """\
 env: {id: "mpe2.simple_spread_v3:parallel_env", kwargs: {N: 3, max_cycles: 25, continuous_actions: false}}
@@ -143,6 +143,30 @@ def test_each_policy_gets_its_agents_rows_and_the_env_steps_with_every_policys_a
     assert h_rew.tolist() == [0] * 4 and r_info["present"].all() and r_obs[:, 0].tolist() == [0, 0]
 
 
+class Stated(Relay):
+    """Relay with a global state of its own: [steps so far, 42]."""
+    state_space = gymnasium.spaces.Box(0, 100, (2,), np.float32)
+
+    def state(self):
+        return np.array([self.t, 42.0], np.float32)
+
+
+def test_a_centralised_critic_reads_the_envs_own_state_where_it_has_one():
+    rows = AgentRows([Stated(), Stated()], global_state=True)
+    obs, _ = rows.reset(seed=0)
+    assert rows.single_observation_space.shape == (3,) and obs[:, 1:].tolist() == [[0, 42]] * 4
+    obs, *_ = rows.step(np.zeros(4, int))
+    assert obs[:, 0].tolist() == [1] * 4 and obs[:, 1:].tolist() == [[1, 42]] * 4  # own observation, then the state
+    assert AgentRows([Relay()], global_state=True).single_observation_space.shape == (1,)  # none: nothing added
+    model = CentralisedActorCritic(MLP(1, (8,)), MLP(2, (8,)), 2, agents=2, state_size=2)
+    logits, values = model(torch.from_numpy(obs))
+    own, state = obs.copy(), obs.copy()
+    own[:, 0], state[:, 1] = 7, 3  # another own observation; another step count in the state
+    with torch.no_grad():
+        assert torch.equal(model(torch.from_numpy(own))[1], values) and not torch.equal(model(torch.from_numpy(own))[0], logits)
+        assert not torch.allclose(model(torch.from_numpy(state))[1], values)
+
+
 def test_global_state_puts_each_envs_agents_side_by_side():
     obs = torch.arange(12.0).reshape(6, 2)  # 2 envs x 3 agents, 2 features
     state = global_state(obs, 3)
@@ -158,9 +182,9 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
     pytest.importorskip("mpe2")
     exp = config.loads(SPREAD)
     assert agent_count(exp.env) == 3
-    model = build_model(exp, *spaces(exp.env))
+    model = build_model(exp, *spaces(exp.env, global_state=True))
     engine = InferenceEngine(model, MAPPO.act, torch.device("cpu"), seed=0)
-    group = RingGroup(make_env_group(exp.env, 2, seed=5), 10, 5, segment_fields(SPECS["mappo"], 0),
+    group = RingGroup(make_env_group(exp.env, 2, seed=5, global_state=True), 10, 5, segment_fields(SPECS["mappo"], 0),
                       dict(SPECS["mappo"].reply))
     segments, obs = [], group.request_obs()
     while len(segments) < 3:  # 30 steps: through an episode end (25)
@@ -169,7 +193,9 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
             segments.append(segment)
     mappo = MAPPO(model, exp.algorithm, torch.device("cpu"))
     batch = mappo.prepare({k: np.concatenate([s[k] for s in segments]) for k in segments[0]})
-    assert batch["state"].shape == (len(batch["obs"]), 3 * 18)
+    # spread has a state() of its own (54 floats: the three agents' observations), after each agent's 18
+    assert batch["obs"].shape[1] == 18 + 54 and "state" not in batch
+    assert np.allclose(group.envs.rows.teams[0].obs[0, 18:], group.envs.envs[0].state())
     with torch.no_grad():
         _, values = mappo.evaluate(batch)
     assert torch.allclose(values, batch["values"], atol=1e-5)

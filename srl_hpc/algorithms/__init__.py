@@ -81,6 +81,12 @@ def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
     return (lambda model, obs, _explore, _generator, *hidden: implementation.greedy(model, obs, *hidden)), {}
 
 
+def reads_global_state(cfg) -> bool:
+    """Whether an algorithm's model reads a multi-agent env's global state (a centralised critic): actors then
+    append the env's own state, where it has one, to every row's observation."""
+    return spec(cfg).head == "central_critic"
+
+
 def spec(cfg) -> AlgorithmSpec:
     """The spec of an experiment's `algorithm` section: a shipped algorithm's by name; a user's algorithm
     (`name: "my_pkg.algos:MyConfig"`) is its config class, which carries its spec as a class attribute."""

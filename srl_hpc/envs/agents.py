@@ -14,6 +14,10 @@ Any env with PettingZoo's parallel API works by dotted path (`env.id: "mpe2.simp
 its settings in env.kwargs); its agents must share one observation space and one action space (one
 policy acts for all of them).
 
+A centralised critic (MAPPO) reads the env's global state: with `global_state`, an env that provides one
+(PettingZoo's `state()` and `state_space`) has it appended to every row's observation, so it travels with
+the observations through the inference stream and segments; the model splits it off again.
+
 Several policies (the experiment's `policies`) split the agents into teams: `TeamRows` gives each team rows
 of its own (env-major over the team's agents), with the team's own observation and action spaces, and
 steps the env once all teams' actions are in.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 
 import numpy as np
+import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -30,6 +35,12 @@ from gymnasium.vector.utils import batch_space
 def is_parallel_env(env) -> bool:
     """PettingZoo's parallel API: agents by name, spaces per agent, step() of dicts."""
     return hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+
+
+def state_size(env) -> int:
+    """Floats of the env's own global state (PettingZoo's state() and state_space), or 0 if it has none."""
+    space = getattr(env, "state_space", None)
+    return int(np.prod(space.shape)) if isinstance(space, gymnasium.spaces.Box) and callable(getattr(env, "state", None)) else 0
 
 
 def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
@@ -49,27 +60,40 @@ def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dic
 
 
 class Team:
-    """One policy's rows: its agents in every env, with their (shared) spaces."""
+    """One policy's rows: its agents in every env, with their (shared) spaces; with `state_size`, each row's
+    observation is the agent's, flattened, then the env's global state."""
 
-    def __init__(self, env, agents: list[str], num_envs: int):
+    def __init__(self, env, agents: list[str], num_envs: int, state_size: int = 0):
         self.agents = agents
         first = agents[0]
-        self.single_observation_space, self.single_action_space = env.observation_space(first), env.action_space(first)
+        own, self.single_action_space = env.observation_space(first), env.action_space(first)
         for a in agents[1:]:
-            if (env.observation_space(a), env.action_space(a)) != (self.single_observation_space, self.single_action_space):
+            if (env.observation_space(a), env.action_space(a)) != (own, self.single_action_space):
                 raise ValueError(f"agents {first!r} and {a!r} have different observation or action spaces: "
                                  "one policy cannot act for both")
+        self.state_size = state_size
+        self.single_observation_space = own
+        if state_size:
+            state = env.state_space
+            self.single_observation_space = gymnasium.spaces.Box(
+                np.concatenate([np.ravel(own.low), np.ravel(state.low)]),
+                np.concatenate([np.ravel(own.high), np.ravel(state.high)]), dtype=np.float32)
         self.k = len(agents)
         self.num_envs = num_envs * self.k  # rows
         space = self.single_observation_space
         self.obs = np.zeros((self.num_envs, *space.shape), space.dtype)
 
-    def place(self, i: int, observations: dict) -> None:
+    def place(self, i: int, observations: dict, state: np.ndarray | None = None) -> None:
         rows = self.obs[i * self.k:(i + 1) * self.k]
         rows[:] = 0  # the rows of absent agents
         for k, agent in enumerate(self.agents):
             if agent in observations:
-                rows[k] = observations[agent]
+                if self.state_size:
+                    rows[k, :-self.state_size] = np.ravel(observations[agent])
+                else:
+                    rows[k] = observations[agent]
+        if self.state_size:
+            rows[:, -self.state_size:] = np.ravel(state)
 
     def present(self, envs: list) -> np.ndarray:
         return np.array([agent in env.agents for env in envs for agent in self.agents])
@@ -79,14 +103,16 @@ class TeamRows:
     """Parallel envs whose agents are split into teams, each acted for by its own policy: reset and step take and
     give one entry per team (observations, rewards, ends and `infos["present"]` of the team's rows)."""
 
-    def __init__(self, envs: list, teams: list[list[str]]):
+    def __init__(self, envs: list, teams: list[list[str]], global_state: bool = False):
         self.envs = envs
-        self.teams = [Team(envs[0], agents, len(envs)) for agents in teams]
+        self.state_size = state_size(envs[0]) if global_state else 0  # 0: the env has no state() of its own
+        self.teams = [Team(envs[0], agents, len(envs), self.state_size) for agents in teams]
         self._needs_reset = np.zeros(len(envs), bool)
 
     def _place(self, i: int, observations: dict) -> None:
+        state = self.envs[i].state() if self.state_size else None
         for team in self.teams:
-            team.place(i, observations)
+            team.place(i, observations, state)
 
     def reset(self, *, seed: int | None = None, options=None) -> list[tuple]:
         for i, env in enumerate(self.envs):
@@ -128,8 +154,8 @@ class TeamRows:
 class AgentRows(VectorEnv):
     """One policy for every agent: TeamRows with a single team, as a gymnasium VectorEnv."""
 
-    def __init__(self, envs: list):
-        self.rows = TeamRows(envs, [list(envs[0].possible_agents)])
+    def __init__(self, envs: list, global_state: bool = False):
+        self.rows = TeamRows(envs, [list(envs[0].possible_agents)], global_state)
         (team,) = self.rows.teams
         self.envs, self.agents, self.k, self.num_envs = envs, team.agents, team.k, team.num_envs
         self.single_observation_space, self.single_action_space = team.single_observation_space, team.single_action_space

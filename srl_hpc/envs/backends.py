@@ -50,13 +50,14 @@ def make_env(env_cfg) -> gymnasium.Env:
     return gymnasium.make(env_cfg.id, **env_cfg.kwargs)
 
 
-def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
-    """`num_envs` envs stepped as one, by the backend env.backend resolves to. Reset it with the same seed."""
+def make_env_group(env_cfg, num_envs: int, seed: int = 0, global_state: bool = False) -> VectorEnv:
+    """`num_envs` envs stepped as one, by the backend env.backend resolves to. Reset it with the same seed.
+    global_state: a multi-agent env's own global state, where it has one, at the end of each row's observation."""
     backend = resolve_backend(env_cfg)
     if backend == "sync":
         first = make_env(env_cfg)
         if agents.is_parallel_env(first):  # a multi-agent env: a row per (env, agent)
-            return agents.AgentRows([first] + [make_env(env_cfg) for _ in range(num_envs - 1)])
+            return agents.AgentRows([first] + [make_env(env_cfg) for _ in range(num_envs - 1)], global_state)
         return SyncVectorEnv([lambda: first] + [lambda: make_env(env_cfg)] * (num_envs - 1),
                              autoreset_mode=AutoresetMode.NEXT_STEP)
     if backend == "vector":
@@ -69,14 +70,15 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0) -> VectorEnv:
     return pool.make_pool(env_cfg, num_envs, seed)
 
 
-def make_env_teams(env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]]) -> agents.TeamRows:
+def make_env_teams(env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]], global_state: bool = False
+                   ) -> agents.TeamRows:
     """`num_envs` multi-agent envs whose agents are split among `policies` (name -> agent patterns), in their order."""
     envs = [make_env(env_cfg) for _ in range(num_envs)]
     if not agents.is_parallel_env(envs[0]):
         raise ValueError(f"`policies` splits a multi-agent env's agents, but env.id {env_cfg.id!r} is not one "
                          "(no PettingZoo parallel API)")
     teams = agents.assign_teams(list(envs[0].possible_agents), policies)
-    return agents.TeamRows(envs, list(teams.values()))
+    return agents.TeamRows(envs, list(teams.values()), global_state)
 
 
 def resolve_backend(env_cfg) -> str:
@@ -123,10 +125,12 @@ def register_namespace(env_id: str) -> None:
         minatar.gym.register_envs()
 
 
-def spaces(env_cfg, policies: dict | None = None, policy: str = "") -> tuple[gymnasium.Space, gymnasium.Space]:
+def spaces(env_cfg, policies: dict | None = None, policy: str = "", global_state: bool = False
+           ) -> tuple[gymnasium.Space, gymnasium.Space]:
     """Single-env observation and action spaces (a multi-agent env's: each agent's; with `policies`, those of
-    `policy`'s agents), from a throw-away group of one (the backend actors use)."""
-    team = _team(env_cfg, policies, policy)
+    `policy`'s agents; with global_state, and the env's state after it), from a throw-away group of one (the
+    backend actors use)."""
+    team = _team(env_cfg, policies, policy, global_state)
     return team.single_observation_space, team.single_action_space
 
 
@@ -135,12 +139,21 @@ def agent_count(env_cfg, policies: dict | None = None, policy: str = "") -> int:
     return _team(env_cfg, policies, policy).num_envs
 
 
-def _team(env_cfg, policies: dict | None, policy: str):
+def global_state_size(env_cfg) -> int:
+    """Floats of a multi-agent env's own global state (0: none, or not a multi-agent env)."""
+    env = make_env(env_cfg)
+    try:
+        return agents.state_size(env) if agents.is_parallel_env(env) else 0
+    finally:
+        env.close()
+
+
+def _team(env_cfg, policies: dict | None, policy: str, global_state: bool = False):
     """What an actor's group of one env looks like to one policy (spaces, rows); closed again."""
     if policies:
-        rows = make_env_teams(env_cfg, 1, policies)
+        rows = make_env_teams(env_cfg, 1, policies, global_state)
         rows.close()
         return rows.teams[list(policies).index(policy)]
-    envs = make_env_group(env_cfg, 1)
+    envs = make_env_group(env_cfg, 1, global_state=global_state)
     envs.close()
     return envs

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from srl_hpc.algorithms import HIDDEN, reply_fields, spec
+from srl_hpc.algorithms import HIDDEN, reads_global_state, reply_fields, spec
 from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, unix, wire
@@ -198,12 +198,13 @@ class ActorHandler(Handler):
         for g in range(a.inference_splits):
             group_seed = seed + g * per_group
             if exp.policies:
-                rows = make_env_teams(exp.env, per_group, exp.policies)
+                rows = make_env_teams(exp.env, per_group, exp.policies, reads_global_state(exp.algorithm))
                 self.team_rows.append(rows)
                 groups.append([RingGroup(None, a.segment_length, group_seed, fields, reply, self.state_size, first)
                                for first in rows.reset(seed=group_seed)])
             else:
-                groups.append([RingGroup(make_env_group(exp.env, per_group, group_seed), a.segment_length, group_seed,
+                envs = make_env_group(exp.env, per_group, group_seed, reads_global_state(exp.algorithm))
+                groups.append([RingGroup(envs, a.segment_length, group_seed,
                                          fields, reply, self.state_size)])
         self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(self.graph.policies())]
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import HIDDEN, watching_policy
+from srl_hpc.algorithms import HIDDEN, reads_global_state, watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
@@ -38,13 +38,13 @@ class EvalHandler(Handler):
         index = self.graph.worker(self.name).index
         act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, self.cfg.greedy)
         n = self.cfg.episodes
-        obs_space, action_space = spaces(exp.env)
+        obs_space, action_space = spaces(exp.env, global_state=reads_global_state(exp.algorithm))
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint)
-        self.envs = make_env_group(exp.env, n, first_seed(self.seed, n))
+        self.envs = make_env_group(exp.env, n, first_seed(self.seed, n), reads_global_state(exp.algorithm))
         self.rows = self.envs.num_envs  # an episode per env; a multi-agent env's: one per agent
         self.explore = {k: np.full(self.rows, v, np.float32) for k, v in explore.items()}
         self.rounds = 0

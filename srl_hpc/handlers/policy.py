@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import reply_fields, spec
+from srl_hpc.algorithms import reads_global_state, reply_fields, spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
@@ -81,7 +81,7 @@ class PolicyHandler(Handler):
         index = self.graph.worker(self.name).index
         device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
-        self.obs_space, action_space = spaces(exp.env, exp.policies, self.policy)
+        self.obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space, self.policy), algorithm.load().act, device,
                                       worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         if worker.attempt > 1:

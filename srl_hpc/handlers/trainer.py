@@ -27,7 +27,7 @@ import torch.distributed as dist
 import zmq
 from torch.nn.parallel import DistributedDataParallel
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.actor import segment_fields, segment_frames, segment_layout
@@ -173,7 +173,7 @@ class TrainerHandler(Handler):
         self.peers = [w.name for w in self.graph.trainers(self.policy)]  # data-parallel with these, by rank
         self.rank = self.peers.index(self.name)
         self.device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
-        self.obs_space, self.action_space = spaces(exp.env, exp.policies, self.policy)
+        self.obs_space, self.action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.model = build_model(exp, self.obs_space, self.action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
         self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",

@@ -22,7 +22,7 @@ from torch import nn
 
 from srl_hpc.algorithms import spec
 from srl_hpc.dotted import load_object
-from srl_hpc.envs.backends import agent_count
+from srl_hpc.envs.backends import agent_count, global_state_size
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -156,18 +156,22 @@ class RecurrentQ(RecurrentCore):
 
 class CentralisedActorCritic(nn.Module):
     """MAPPO's networks for a multi-agent env: each agent's policy reads its own observation, the value reads
-    the env's global state, here its `agents` agents' observations side by side (what MAPPO feeds its
-    critic on MPE). Rows come env-major (srl_hpc/envs/agents.py), so a batch of whole envs, as every
-    inference request is, carries its states; trainers pass them in (`state`), as their minibatches mix rows."""
+    the env's global state: the env's own (`state_size` floats at the end of every row's observation, where
+    the env has a state(): srl_hpc/envs/agents.py), or else its `agents` agents' observations side by side.
+    Rows come env-major, so a batch of whole envs, as every inference request is, carries those; trainers
+    pass them in (`state`), as their minibatches mix rows."""
 
-    def __init__(self, torso: nn.Module, critic_torso: nn.Module, n_actions: int, agents: int):
+    def __init__(self, torso: nn.Module, critic_torso: nn.Module, n_actions: int, agents: int, state_size: int = 0):
         super().__init__()
-        self.torso, self.critic_torso, self.agents = torso, critic_torso, agents
+        self.torso, self.critic_torso, self.agents, self.state_size = torso, critic_torso, agents, state_size
         self.logits = _init(nn.Linear(torso.width, n_actions), 0.01)
         self.value = _init(nn.Linear(critic_torso.width, 1), 1.0)
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        state = global_state(obs, self.agents) if state is None else state
+        if self.state_size:
+            obs, state = obs[..., :-self.state_size], obs[..., -self.state_size:]
+        elif state is None:
+            state = global_state(obs, self.agents)
         return self.logits(self.torso(obs)), self.value(self.critic_torso(state)).squeeze(-1)
 
 
@@ -222,8 +226,10 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
         if cfg.name != "mlp":
             raise ValueError(f"{exp.algorithm.name} needs model.name mlp (its value reads the agents' vector "
                              f"observations side by side), got {cfg.name!r}")
-        critic = MLP(agents * int(np.prod(obs_space.shape)), cfg.hidden_sizes)
-        return CentralisedActorCritic(torso(), critic, n_actions, agents)
+        state_size = global_state_size(exp.env)  # the env's own state, at the end of each row's observation
+        own = int(np.prod(obs_space.shape)) - state_size
+        critic = MLP(state_size or agents * own, cfg.hidden_sizes)
+        return CentralisedActorCritic(MLP(own, cfg.hidden_sizes), critic, n_actions, agents, state_size)
     if head == "actor_critic" and cfg.rnn != "none":
         return RecurrentActorCritic(torso(), n_actions, cfg.rnn, cfg.rnn_size)
     if head == "actor_critic":
