@@ -131,6 +131,9 @@ def _timeline(run: RunTrace, edges, title):
     return fig
 
 
+POLICY_COLOURS = [("tab:green", "black"), ("tab:orange", "tab:red"), ("tab:cyan", "tab:blue")]  # (episodes, mean)
+
+
 def _returns(run: RunTrace, title):
     """Against time and, from the controller's progress rows, against env frames: a resumed run's time axis
     has its gaps between attempts, its frames axis does not."""
@@ -140,17 +143,22 @@ def _returns(run: RunTrace, title):
     if tabs:
         t = np.concatenate([tab["t"] for tab in tabs])
         r = np.concatenate([tab["episode_return"] for tab in tabs])
+        policy = np.concatenate([tab["policy"] if run.policies else np.zeros(len(tab["t"]), int) for tab in tabs])
         order = np.argsort(t)
-        t, r = t[order], r[order]
-        window = min(analysis.RETURN_WINDOW, len(r))
-        moving = np.convolve(r, np.ones(window) / window, mode="valid") if window else None
+        t, r, policy = t[order], r[order], policy[order]
         frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"]) if progress and len(progress[0]["t"]) else None
-        for ax, x in ((axes[0], t - run.t0), (axes[1], frames)):
-            if x is None:
-                continue
-            ax.scatter(x, r, s=3, alpha=0.25, color="tab:green", label="episode return")
-            if moving is not None:
-                ax.plot(x[window - 1:], moving, color="black", label=f"mean of last {window} episodes")
+        for k, name in enumerate(run.policies or [""]):  # several policies: each one's episodes and mean apart
+            mine = policy == k
+            window = min(analysis.RETURN_WINDOW, int(mine.sum()))
+            moving = np.convolve(r[mine], np.ones(window) / window, mode="valid") if window else None
+            label = f"{name}: " if name else ""
+            dots, line = POLICY_COLOURS[k % len(POLICY_COLOURS)]
+            for ax, x in ((axes[0], t[mine] - run.t0), (axes[1], None if frames is None else frames[mine])):
+                if x is None:
+                    continue
+                ax.scatter(x, r[mine], s=3, alpha=0.25, color=dots, label=f"{label}episode return")
+                if moving is not None:
+                    ax.plot(x[window - 1:], moving, color=line, label=f"{label}mean of last {window} episodes")
     axes[0].set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
     axes[1].set(xlabel="env frames (the controller's count)", title="... over env frames")
     for ax in axes:
