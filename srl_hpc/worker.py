@@ -11,6 +11,7 @@ A restartable worker (an actor) runs as the child of a supervisor in its task's 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -200,6 +201,17 @@ class Worker:
             self._thread_error = e
 
 
+EXIT_GRACE = 30.0  # seconds a process may take to exit once its worker's run is over
+
+
+def bound_exit(seconds: float = EXIT_GRACE) -> None:
+    """From here on the process exits within `seconds`; past them every thread's stack goes to its log (where
+    the exit hung) and it ends with code 1. Under Slurm nothing else bounds a process stuck in its teardown
+    (closing sockets, MPI_Finalize, which waits for every rank, a supervised child): it would hold the whole
+    job until the time limit. (The local launcher kills stragglers itself, after its own grace.)"""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -227,6 +239,7 @@ def main(argv=None) -> int:
         print(f"==== attempt {run_dir.attempt}", flush=True)
     if args.incarnation:  # so do a restarted worker's incarnations
         print(f"==== restart {args.incarnation}", flush=True)
+    faulthandler.enable()  # a crash in native code (MPI, torch, an env) leaves the Python stack in the log
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 
@@ -236,7 +249,9 @@ def main(argv=None) -> int:
         rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
         budget = restart_budget(exp, name)
         if budget is not None:
-            return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
+            code = Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
+            bound_exit()
+            return code
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -265,6 +280,7 @@ def main(argv=None) -> int:
         worker.report_failure(exc)
         return 1
     finally:
+        bound_exit()
         worker.close()
 
 

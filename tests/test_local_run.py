@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -475,7 +476,7 @@ def send_to_every_port(table, messages, ctx, timeout_ms: int) -> tuple[int, list
     return sent, sockets
 
 
-FUZZED_PER_PORT = 10_000
+FUZZED_PER_PORT = 5_000
 
 
 @pytest.mark.parametrize("experiment", ["ppo", "dqn"])
@@ -484,14 +485,14 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
     from srl_hpc.streams.security import secure_context
 
     # A trainer takes segments only as fast as it trains, and ZMQ takes turns between the actors' messages
-    # and the fuzzer's, so while training 10,000 fuzzed segments would take it minutes to go through:
+    # and the fuzzer's, so while training 5,000 fuzzed segments would take it minutes to go through:
     # this run's trainers consume without training.
     proc, run_dir, lines = start_long_run(tmp_path, "--set", "workers.trainer.train=false", trained=False,
                                           experiment=ROOT / "experiments" / "cartpole_dqn.yaml" if experiment == "dqn"
                                           else None)
     table = json.loads((run_dir / "workers.json").read_text())
     ports = fuzz_ports(run_dir)
-    # hypothesis draws lists of 50: its cost is per example, and 10,000 examples per port would take minutes
+    # hypothesis draws lists of 50: its cost is per example, and thousands of examples per port take tens of seconds
     fuzzed = {name: [m for batch in draw(st.lists(defects(port), min_size=50, max_size=50), FUZZED_PER_PORT // 50)
                      for m in batch] for name, port in ports.items()}
     assert all(len(messages) == FUZZED_PER_PORT for messages in fuzzed.values())
@@ -743,3 +744,11 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
         "actor-0.h5", "actor-0.restart-1.h5", "actor-1.h5", "actor-1.restart-1.h5"]
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0 and "restarted workers (each read as one trace): actor/0 x1, actor/1 x1" in report.stdout
+
+
+def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():
+    """Once a worker's run is over its process exits within a bound (under Slurm nothing else would end it
+    before the time limit), leaving every thread's stack behind."""
+    stuck = "from srl_hpc.worker import bound_exit\nimport threading\nbound_exit(0.5)\nthreading.Event().wait(60)\n"
+    proc = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "Timeout (0:00:00.500000)!" in proc.stderr and "in wait" in proc.stderr

@@ -272,7 +272,7 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
     """The scale experiment (benchmarks/scale.py runs it up to 256 actors) at N = 64: 68 workers, one MPI
     rendezvous, every actor's segments trained, a clean stop with exact frame accounting."""
     run = launcher.submit(ROOT / "experiments" / "scale_synthetic.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["workers.actor.count=64", "stop.wall_time=20"])
+                          overrides=["workers.actor.count=64", "stop.wall_time=12"])
     assert run.wait(timeout=600) == "completed", run.logs()
     summary = run.summary()
     assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1
