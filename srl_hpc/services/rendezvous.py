@@ -83,6 +83,11 @@ class MpiRendezvous:
             raise RendezvousError(f"MPI world has {self.comm.Get_size()} ranks but the plan has "
                                   f"{len(expected)} workers; was srun started with --mpi=pmix over all het groups?")
         entries = self.comm.allgather(json.dumps(entry))
+        # MPI's work is done: finalize now, while every rank is here, not at exit, where MPI_Finalize waits
+        # for every rank and held finished jobs to their time limit when some ranks exited early or failed
+        # (twice in four suite runs: every worker had logged "ended", two processes never exited)
+        from mpi4py import MPI
+        MPI.Finalize()
         table = {e["worker"]: e for e in map(json.loads, entries)}
         if sorted(table) != sorted(expected):
             raise RendezvousError(f"MPI rendezvous got workers {sorted(table)}, expected {sorted(expected)}")
