@@ -13,6 +13,7 @@ import zmq
 from srl_hpc.handlers import Handler
 from srl_hpc.services.parameters import ParameterPublisher, ParameterSubscriber
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.waiting import waiting
 
 
 class RelayHandler(Handler):
@@ -39,11 +40,7 @@ class RelayHandler(Handler):
     def poll(self, timeout_ms):
         if self.upstream.poll(timeout_ms, zmq.POLLIN):
             newest: dict[str, wire.Message] = {}
-            while True:
-                try:
-                    frames = self.upstream.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
+            for frames in waiting(self.upstream):
                 try:
                     msg = wire.unpack(frames[1:])
                     tag, version = msg.meta["tag"], msg.meta["version"]

@@ -18,6 +18,7 @@ import numpy as np
 import zmq
 
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.waiting import waiting
 
 LATEST = "latest"
 REPUBLISH_INTERVAL = 2.0
@@ -89,11 +90,7 @@ class ParameterSubscriber:
     def poll_newest(self) -> wire.Message | None:
         """The newest weights newer than what we hold, or None; never blocks."""
         newest = None
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
+        for frames in waiting(self.socket):
             msg = wire.unpack(frames[1:])
             if msg.meta["version"] > self.version and (newest is None or msg.meta["version"] > newest.meta["version"]):
                 newest = msg

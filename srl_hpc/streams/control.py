@@ -13,6 +13,7 @@ from srl_hpc.rundir import RunDir
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.layout import number
 from srl_hpc.streams.security import secure_context
+from srl_hpc.streams.waiting import waiting
 
 EVENT_KINDS = ("heartbeat", "failed", "final", "restarting")
 MAX_REPORTS_PER_S = 1000  # heartbeats the controller takes in per second, whatever the run's size
@@ -75,11 +76,7 @@ class ControlServer:
         dropped and counted in `malformed`."""
         if not self.events.poll(timeout_ms, zmq.POLLIN):
             return None
-        while True:
-            try:
-                frames = self.events.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return None
+        for frames in waiting(self.events, copy=True):
             self.received += 1
             try:
                 msg = wire.unpack(frames)
@@ -89,6 +86,7 @@ class ControlServer:
             if is_event(msg.kind, msg.meta, self.workers):
                 return msg
             self.malformed += 1
+        return None
 
 
 class ControlClient:
@@ -106,12 +104,7 @@ class ControlClient:
         self.events.send_multipart(wire.pack(kind, meta))
 
     def pending_commands(self) -> list[str]:
-        commands = []
-        while True:
-            try:
-                commands.append(wire.unpack(self.commands.recv_multipart(zmq.NOBLOCK)).kind)
-            except zmq.Again:
-                return commands
+        return [wire.unpack(frames).kind for frames in waiting(self.commands, copy=True)]
 
 
 def send_once(run: RunDir, curve: bool, address: str, kind: str, meta: dict) -> None:

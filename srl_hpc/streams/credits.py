@@ -30,6 +30,7 @@ import zmq
 
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.samples import SampleProducer
+from srl_hpc.streams.waiting import waiting
 
 GRANT_TIMEOUT = 30.0  # at least; and at least 4 times a segment's fill time
 STARVED = 0.25  # a trainer that waited for a batch more than this share of the update's time wants more
@@ -92,11 +93,7 @@ class GatedProducer:
 
     def _receive(self) -> None:
         for i, sock in enumerate(self.sockets):
-            while True:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
+            for frames in waiting(sock):
                 try:
                     kind = wire.unpack(frames).kind
                 except wire.WireError:
@@ -145,11 +142,7 @@ class CreditLedger:
 
     def serve(self) -> None:
         """Read the asks that came in, take back grants unused for too long, grant in turn while the window allows."""
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
+        for frames in waiting(self.socket):
             try:
                 msg = wire.unpack(frames[1:])
                 actor = msg.meta.get("actor")

@@ -32,6 +32,7 @@ import zmq
 from srl_hpc.algorithms import HIDDEN
 from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
+from srl_hpc.streams.waiting import waiting
 
 
 @dataclass
@@ -137,9 +138,8 @@ class InferenceServer:
                 except (wire.WireError, KeyError, TypeError, ValueError, OSError):
                     self.malformed += 1
                     continue
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            frames = next(waiting(self.socket), None)
+            if frames is None:
                 return None
             try:
                 return self._request(frames)

@@ -14,6 +14,7 @@ import zmq
 
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.layout import Layout
+from srl_hpc.streams.waiting import waiting
 
 KERNEL_BUFFER_BYTES = 64 * 1024  # per connection and side (Linux doubles it); larger messages stream through
 
@@ -59,11 +60,7 @@ class SampleConsumer:
 
     def receive(self) -> wire.Message | None:
         """One pending message, or None; never blocks."""
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return None
+        for frames in waiting(self.socket):
             try:
                 msg = wire.unpack(frames)
             except wire.WireError:
@@ -72,3 +69,4 @@ class SampleConsumer:
             if self.layout.accepts(msg):
                 return msg
             self.malformed += 1
+        return None

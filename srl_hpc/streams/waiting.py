@@ -1,0 +1,21 @@
+"""Draining a ZMQ socket without blocking, on hot loops.
+
+Every serving loop (a policy worker's inference server, its weight subscriber, the controller's commands)
+looks for waiting messages once per turn, and mostly finds none. Asking the socket (ZMQ_EVENTS) costs
+about half of what a non-blocking receive that raises zmq.Again does (3.8 against 6.8 us here), and a
+policy worker's turn did that three times for each batch it served.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import zmq
+
+
+def waiting(socket: zmq.Socket, copy: bool = False) -> Iterator[list]:
+    """The frames of each message waiting on `socket`, until none is left; never blocks."""
+    while socket.get(zmq.EVENTS) & zmq.POLLIN:
+        try:
+            yield socket.recv_multipart(zmq.NOBLOCK, copy=copy)
+        except zmq.Again:  # (the events said readable; a receive can still find nothing, e.g. a peer gone)
+            return
