@@ -32,7 +32,10 @@ def _init(layer: nn.Module, gain: float) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """Vector observations -> features (tanh layers)."""
+    """Vector observations -> features (tanh layers).
+
+    forward calls the layers' functions, not the modules: on a policy worker's CartPole batches each module
+    call's own overhead (~2 us here) made up about a third of the model's forward pass."""
 
     def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
@@ -40,11 +43,15 @@ class MLP(nn.Module):
         for h in hidden_sizes:
             layers += [_init(nn.Linear(width, h), np.sqrt(2)), nn.Tanh()]
             width = h
-        self.body = nn.Sequential(*layers)
+        self.body = nn.Sequential(*layers)  # (the checkpoints' parameter names: body.0.weight, ...)
+        self.linears = [layer for layer in layers if isinstance(layer, nn.Linear)]
         self.width = width
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.body(obs.to(self.body[0].weight.dtype).flatten(1))  # (bf16 when an engine runs in bf16)
+        x = obs.to(self.linears[0].weight.dtype).flatten(1)  # (bf16 when an engine runs in bf16)
+        for layer in self.linears:
+            x = torch.tanh(nn.functional.linear(x, layer.weight, layer.bias))
+        return x
 
 
 class NatureCNN(nn.Module):
