@@ -193,7 +193,7 @@ class BufferHandler(Handler):
         """Store the stream's previous segment as sequences, now that `seg` brings their lookahead; its valid
         steps (the frames it stores)."""
         previous, last = self.held.get(key, (None, None))
-        self.held[key] = (last, seg)
+        self.held[key] = (last if self.cfg.burn_in else None, seg)  # the segment before: only burn-in reads it
         if last is None:  # the stream's first segment: stored when the next one arrives
             return 0
         items = sequences(previous, last, seg, self.cfg.n_step, self.cfg.burn_in)
