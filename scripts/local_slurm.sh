@@ -35,6 +35,7 @@ DEFAULT_CONF=/etc/slurm/slurm.conf
 CONF=${SLURM_CONF:-$DEFAULT_CONF}
 export SLURM_CONF=$CONF
 GRES_CONF=$(dirname "$CONF")/gres.conf
+MPI_CONF=$(dirname "$CONF")/mpi.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
 NODE_CPUS=${SRL_SLURM_CPUS:-160}
 NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
@@ -200,6 +201,12 @@ EOF
     echo "AutoDetect=off"
     for n in "${NODES[@]}"; do echo "NodeName=$n Name=gpu File=$DIR/fakegpu/$n-[0-1]"; done
   } >"$GRES_CONF"
+  {
+    echo "$MARKER"
+    # Hundreds of tasks sharing two cores reach MPI start-up minutes apart: the PMIx fence's default
+    # 300 s timed out with 256 actors that each import torch (the impala placement's scale run).
+    echo "PMIxTimeout=1800"
+  } >"$MPI_CONF"
 }
 
 make_dirs() {
