@@ -22,6 +22,9 @@ from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.inference import InferenceServer
 
 
+PULL_INTERVAL = 0.005  # seconds between looks for newer weights
+
+
 class InferenceEngine:
     """One model that chooses actions for a batch of observations, by its algorithm's `act`."""
 
@@ -32,6 +35,7 @@ class InferenceEngine:
         self.act = act
         self.device = device
         self.version = 0  # the seed-identical initial weights are version 0 everywhere
+        self._pulled_at = float("-inf")
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray], hidden: np.ndarray | None = None
@@ -44,8 +48,12 @@ class InferenceEngine:
         return {k: v.cpu().numpy() for k, v in out.items()}
 
     def pull(self, subscriber, trace=None) -> None:
-        """Take the newest published weights, if any; never waits."""
+        """Take the newest published weights, if any; never waits. Looks at most every PULL_INTERVAL: a
+        policy worker serves thousands of batches a second, a trainer publishes tens of versions."""
         t0 = time.perf_counter()
+        if t0 - self._pulled_at < PULL_INTERVAL:
+            return
+        self._pulled_at = t0
         newest = subscriber.poll_newest()
         if newest is not None and newest.meta["version"] > self.version:
             self.load(newest, trace, t0)
@@ -120,10 +128,13 @@ class PolicyHandler(Handler):
             return
         queue_wait = time.monotonic() - min(r.received_at for r in batch)
         t0 = time.perf_counter()
-        obs = np.concatenate([r.obs for r in batch])
+        if len(batch) == 1:  # (most batches on a busy CPU: requests seldom arrive together)
+            obs, hidden = batch[0].obs, batch[0].hidden
+        else:
+            obs = np.concatenate([r.obs for r in batch])
+            hidden = np.concatenate([r.hidden for r in batch]) if batch[0].hidden is not None else None
         explore = {k: np.concatenate([np.full(len(r.obs), r.meta[k], np.float32) for r in batch])
                    for k in self.explore_keys}
-        hidden = np.concatenate([r.hidden for r in batch]) if batch[0].hidden is not None else None
         out = self.engine.infer(obs, explore, hidden)
         t1 = time.perf_counter()
         start = 0
