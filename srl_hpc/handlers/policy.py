@@ -137,10 +137,10 @@ class PolicyHandler(Handler):
                    for k in self.explore_keys}
         out = self.engine.infer(obs, explore, hidden)
         t1 = time.perf_counter()
-        start = 0
+        meta, start = {"version": self.engine.version}, 0
         for req in batch:
             end = start + len(req.obs)
-            self.server.reply(req, {"version": self.engine.version}, {k: v[start:end] for k, v in out.items()})
+            self.server.reply(req, meta, out if len(batch) == 1 else {k: v[start:end] for k, v in out.items()})
             start = end
         self.trace.record("inference", requests=len(batch), batch_size=len(obs), queue_wait=queue_wait,
                           compute_seconds=t1 - t0, reply_seconds=time.perf_counter() - t1, version=self.engine.version)
