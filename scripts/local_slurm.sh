@@ -18,7 +18,7 @@
 # Environment:
 #   SRL_SLURM_DIR   state, logs, spool, pid files          (default /tmp/srl-local-slurm)
 #   SLURM_CONF      where slurm.conf is written             (default /etc/slurm/slurm.conf, the path
-#                   Debian's Slurm reads without SLURM_CONF; gres.conf goes next to it)
+#                   Debian's Slurm reads without SLURM_CONF; gres.conf and mpi.conf go next to it)
 #   SRL_SLURM_WAIT  seconds `start` waits for all nodes idle (default 30)
 #   SRL_SLURM_FORCE=1  overwrite a slurm.conf that this script did not write
 #   SRL_SLURM_CPUS  CPUs each virtual node declares (default 160: far more than the machine has, so that
