@@ -13,6 +13,7 @@ from pathlib import Path
 from launcher import local, slurm
 from launcher.runs import tail
 from srl_hpc.rundir import RunDir
+from srl_hpc.services.rendezvous import abandoned_by
 
 
 def describe(run: RunDir, job_state: tuple[str, str] | None = None) -> tuple[str, str]:
@@ -43,6 +44,10 @@ def describe(run: RunDir, job_state: tuple[str, str] | None = None) -> tuple[str
         lines.append("last progress: " + ", ".join(f"{k} {v}" for k, v in progress.items() if v != ""))
     for worker, error in (summary or {}).get("failed_workers", {}).items():
         lines.append(f"worker {worker} failed: {error}\n--- last lines of {run.log(worker)}:\n{tail(run.log(worker))}")
+    quitter = abandoned_by(run) if summary is None else None
+    if quitter:  # a Slurm run whose start-up ended when this worker exited before the rendezvous
+        lines.append(f"worker {quitter} exited before the rendezvous\n--- last lines of {run.log(quitter)}:\n"
+                     f"{tail(run.log(quitter))}")
     if summary is None and state in ("failed", "cancelled", "timeout"):
         for out in run.slurm_outputs():  # the run never concluded: srun's own words
             lines.append(f"--- last lines of {out}:\n{tail(out)}")

@@ -13,6 +13,7 @@
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
+    RUN/rendezvous/barrier-<stage>/<worker>, barrier-<stage>.go   Slurm mode: the start-up barriers
     RUN/launcher.pid          the local launcher running this run
     RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
     RUN/job.sbatch, RUN/slurm.json, RUN/slurm-<id>.out   Slurm runs: the script, the job id, srun's output
@@ -118,6 +119,14 @@ class RunDir:
 
     def rendezvous_entry(self, worker: str) -> Path:
         return self.rendezvous / f"{file_stem(worker)}.json"
+
+    def barrier_arrivals(self, stage: str) -> Path:
+        """A start-up barrier's directory: a file per worker that arrived (<worker>.failed: one that gave up)."""
+        return self.rendezvous / f"barrier-{stage}"
+
+    def barrier_go(self, stage: str) -> Path:
+        """Written by the barrier's leader when every worker arrived (empty), or the name of one that gave up."""
+        return self.rendezvous / f"barrier-{stage}.go"
 
     @property
     def keys(self) -> Path:

@@ -28,7 +28,7 @@ from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import PrivateContext
-from srl_hpc.services.rendezvous import FileRendezvous, MpiRendezvous, advertised_host
+from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous, advertised_host
 from srl_hpc.streams.control import ControlClient, report_interval
 from srl_hpc.supervisor import ChildLink, Supervisor, restart_budget
 from srl_hpc.trace.writer import TraceWriter
@@ -250,7 +250,8 @@ def main(argv=None) -> int:
     if args.supervised:
         rendezvous = ChildLink(args.supervised, local=args.rendezvous == "file", local_rank=args.local_rank)
     else:
-        rendezvous = MpiRendezvous() if args.rendezvous == "mpi" else FileRendezvous(run_dir, len(graph.names))
+        rendezvous = (MpiRendezvous(FileBarrier(run_dir, graph.names, name)) if args.rendezvous == "mpi"
+                      else FileRendezvous(run_dir, len(graph.names)))
         budget = restart_budget(exp, name)
         if budget is not None:
             code = Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()

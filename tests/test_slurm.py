@@ -110,6 +110,20 @@ def test_a_failing_worker_fails_the_job_and_status_names_it(tmp_path):
     no_process_left(run_dir)
 
 
+def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names_it(tmp_path):
+    """The other workers wait for it at a barrier of files, not inside MPI: its exit tells them to stop."""
+    run_dir = tmp_path / "run"
+    # the CPU build of torch cannot give the trainer a GPU: it fails while building its model
+    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "workers.trainer.device=cuda")
+    assert proc.returncode == 1
+    job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
+    assert slurm.job_state(job_id)[0] == "failed"
+    out = srl("status", run_dir).stdout
+    assert "worker trainer/0 exited before the rendezvous" in out and "Torch not compiled with CUDA enabled" in out
+    assert "abandoned: trainer/0 exited before it" in (run_dir / "logs" / "actor-0.log").read_text()
+    no_process_left(run_dir)
+
+
 def test_a_three_seed_sweep_through_submitit(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = srl(experiment(tmp_path, name="sweep", wall_time=4), "--slurm", "--seeds", "1,2,3", "--follow",
