@@ -13,7 +13,7 @@
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
-    RUN/rendezvous/barrier-<stage>/<worker>, barrier-<stage>.go   Slurm mode: the start-up barriers
+    RUN/rendezvous/barrier/<worker>, barrier.go   Slurm mode: the barrier before the MPI allgather
     RUN/launcher.pid          the local launcher running this run
     RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
     RUN/job.sbatch, RUN/slurm.json, RUN/slurm-<id>.out   Slurm runs: the script, the job id, srun's output
@@ -120,13 +120,15 @@ class RunDir:
     def rendezvous_entry(self, worker: str) -> Path:
         return self.rendezvous / f"{file_stem(worker)}.json"
 
-    def barrier_arrivals(self, stage: str) -> Path:
-        """A start-up barrier's directory: a file per worker that arrived (<worker>.failed: one that gave up)."""
-        return self.rendezvous / f"barrier-{stage}"
+    @property
+    def barrier_arrivals(self) -> Path:
+        """Slurm mode's start-up barrier: a file per worker that arrived (<worker>.failed: one that gave up)."""
+        return self.rendezvous / "barrier"
 
-    def barrier_go(self, stage: str) -> Path:
+    @property
+    def barrier_go(self) -> Path:
         """Written by the barrier's leader when every worker arrived (empty), or the name of one that gave up."""
-        return self.rendezvous / f"barrier-{stage}.go"
+        return self.rendezvous / "barrier.go"
 
     @property
     def keys(self) -> Path:

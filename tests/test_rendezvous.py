@@ -39,14 +39,13 @@ def test_every_worker_passes_once_all_arrived(tmp_path):
         if name == "actor/2":  # the straggler: arrives after the others are already waiting
             threading.Timer(0.5, last.set).start()
             last.wait()
-        FileBarrier(run, NAMES, name).wait("init")
+        FileBarrier(run, NAMES, name).wait()
         if not last.is_set():
             passed_before_last_arrived.append(name)
-        FileBarrier(run, NAMES, name).wait("exchange")
 
     assert _run_all(run, NAMES, work) == {n: None for n in NAMES}
     assert passed_before_last_arrived == []
-    assert run.barrier_go("init").read_text() == "" and run.barrier_go("exchange").read_text() == ""
+    assert run.barrier_go.read_text() == ""
     assert abandoned_by(run) is None
 
 
@@ -55,15 +54,14 @@ def test_a_worker_that_gives_up_stops_everyone_with_its_reason(tmp_path):
 
     def work(name):
         barrier = FileBarrier(run, NAMES, name, timeout=20)
-        barrier.wait("init")
         if name == "actor/1":
             barrier.abandon()
             return
-        barrier.wait("exchange")
+        barrier.wait()
 
     outcome = _run_all(run, NAMES, work)
     assert outcome.pop("actor/1") is None
-    assert all("abandoned: actor/1 exited before it (its log: " in str(exc) for exc in outcome.values()), outcome
+    assert all("rendezvous abandoned: actor/1 exited before it (its log: " in str(exc) for exc in outcome.values()), outcome
     assert abandoned_by(run) == "actor/1"
 
 
@@ -71,11 +69,11 @@ def test_the_leader_abandoning_stops_everyone(tmp_path):
     run = RunDir(tmp_path)
     FileBarrier(run, NAMES, "controller").abandon()
     with pytest.raises(RendezvousError, match="controller exited before it"):
-        FileBarrier(run, NAMES, "actor/0", timeout=5).wait("init")
+        FileBarrier(run, NAMES, "actor/0", timeout=5).wait()
 
 
 def test_a_timeout_names_the_workers_that_never_arrived(tmp_path):
     run = RunDir(tmp_path)
-    outcome = _run_all(run, NAMES[:3], lambda name: FileBarrier(run, NAMES, name, timeout=0.5).wait("init"))
+    outcome = _run_all(run, NAMES[:3], lambda name: FileBarrier(run, NAMES, name, timeout=0.5).wait())
     assert "2 of 5 workers never arrived: actor/1, actor/2" in str(outcome["controller"])
     assert "controller, which waits for every worker, never said go" in str(outcome["actor/0"])

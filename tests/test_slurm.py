@@ -120,7 +120,7 @@ def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names
     assert slurm.job_state(job_id)[0] == "failed"
     out = srl("status", run_dir).stdout
     assert "worker trainer/0 exited before the rendezvous" in out and "Torch not compiled with CUDA enabled" in out
-    assert "abandoned: trainer/0 exited before it" in (run_dir / "logs" / "actor-0.log").read_text()
+    assert "rendezvous abandoned: trainer/0 exited before it" in (run_dir / "logs" / "actor-0.log").read_text()
     no_process_left(run_dir)
 
 

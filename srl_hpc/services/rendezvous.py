@@ -3,8 +3,8 @@
 Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous (local mode): one JSON file per worker under RUN/rendezvous/, written atomically.
 - MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix); the
-  node-local rank from Split_type(COMM_TYPE_SHARED) picks the GPU. Ranks meet at a FileBarrier before
-  MPI_Init and before the allgather, so that no rank waits long inside MPI.
+  node-local rank from Split_type(COMM_TYPE_SHARED) picks the GPU. Ranks meet at a FileBarrier before the
+  allgather, so that no rank waits long inside it.
 After rendezvous all data moves over ZMQ.
 """
 from __future__ import annotations
@@ -65,18 +65,17 @@ class FileRendezvous:
 
 
 class FileBarrier:
-    """Workers wait for each other asleep, on files in the shared run directory, instead of inside MPI.
+    """Workers wait for each other asleep, on files in the shared run directory, before the MPI allgather.
 
-    Open MPI waits for late ranks by polling with 100 us sleeps, and Linux favours such sleepers: with many
-    ranks to a core, the ranks that reached MPI first starved those still starting (256 actors on 2 cores:
-    after 22 minutes 96 ranks in MPI_Init had used 31 s of CPU each, while 162 were still importing numpy).
-    Each worker writes its arrival file and sleeps; the plan's first worker, the leader, lists the arrivals
-    and writes the go file when all are in, which the others look for: one directory listing and a stat per
-    worker per poll, whatever the filesystem. A worker that exits before the rendezvous says so (abandon),
-    and the leader passes its name on through the go file, so nobody waits for it until the timeout.
+    In a collective, Open MPI waits for late ranks by spinning: with many ranks to a core, the ranks that
+    were ready first took the CPU of those still starting (256 actors on 2 cores: the first waited up to 178 s
+    in the allgather). Each worker writes its arrival file and sleeps; the plan's first worker, the leader,
+    lists the arrivals and writes the go file when all are in, which the others look for: one directory
+    listing and a stat per worker per poll, whatever the filesystem. A worker that exits before the
+    rendezvous says so (abandon), and the leader passes its name on through the go file, so that nobody
+    waits for it until the timeout.
     """
 
-    STAGES = ("init", "exchange")
     TIMEOUT = 1800.0  # seconds; as long as PMIx's fence may take on the local Slurm (PMIxTimeout)
 
     def __init__(self, run: RunDir, names: list[str], me: str, timeout: float = TIMEOUT):
@@ -87,64 +86,59 @@ class FileBarrier:
         self.timeout = timeout
         self.interval = min(1.0, max(0.1, len(names) / 1000))  # seconds between looks: ~1,000 stats/s at most
 
-    def wait(self, stage: str) -> None:
-        arrivals, go = self.run.barrier_arrivals(stage), self.run.barrier_go(stage)
+    def wait(self) -> None:
+        arrivals, go = self.run.barrier_arrivals, self.run.barrier_go
         arrivals.mkdir(parents=True, exist_ok=True)
         (arrivals / file_stem(self.me)).touch()
         deadline = time.monotonic() + self.timeout
         while True:
             if self.leader:
-                self._lead(stage)
+                self._lead()
             if go.exists():
                 quitter = go.read_text()
                 if quitter:
-                    raise RendezvousError(f"rendezvous ({stage}) abandoned: {quitter} exited before it "
+                    raise RendezvousError(f"rendezvous abandoned: {quitter} exited before it "
                                           f"(its log: {self.run.log(quitter)})")
                 return
             if time.monotonic() > deadline:
-                raise RendezvousError(self._timed_out(stage))
+                raise RendezvousError(self._timed_out())
             time.sleep(self.interval)
 
-    def _lead(self, stage: str) -> None:
+    def _lead(self) -> None:
         """Write the go file once every worker has arrived (empty), or with the name of the first that gave up."""
-        present = [f for f in os.listdir(self.run.barrier_arrivals(stage)) if not f.startswith(".")]  # no tmp
+        present = [f for f in os.listdir(self.run.barrier_arrivals) if not f.startswith(".")]  # no tmp files
         failed = sorted(f for f in present if f.endswith(".failed"))
         if failed:
-            _write_atomically(self.run.barrier_go(stage), (self.run.barrier_arrivals(stage) / failed[0]).read_text())
+            _write_atomically(self.run.barrier_go, (self.run.barrier_arrivals / failed[0]).read_text())
         elif len(present) >= len(self.names):
-            _write_atomically(self.run.barrier_go(stage), "")
+            _write_atomically(self.run.barrier_go, "")
 
-    def _timed_out(self, stage: str) -> str:
+    def _timed_out(self) -> str:
         if not self.leader:
-            return (f"rendezvous ({stage}) timed out after {self.timeout:.0f}s: {self.names[0]}, which waits for "
-                    f"every worker, never said go (its log names the workers that never arrived)")
-        present = set(os.listdir(self.run.barrier_arrivals(stage)))
+            return (f"rendezvous timed out after {self.timeout:.0f}s: {self.names[0]}, which waits for every "
+                    f"worker, never said go (its log names the workers that never arrived)")
+        present = set(os.listdir(self.run.barrier_arrivals))
         missing = [n for n in self.names if file_stem(n) not in present]
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        return (f"rendezvous ({stage}) timed out after {self.timeout:.0f}s: {len(missing)} of {len(self.names)} "
-                f"workers never arrived: {shown}")
+        return (f"rendezvous timed out after {self.timeout:.0f}s: {len(missing)} of {len(self.names)} workers "
+                f"never arrived: {shown}")
 
     def abandon(self) -> None:
-        """This worker will not arrive: the others stop waiting for it (every stage not yet passed)."""
-        for stage in self.STAGES:
-            if self.run.barrier_go(stage).exists():
-                continue
-            if self.leader:
-                _write_atomically(self.run.barrier_go(stage), self.me)
-            else:
-                _write_atomically(self.run.barrier_arrivals(stage) / f"{file_stem(self.me)}.failed", self.me)
+        """This worker will not arrive: the others stop waiting for it."""
+        if self.run.barrier_go.exists():
+            return
+        if self.leader:
+            _write_atomically(self.run.barrier_go, self.me)
+        else:
+            _write_atomically(self.run.barrier_arrivals / f"{file_stem(self.me)}.failed", self.me)
 
 
 def abandoned_by(run: RunDir) -> str | None:
     """The worker whose exit before the rendezvous ended a Slurm run's start-up, if one did."""
-    for stage in FileBarrier.STAGES:
-        try:
-            quitter = run.barrier_go(stage).read_text()
-        except OSError:
-            continue
-        if quitter:
-            return quitter
-    return None
+    try:
+        return run.barrier_go.read_text() or None
+    except OSError:
+        return None
 
 
 def _write_atomically(path, text: str) -> None:
@@ -161,7 +155,6 @@ class MpiRendezvous:
         self.barrier = barrier
         self.done = False
         atexit.register(self._abandon_unless_done)
-        barrier.wait("init")
         # One tiny allgather needs no shared-memory transport, and Open MPI's (vader) crashed in
         # Split_type when several Slurm nodes share one host (the local test cluster). Users can override.
         os.environ.setdefault("OMPI_MCA_btl", "self,tcp")
@@ -178,7 +171,7 @@ class MpiRendezvous:
         if self.comm.Get_size() != len(expected):
             raise RendezvousError(f"MPI world has {self.comm.Get_size()} ranks but the plan has "
                                   f"{len(expected)} workers; was srun started with --mpi=pmix over all het groups?")
-        self.barrier.wait("exchange")
+        self.barrier.wait()
         entries = self.comm.allgather(json.dumps(entry))
         self.done = True
         # MPI's work is done: finalize now, while every rank is here, not at exit, where MPI_Finalize waits
