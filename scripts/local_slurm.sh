@@ -24,7 +24,10 @@
 #   SRL_SLURM_CPUS  CPUs each virtual node declares (default 160: far more than the machine has, so that
 #                   hundreds of workers share its cores, e.g. benchmarks/scale.py's 256 actors)
 #   SRL_SLURM_MEM_MB  memory each virtual node declares (default 20000; not enforced)
-#                   (both take effect at `start`; stop first to change a running cluster)
+#   SRL_SLURMD_TIMEOUT  seconds a slurmd may go unanswered before its node is set DOWN and its jobs are
+#                   requeued (default 45, so that requeued jobs restart fast; hundreds of workers on a
+#                   few cores can delay the daemons' answers past it: benchmarks/scale.py's docs say when)
+#                   (all three take effect at `start`; stop first to change a running cluster)
 #
 # Notes: no accounting daemon, so `sacct` does not work; use squeue/scontrol (finished jobs stay
 # visible for an hour, MinJobAge). As root, `mpirun` inside a job needs --allow-run-as-root.
@@ -39,6 +42,7 @@ MPI_CONF=$(dirname "$CONF")/mpi.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
 NODE_CPUS=${SRL_SLURM_CPUS:-160}
 NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
+SLURMD_TIMEOUT=${SRL_SLURMD_TIMEOUT:-45}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
@@ -179,7 +183,7 @@ KillWait=5
 # hetjob then starts only when backfill sees a change: nodes answer a ping every SlurmdTimeout/3.
 # With these a requeued job runs again 15-35 s after it left, not 2-3 minutes.
 AuthInfo=cred_expire=15
-SlurmdTimeout=45
+SlurmdTimeout=$SLURMD_TIMEOUT
 InactiveLimit=0
 # A node that was down (e.g. after stop/start) comes back as soon as its slurmd registers.
 ReturnToService=2
