@@ -44,11 +44,7 @@ class FileRendezvous:
         self.timeout = timeout
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
-        self.run.rendezvous.mkdir(parents=True, exist_ok=True)
-        path = self.run.rendezvous_entry(entry["worker"])
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(entry))
-        os.replace(tmp, path)  # atomic: readers never see a half-written entry
+        _write_atomically(self.run.rendezvous_entry(entry["worker"]), json.dumps(entry))
         deadline = time.monotonic() + self.timeout
         while True:
             table = {}
