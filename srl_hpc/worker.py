@@ -254,15 +254,17 @@ def main(argv=None) -> int:
                       else FileRendezvous(run_dir, len(graph.names)))
         budget = restart_budget(exp, name)
         if budget is not None:
-            code = Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
-            bound_exit()
-            return code
+            try:
+                return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
+            finally:  # its rendezvous may fail too
+                bound_exit()
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank, incarnation=args.incarnation,
-                    link=rendezvous if args.supervised else None, ports=args.ports)
+    worker = None
     try:
+        worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank,
+                        incarnation=args.incarnation, link=rendezvous if args.supervised else None, ports=args.ports)
         ports = worker.bind()
         worker.record_startup()
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
@@ -282,11 +284,13 @@ def main(argv=None) -> int:
         return code
     except Exception as exc:  # noqa: BLE001  any failure is reported with the worker's name
         traceback.print_exc()
-        worker.report_failure(exc)
+        if worker is not None:  # one that failed while being built has no one to tell yet
+            worker.report_failure(exc)
         return 1
     finally:
         bound_exit()
-        worker.close()
+        if worker is not None:
+            worker.close()
 
 
 def _redirect_output(path: Path) -> None:
