@@ -3,8 +3,8 @@
 Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous (local mode): one JSON file per worker under RUN/rendezvous/, written atomically.
 - MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix); the
-  node-local rank from Split_type(COMM_TYPE_SHARED) picks the GPU. Ranks meet at a FileBarrier before the
-  allgather, so that no rank waits long inside it.
+  node-local rank (srun's SLURM_LOCALID) picks the GPU. MPI_Init does not wait for the other ranks; they
+  meet at a FileBarrier before the allgather, so that no rank waits long inside MPI.
 After rendezvous all data moves over ZMQ.
 """
 from __future__ import annotations
@@ -150,7 +150,6 @@ class MpiRendezvous:
     def __init__(self, barrier: FileBarrier):
         self.barrier = barrier
         self.done = False
-        atexit.register(self._abandon_unless_done)
         # One tiny allgather needs no shared-memory transport, and Open MPI's (vader) crashed in
         # Split_type when several Slurm nodes share one host (the local test cluster). Users can override.
         os.environ.setdefault("OMPI_MCA_btl", "self,tcp")
@@ -158,10 +157,21 @@ class MpiRendezvous:
         # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
         # the hash datastore takes the job's data from the local PMIx server instead. Users can override.
         os.environ.setdefault("PMIX_MCA_gds", "hash")
+        if os.environ["PMIX_MCA_gds"] == "hash":
+            # MPI_Init without its fences: every rank goes on at once and waits asleep at the file barrier,
+            # not in MPI_Init, where Open MPI waits for the last rank polling (at 256 actors on 2 cores, the
+            # early ranks starved those still starting: none reached the barrier in 18 minutes). Peers'
+            # addresses are then fetched when the allgather needs them. With the shared-memory datastore this
+            # failed MPI_Init ("PML add procs failed") in 3 of 8 16-rank jobs here, so only with hash.
+            for name in ("OMPI_MCA_pmix_base_async_modex", "OMPI_MCA_async_mpi_init"):
+                os.environ.setdefault(name, "1")
+            os.environ.setdefault("OMPI_MCA_pmix_base_collect_data", "0")
         from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
         self.comm = MPI.COMM_WORLD
-        self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        # the task's rank on its node picks its GPU; from srun, as an MPI collective here would wait
+        self.local_rank = int(os.environ.get("SLURM_LOCALID", 0))
+        atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         if self.comm.Get_size() != len(expected):
@@ -181,5 +191,12 @@ class MpiRendezvous:
         return table
 
     def _abandon_unless_done(self) -> None:
-        if not self.done:
-            self.barrier.abandon()
+        """At an exit before the allgather: the others stop waiting for this worker, and MPI is finalized
+        here, within the worker's exit bound. mpi4py would do it after the interpreter's teardown, which
+        nothing bounds: a rank that hung there held a failed job to its time limit."""
+        if self.done:
+            return
+        self.barrier.abandon()
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            MPI.Finalize()  # waits for every rank: they are all on their way out too
