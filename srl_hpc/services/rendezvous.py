@@ -3,8 +3,8 @@
 Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous (local mode): one JSON file per worker under RUN/rendezvous/, written atomically.
 - MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix); the
-  node-local rank (srun's SLURM_LOCALID) picks the GPU. MPI_Init does not wait for the other ranks; they
-  meet at a FileBarrier before the allgather, so that no rank waits long inside MPI.
+  node-local rank from Split_type(COMM_TYPE_SHARED) picks the GPU. Ranks meet at a FileBarrier before the
+  allgather, so that no rank waits long inside it.
 After rendezvous all data moves over ZMQ.
 """
 from __future__ import annotations
@@ -157,20 +157,10 @@ class MpiRendezvous:
         # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
         # the hash datastore takes the job's data from the local PMIx server instead. Users can override.
         os.environ.setdefault("PMIX_MCA_gds", "hash")
-        if os.environ["PMIX_MCA_gds"] == "hash":
-            # MPI_Init without its fences: every rank goes on at once and waits asleep at the file barrier,
-            # not in MPI_Init, where Open MPI waits for the last rank polling (at 256 actors on 2 cores, the
-            # early ranks starved those still starting: none reached the barrier in 18 minutes). Peers'
-            # addresses are then fetched when the allgather needs them. With the shared-memory datastore this
-            # failed MPI_Init ("PML add procs failed") in 3 of 8 16-rank jobs here, so only with hash.
-            for name in ("OMPI_MCA_pmix_base_async_modex", "OMPI_MCA_async_mpi_init"):
-                os.environ.setdefault(name, "1")
-            os.environ.setdefault("OMPI_MCA_pmix_base_collect_data", "0")
         from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
         self.comm = MPI.COMM_WORLD
-        # the task's rank on its node picks its GPU; from srun, as an MPI collective here would wait
-        self.local_rank = int(os.environ.get("SLURM_LOCALID", 0))
+        self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
