@@ -399,9 +399,10 @@ def test_a_users_algorithm_by_dotted_path(tmp_path):
         assert "policy_loss" in f["train_step"] and "clip_fraction" not in f["train_step"]
 
 
-def fuzz_ports(run_dir) -> dict[str, Port]:
-    """A valid message for every kind of inbound port of a CartPole run (each checked against the receivers'
-    own layouts below, so that a defect is the only thing wrong with a fuzzed one), and what each refuses."""
+def fuzz_ports(experiment) -> dict[str, Port]:
+    """A valid message for every kind of inbound port of a CartPole run of `experiment` (each checked against
+    the receivers' own layouts below, so that a defect is the only thing wrong with a fuzzed one), and what
+    each refuses."""
     from srl_hpc.algorithms import spec
     from srl_hpc.config import loader
     from srl_hpc.graph import build
@@ -409,7 +410,7 @@ def fuzz_ports(run_dir) -> dict[str, Port]:
     from srl_hpc.handlers.buffer import priorities_layout, replay_layout
     from srl_hpc.streams.control import is_event
 
-    exp = loader.load(run_dir / "experiment.yaml")
+    exp = loader.load(experiment)
     graph, algorithm, T = build(exp), spec(exp.algorithm), exp.workers.actor.segment_length
     actors, buffers = [w.name for w in graph.hosts("actor")], [w.name for w in graph.hosts("buffer")]
     dtypes = {"obs": "<f4", "actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
@@ -487,15 +488,16 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
     # A trainer takes segments only as fast as it trains, and ZMQ takes turns between the actors' messages
     # and the fuzzer's, so while training 5,000 fuzzed segments would take it minutes to go through:
     # this run's trainers consume without training.
-    proc, run_dir, lines = start_long_run(tmp_path, "--set", "workers.trainer.train=false", trained=False,
-                                          experiment=ROOT / "experiments" / "cartpole_dqn.yaml" if experiment == "dqn"
-                                          else None)
-    table = json.loads((run_dir / "workers.json").read_text())
-    ports = fuzz_ports(run_dir)
-    # hypothesis draws lists of 50: its cost is per example, and thousands of examples per port take tens of seconds
+    path = ROOT / "experiments" / "cartpole_dqn.yaml" if experiment == "dqn" else write_experiment(tmp_path)
+    ports = fuzz_ports(path)
+    # hypothesis draws lists of 50: its cost is per example, and thousands of examples per port take tens of
+    # seconds, drawn before the run starts (beside it, on two cores, they took twice as long)
     fuzzed = {name: [m for batch in draw(st.lists(defects(port), min_size=50, max_size=50), FUZZED_PER_PORT // 50)
                      for m in batch] for name, port in ports.items()}
     assert all(len(messages) == FUZZED_PER_PORT for messages in fuzzed.values())
+    proc, run_dir, lines = start_long_run(tmp_path, "--set", "workers.trainer.train=false", trained=False,
+                                          experiment=path)
+    table = json.loads((run_dir / "workers.json").read_text())
     stranger, insider = zmq.Context(), zmq.Context()
     secure_context(insider, RunDir(run_dir))  # a client holding the run's keys (as the run's owner would)
     try:
