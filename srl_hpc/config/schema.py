@@ -188,7 +188,9 @@ class ActorConfig:
     # messages), "auto" (shm when the server is on the same node)
     inference_transport: InferenceTransport = "auto"
     # an actor that dies or hangs (no heartbeat for half of monitor.heartbeat_timeout) is replaced, at most
-    # this many times per actor; once more and the run stops (checkpoint kept), naming the actor and why
+    # this many times per actor; once more and the run stops (checkpoint kept), naming the actor and why.
+    # 0: no supervisor process per actor (half the processes, for runs with hundreds of actors); a lost
+    # actor then stops the run when the controller misses its heartbeats (monitor.heartbeat_timeout)
     max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
