@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -122,6 +123,34 @@ def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names
     assert "worker trainer/0 exited before the rendezvous" in out and "Torch not compiled with CUDA enabled" in out
     assert "rendezvous abandoned: trainer/0 exited before it" in (run_dir / "logs" / "actor-0.log").read_text()
     no_process_left(run_dir)
+
+
+GUARDED = """\
+#!/bin/bash
+#SBATCH --partition=cpu --ntasks=1 --mem=200M --output={out}
+start=$(date +%s)
+srun sleep 12 &  # a step Slurm runs: the guard must leave its stand-in alone while it exists
+sleep 600 &  # stands in for srun hung after its step: Slurm 22.05's hang cannot be caused on demand
+stand_in=$!
+{python} -m srl_hpc.srun_guard {run} "$stand_in" --grace 1 --interval 1; echo "guard exit $? after $(($(date +%s) - start))s"
+wait "$stand_in"; echo "stand-in exit $?"
+sleep 1 & {python} -m srl_hpc.srun_guard {run} $! --grace 1 --interval 1; echo "guard exit $? on an srun that ended"
+"""
+
+
+def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text('{"status": "succeeded"}')  # the run has ended: the guard is on watch
+    job = tmp_path / "guarded.sh"
+    job.write_text(GUARDED.format(out=tmp_path / "out", python=sys.executable, run=run))
+    job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True).stdout.strip()
+    wait_for(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end")
+    out = (tmp_path / "out").read_text()
+    assert "has no step left (a known Slurm 22.05 hang after a het step); ending it" in out, out
+    guard_exit, after = re.search(r"guard exit (\d+) after (\d+)s", out).groups()
+    assert guard_exit == "0" and int(after) >= 12, out  # not before the real step had ended
+    assert "stand-in exit 137" in out and "guard exit 1 on an srun that ended" in out, out
 
 
 def test_a_three_seed_sweep_through_submitit(tmp_path):

@@ -1,0 +1,89 @@
+"""Ends an srun that outlives its job step, so that a finished run does not hold its nodes to the time limit.
+
+Slurm 22.05 (Debian 12's) can leave srun hanging after a heterogeneous step launched with --mpi=pmix has
+ended: each het group's launch thread in srun stops the PMIx abort agent without a lock, and when two
+groups finish together both join the same thread; the second join never returns. Every worker has exited
+and Slurm has ended the step, but srun waits forever, and with it the job script and the job (seen here
+in 1 of about 10 two-policy MAPPO jobs with two CPU hogs beside them; gdb: srun's main thread waits in
+slurm_step_launch_wait_finish -> pmixp_abort_agent_stop -> pthread_join). Later Slurm releases count the
+agent's users under a lock.
+
+The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`). It does nothing
+until the run has ended (the controller has written summary.json), then waits for the workers' exit
+bound; if srun is still there after it, it asks Slurm for the job's steps (one squeue every `interval`
+seconds, only then), and once Slurm has twice said that no step is left, it kills srun and exits 0: the
+job script then takes the run's own outcome as the job's. It exits 1 when srun ends by itself.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from srl_hpc.rundir import RunDir
+
+GRACE = 60.0  # after the summary: a worker's exit bound (30 s, srl_hpc.worker.EXIT_GRACE) and a margin
+INTERVAL = 10.0  # between two questions to Slurm once the grace is over
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def steps_left(job_id: str) -> list[str]:
+    """The job's srun steps Slurm still runs (the batch and extern steps are not srun's)."""
+    out = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True, check=True)
+    return [step for step in out.stdout.split() if step.rpartition(".")[2].isdigit()]
+
+
+def guard(run: RunDir, srun_pid: int, job_id: str, grace: float = GRACE, interval: float = INTERVAL) -> bool:
+    """Until srun exits (False), or until it has been ended here, its step gone (True)."""
+    ended_at = next_question = None
+    answers_without_step = 0
+    while alive(srun_pid):
+        time.sleep(1.0)
+        now = time.monotonic()
+        if ended_at is None:
+            if run.summary.exists():
+                ended_at, next_question = now, now + grace
+            continue
+        if now < next_question:
+            continue
+        next_question = now + interval
+        try:
+            left = steps_left(job_id)
+        except (OSError, subprocess.CalledProcessError):  # Slurm did not answer: ask again later
+            continue
+        answers_without_step = 0 if left else answers_without_step + 1
+        if answers_without_step >= 2 and alive(srun_pid):
+            print(f"srun_guard: srun (pid {srun_pid}) still running {now - ended_at:.0f}s after the run ended, "
+                  f"and job {job_id} has no step left (a known Slurm 22.05 hang after a het step); ending it",
+                  flush=True)
+            os.kill(srun_pid, signal.SIGKILL)
+            return True
+    return False
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srl_hpc.srun_guard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("srun_pid", type=int)
+    parser.add_argument("--grace", type=float, default=GRACE, help=f"seconds after the summary (default {GRACE:.0f})")
+    parser.add_argument("--interval", type=float, default=INTERVAL, help="seconds between squeue calls")
+    args = parser.parse_args(argv)
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id is None:
+        parser.error("SLURM_JOB_ID is not set: the guard runs inside a Slurm job script")
+    return 0 if guard(RunDir(args.run_dir), args.srun_pid, job_id, args.grace, args.interval) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
