@@ -10,6 +10,8 @@ After rendezvous all data moves over ZMQ.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import json
 import os
 import socket
@@ -144,6 +146,26 @@ def _write_atomically(path, text: str) -> None:
     os.replace(tmp, path)  # readers never see a half-written file
 
 
+PR_SET_TIMERSLACK = 29  # prctl(2)
+
+
+@contextlib.contextmanager
+def coarse_timer_slack(seconds: float = 0.01):
+    """While MPI starts, this thread's sleeps may end up to `seconds` late. Open MPI's MPI_Init waits for the
+    other ranks by polling with 100 us sleeps: with many ranks on few cores (hundreds of actors on one node,
+    the local Slurm) the ranks that wait woke ~4,500 times a second each, and the kernel's switching among
+    them (450,000 context switches a second, two thirds of the CPU in the kernel) starved the ranks still
+    importing: at N = 256 no rank reached the barrier in 20 minutes. A 10 ms slack lets the kernel batch
+    those wake-ups (100 a second; 6,800 switches a second) and the rendezvous took 3 minutes. MPI_Init is
+    at most a few polls later for it. Threads MPI starts meanwhile inherit the slack; they wait on events."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(int(seconds * 1e9)), 0, 0, 0)
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(0), 0, 0, 0)  # 0: this thread's default again
+
+
 class MpiRendezvous:
     local = False
 
@@ -157,10 +179,11 @@ class MpiRendezvous:
         # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
         # the hash datastore takes the job's data from the local PMIx server instead. Users can override.
         os.environ.setdefault("PMIX_MCA_gds", "hash")
-        from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
+        with coarse_timer_slack():
+            from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
-        self.comm = MPI.COMM_WORLD
-        self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+            self.comm = MPI.COMM_WORLD
+            self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
