@@ -269,7 +269,7 @@ def requeue_run(tmp_path):
     """A CartPole job with slurm.requeue, a budget of the whole run's wall time for a stop, under way (a few
     updates trained)."""
     run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["stop.target_return=null", "stop.wall_time=40",
+                          overrides=["stop.target_return=null", "stop.wall_time=30",
                                      "slurm.requeue={signal_seconds: 60, max_requeues: 2}",
                                      "workers.trainer.checkpoint_interval=5"])
     wait_for(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
@@ -283,7 +283,7 @@ def assert_resumed_to_the_end(run):
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert first["status"] == "cancelled" and first["policy_version"] > 0  # stopped cleanly, checkpointed
     assert summary["attempt"] == 2 and summary["status"] == "succeeded", summary
-    assert summary["reason"] == "wall time reached: 40s" and summary["env_frames"] > first["env_frames"]
+    assert summary["reason"] == "wall time reached: 30s" and summary["env_frames"] > first["env_frames"]
     trainer_log = run.run_dir / "logs" / "trainer-0.log"
     assert f"version {first['policy_version']}, " in trainer_log.read_text()  # resumed where attempt 1 stopped
     assert summary["policy_version"] > first["policy_version"]
