@@ -94,9 +94,12 @@ class Worker:
             raise RuntimeError(f"{self.name} bound {ports}, not its predecessor's {self.ports}")
         return ports
 
-    def record_startup(self) -> None:
-        """Start-up cost up to 'ready to rendezvous' (imports, envs, models, sockets) and memory then."""
-        self.trace.record("startup", seconds=process_age(), rss_mb=rss_mb())
+    def record_startup(self, start_cost: dict) -> None:
+        """Start-up cost up to 'ready to rendezvous' (imports, envs, models, sockets): wall time, CPU time
+        (what hundreds of workers starting on a few cores queue for) and memory then; `start_cost`: the
+        rendezvous' own share of it (MPI_Init's seconds and CPU)."""
+        self.trace.record("startup", seconds=process_age(), cpu_seconds=time.process_time(), rss_mb=rss_mb(),
+                          **start_cost)
 
     def connect(self, table: dict) -> None:
         if self.name != wiring.CONTROLLER:
@@ -266,12 +269,14 @@ def main(argv=None) -> int:
         worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank,
                         incarnation=args.incarnation, link=rendezvous if args.supervised else None, ports=args.ports)
         ports = worker.bind()
-        worker.record_startup()
+        worker.record_startup(getattr(rendezvous, "start_cost", {}))  # (only MPI has a start of its own)
         entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
-        waited = time.monotonic()
+        waited, cpu = time.monotonic(), time.process_time()
         table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
-        worker.trace.record("rendezvous", seconds=time.monotonic() - waited, workers=len(table))
+        # The CPU a rank spends waiting for the others (MPI_Init polls) is taken from those still starting.
+        worker.trace.record("rendezvous", seconds=time.monotonic() - waited, cpu_seconds=time.process_time() - cpu,
+                            workers=len(table))
         # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop())

@@ -179,11 +179,14 @@ class MpiRendezvous:
         # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
         # the hash datastore takes the job's data from the local PMIx server instead. Users can override.
         os.environ.setdefault("PMIX_MCA_gds", "hash")
+        waited, cpu = time.monotonic(), time.process_time()
         with coarse_timer_slack():
             from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
             self.comm = MPI.COMM_WORLD
             self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        # MPI_Init waits for every rank to reach it: part of a worker's start-up that grows with the others'
+        self.start_cost = {"mpi_init_seconds": time.monotonic() - waited, "mpi_init_cpu_seconds": time.process_time() - cpu}
         atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
