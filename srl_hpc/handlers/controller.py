@@ -25,6 +25,10 @@ from srl_hpc.supervisor import restart_budget
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 PING_INTERVAL = 1.0
 DECIDE_INTERVAL = 0.1  # stop conditions are checked this often, not on every event of a big run
+# Reports are taken in at most this often, all that wait at once: what one costs the controller is then the
+# same whether they come one per wake-up (an idle machine) or many together (a busy one), and nothing it
+# decides from them needs them sooner (docs/scaling.md: the controller's CPU model)
+DRAIN_INTERVAL = 0.05
 REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repeat commands until obeyed
 
 NOT_COUNTS = {"version", "policy_version", "incarnation"}  # numbers in a report that are states, not counts
@@ -64,6 +68,7 @@ class ControllerHandler(Handler):
         # in a run so big that workers report less often than every second, silence is judged accordingly
         self.silence_limit = max(exp.monitor.heartbeat_timeout, 3 * report_interval(len(self.graph.names)))
         self._last_decision = 0.0
+        self._last_drain = 0.0
         self.t0 = time.monotonic()
         self._last_status = (self.t0, 0, 0)  # (time, env_frames, frames_consumed) at the last status line
         self._last_ping = 0.0
@@ -122,8 +127,13 @@ class ControllerHandler(Handler):
         return self.outcome is None
 
     def poll(self, timeout_ms):
-        self._receive(timeout_ms)
-        now = time.monotonic()
+        early = self._last_drain + DRAIN_INTERVAL - time.monotonic()
+        if early > 0:
+            time.sleep(min(early, timeout_ms / 1000))
+            self._receive(0)
+        else:
+            self._receive(timeout_ms)
+        now = self._last_drain = time.monotonic()
         if now - self._last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
             self.control.broadcast("ping")
             self._last_ping = now
