@@ -13,9 +13,12 @@ what is measured is the system's own cost. Per actor count N it prints, from the
   the policy workers' CPU per request and the trainer's CPU share;
 - parameter bytes leaving trainer/0 per version (weight fan-out);
 - actor memory (RSS, median and max), the two-phase stop's seconds, and frame accounting
-  (sent == received == consumed + dropped).
-Then the scaling model's check (docs/scaling.md): rendezvous time, controller events and CPU fitted over
-every N but the largest, predicted at the largest, compared with the measurement. Then one JSON line.
+  (sent == received == consumed + dropped);
+- in the JSON line, what the rendezvous model is made of: own start-up CPU per actor and of the other
+  workers, the ranks' seconds and CPU waiting for each other (in MPI_Init and at the rendezvous).
+Then the scaling model's check (docs/scaling.md): rendezvous time, controller events and CPU, from the costs
+measured at every N but the largest, predicted at the largest, compared with the measurement. Then one
+JSON line.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,9 +60,24 @@ def figures(run_dir: Path) -> dict:
     events = slope(controller.table("progress"), "events_received", first_update, end)
     trainer_cpu = slope(trainer.table("heartbeat"), "cpu_seconds", first_update, end)
     policy = policy_cost(trace, first_update, end)
+    # each worker's own start-up CPU (MPI_Init's waiting taken out), and the seconds and CPU it spent waiting
+    # for the others: in MPI_Init, which every rank must reach, and at the rendezvous itself
+    startup_cpu, wait_s, wait_cpu = {}, 0.0, 0.0
+    for w in trace.workers:
+        start, rdv = w.table("startup"), w.table("rendezvous")
+        if len(start.get("mpi_init_cpu_seconds", [])) and len(rdv.get("cpu_seconds", [])):
+            startup_cpu[w.name] = float(start["cpu_seconds"][0] - start["mpi_init_cpu_seconds"][0])
+            wait_s += float(start["mpi_init_seconds"][0] + rdv["seconds"][-1])
+            wait_cpu += float(start["mpi_init_cpu_seconds"][0] + rdv["cpu_seconds"][-1])
     return {
         "actors": len(actors), "workers": len(trace.workers), "status": summary["status"],
         "start_to_rendezvous_s": round(rendezvous - started, 2),
+        # what the rendezvous model is made of: own start-up CPU (an actor's, the other workers' in all), and
+        # the ranks' time and CPU waiting for each other, summed over ranks
+        "actor_startup_cpu_s": round(float(np.mean([startup_cpu[w.name] for w in actors if w.name in startup_cpu])), 3)
+        if startup_cpu else None,
+        "others_startup_cpu_s": round(sum(c for name, c in startup_cpu.items() if by_name[name].kind != "actor"), 3),
+        "rendezvous_wait_s": round(wait_s, 1), "rendezvous_wait_cpu_s": round(wait_cpu, 2),
         "start_to_first_sample_s": round(first_sample - started, 2),
         "start_to_first_update_s": round(first_update - started, 2),
         "controller_cpu_share": None if controller_cpu is None else round(controller_cpu, 4),
@@ -104,10 +123,27 @@ def fit(rows: list[dict], terms, key: str) -> np.ndarray:
                            rcond=None)[0]
 
 
+def rendezvous_model(known: list[dict]) -> tuple[Callable[[int], float], str]:
+    """Time to the rendezvous from costs measured on the known runs. Every worker spends its own start-up
+    CPU (s_a an actor, s_0 the other workers in all: constant in N); the workers get C cores' worth of CPU
+    in all (the rest goes to Slurm's daemons, srun and the kernel); ranks that wait for the others (in
+    MPI_Init, which every rank must reach, then at the rendezvous) take w of it, from those still starting.
+    So C T = s_0 + s_a N + w T, and T = (s_0 + s_a N) / (C - w). The waiting ranks' share grows with their
+    number until the scheduler gives them no more (docs/scaling.md: 1.3 of 2 cores from N = 128 on), so w is
+    the one of the largest known run: the prediction holds for larger N once that share has stopped growing."""
+    s_a = float(np.mean([r["actor_startup_cpu_s"] for r in known]))
+    s_0 = float(np.mean([r["others_startup_cpu_s"] for r in known]))
+    cores = float(np.mean([(r["actor_startup_cpu_s"] * r["actors"] + r["others_startup_cpu_s"]
+                            + r["rendezvous_wait_cpu_s"]) / r["start_to_rendezvous_s"] for r in known]))
+    largest = max(known, key=lambda r: r["actors"])
+    waiting = largest["rendezvous_wait_cpu_s"] / largest["start_to_rendezvous_s"]
+    return (lambda n: (s_0 + s_a * n) / (cores - waiting)), f"({s_0:.3g} + {s_a:.3g} N) / ({cores:.3g} - {waiting:.3g})"
+
+
 def check_model(rows: list[dict]) -> dict:
-    """The scaling model of docs/scaling.md, fitted on every N but the largest and checked at the largest:
-    - rendezvous: t = a N + b N^2 (a: each actor's start-up CPU over this machine's cores; b: ranks that
-      reached the allgather wait for the rest by spinning, on the cores the rest need to start);
+    """The scaling model of docs/scaling.md, from the per-worker and per-message costs of every N but the
+    largest, checked at the largest:
+    - rendezvous: `rendezvous_model`;
     - controller events: e0 + e N (reports, one per worker per second below 1000 workers);
     - controller CPU: c0 + c x events, at the predicted events."""
     done = [r for r in rows if r.get("status") == "succeeded"]
@@ -115,11 +151,11 @@ def check_model(rows: list[dict]) -> dict:
         return {}
     known, last = done[:-1], done[-1]
     n = last["actors"]
-    rdv = fit(known, lambda r: [r["actors"], r["actors"] ** 2], "start_to_rendezvous_s")
+    rdv, rdv_formula = rendezvous_model(known)
     ev = fit(known, lambda r: [1, r["actors"]], "controller_events_per_s")
     cpu = fit(known, lambda r: [1, r["controller_events_per_s"]], "controller_cpu_share")
     events = ev[0] + ev[1] * n
-    predicted = {"start_to_rendezvous_s": (rdv[0] * n + rdv[1] * n * n, f"{rdv[0]:.4g} N + {rdv[1]:.4g} N^2"),
+    predicted = {"start_to_rendezvous_s": (rdv(n), rdv_formula),
                  "controller_events_per_s": (events, f"{ev[0]:.4g} + {ev[1]:.4g} N"),
                  "controller_cpu_share": (cpu[0] + cpu[1] * events, f"{cpu[0]:.4g} + {cpu[1]:.4g} x events/s")}
     return {key: {"formula": formula, "predicted": value, "measured": last[key],
