@@ -274,7 +274,8 @@ def main(argv=None) -> int:
                  "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
         waited, cpu = time.monotonic(), time.process_time()
         table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
-        # The CPU a rank spends waiting for the others (MPI_Init polls) is taken from those still starting.
+        # The CPU a rank spends waiting for the others (the barrier's looks, the allgather) is taken from those
+        # still starting; MPI_Init's share of the wait is in the startup row.
         worker.trace.record("rendezvous", seconds=time.monotonic() - waited, cpu_seconds=time.process_time() - cpu,
                             workers=len(table))
         # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.

@@ -186,7 +186,8 @@ class MpiRendezvous:
             self.comm = MPI.COMM_WORLD
             self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         # MPI_Init waits for every rank to reach it: part of a worker's start-up that grows with the others'
-        self.start_cost = {"mpi_init_seconds": time.monotonic() - waited, "mpi_init_cpu_seconds": time.process_time() - cpu}
+        self.start_cost = {"mpi_init_seconds": time.monotonic() - waited,
+                           "mpi_init_cpu_seconds": time.process_time() - cpu}
         atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
