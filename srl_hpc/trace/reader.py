@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from srl_hpc import config, graph
+from srl_hpc.trace.writer import open_trace
 
 FORMAT = "srl-hpc-trace/1"
 # what h5py raises on damaged files or metadata, depending on where the damage is
@@ -154,7 +155,7 @@ def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
     if not h5py.is_hdf5(path):
         return None, [Problem(path, "not an HDF5 file")]
     try:
-        with h5py.File(path, "r", locking=False) as f:  # no lock for a live worker's next flush to trip on
+        with open_trace(path) as f:  # unlocked: shared filesystems refuse locks; a live writer would trip on one
             return _read_open(f, path)
     except HDF5_ERRORS as e:
         return None, [Problem(path, _open_failure(e))]
