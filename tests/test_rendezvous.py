@@ -77,3 +77,54 @@ def test_a_timeout_names_the_workers_that_never_arrived(tmp_path):
     outcome = _run_all(run, NAMES[:3], lambda name: FileBarrier(run, NAMES, name, timeout=0.5).wait())
     assert "2 of 5 workers never arrived: actor/1, actor/2" in str(outcome["controller"])
     assert "controller, which waits for every worker, never said go" in str(outcome["actor/0"])
+
+
+def test_at_ten_thousand_workers_the_metadata_load_stays_bounded(tmp_path):
+    names = ["controller/0"] + [f"actor/{i}" for i in range(9_999)]
+    barriers = [FileBarrier(RunDir(tmp_path), names, name) for name in names[:100]]
+    worker = barriers[1]
+    assert len(names) / worker.interval <= 200  # stats of the go file a second, all workers together
+    assert barriers[0].lead_interval <= 1.0  # the leader's listings: one a second
+    assert worker.interval <= 60  # the go reaches the last worker within a minute
+    phases = [b.phase for b in barriers]  # workers arriving together look at different moments
+    assert len(set(phases)) == len(phases) and all(0 <= p < worker.interval for p in phases)
+
+
+def test_many_waiting_workers_stat_the_go_file_at_a_bounded_rate(tmp_path, monkeypatch):
+    """300 workers wait for one that never comes: the stats of the go file and the leader's listings,
+    counted per second of the wait. Looking every N / 1000 s, as before, was 1,000 stats a second."""
+    import os
+    import time
+
+    run = RunDir(tmp_path)
+    names = ["controller/0"] + [f"actor/{i}" for i in range(300)]
+    go, arrivals = str(run.barrier_go), str(run.barrier_arrivals)
+    stats, listings = [], []
+    real_stat, real_listdir, real_scandir = os.stat, os.listdir, os.scandir
+
+    def stat(path, *args, **kwargs):
+        if str(path) == go:
+            stats.append(time.monotonic())
+        return real_stat(path, *args, **kwargs)
+
+    def listing(real):
+        def call(path=".", *args, **kwargs):
+            if str(path) == arrivals:
+                listings.append(time.monotonic())
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "listdir", listing(real_listdir))
+    monkeypatch.setattr(os, "scandir", listing(real_scandir))
+    timeout = 4.0
+    start = time.monotonic()
+    outcome = _run_all(run, names[:-1], lambda name: FileBarrier(run, names, name, timeout=timeout).wait())
+    monkeypatch.undo()
+    assert "1 of 301 workers never arrived: actor/299" in str(outcome["controller/0"])
+    assert all(isinstance(exc, RendezvousError) for exc in outcome.values())
+    window = (start + 0.5, start + timeout - 0.5)  # the wait, without its start and its end at the timeout
+    seconds = window[1] - window[0]
+    in_window = [t for t in stats if window[0] <= t < window[1]]
+    assert 0 < len(in_window) / seconds <= 250, f"{len(in_window) / seconds:.0f} stats of the go file a second"
+    assert sum(window[0] <= t < window[1] for t in listings) <= seconds + 1, f"{len(listings)} listings"
