@@ -11,7 +11,9 @@ The file stays open from the worker's start to its close. Run directories live o
 cost each worker an open, a close and a stat there every 2 s (10,000 workers: 15,000 metadata operations
 a second, for nothing); a flush of an open file writes data only. Readers of a running run (srl-trace during
 the run, tests/test_trace.py's read before a SIGKILL) still see everything up to the last flush: the flush
-writes all of HDF5's dirty metadata and chunks, and between flushes the writer does not touch the file.
+writes all of HDF5's dirty metadata and chunks, and between flushes the writer does not touch the file
+(on NFS, a reader on another host sees what the writer's host has written back so far, not necessarily
+the last flush: a live read there may lag or fail until it is tried again; Lustre and GPFS are coherent).
 That needs the file's superblock to carry no "open for writing" flag, which HDF5 sets only for file
 formats from 1.10 on (libver "v110" and later, SWMR): hence libver "earliest", h5py's default, stated.
 
