@@ -2,8 +2,21 @@
 # local_slurm.sh - a real, small Slurm cluster on this one machine (Debian/Ubuntu, run as root).
 #
 # Used by srl-hpc's tests and by anyone who wants to try the Slurm path on a laptop. It runs one
-# slurmctld and four virtual slurmd nodes (n1..n4, 160 CPUs, 20000 MB and 2 fake GPUs each by default) on
-# 127.0.0.1, with partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
+# slurmctld and four virtual slurmd nodes (n1..n4, 20000 MB and 2 fake GPUs each by default), with
+# partitions `cpu` (default) and `gpu`, both on all nodes. No systemd needed.
+#
+# By default each node is a host of its own, as on a real cluster (SRL_SLURM_HOSTS=namespaces):
+#   - its own network namespace with two interfaces: eth0 on a management network ($NET.0.0/24, where
+#     slurmctld listens at $NET.0.1 and Slurm reaches the nodes) and ib0 on a second, "fast" network
+#     ($NET.1.0/24), each a bridge in this machine's namespace; traffic stays among these addresses;
+#   - its own hostname (nK: a UTS namespace), which resolves as on Debian to 127.0.1.1, a loopback
+#     address (its own /etc/hosts; the other nodes' names resolve to their eth0 addresses);
+#   - its own /tmp and /dev/shm (a mount namespace); everything else, /var/tmp and the repository
+#     included, is the "shared filesystem";
+#   - CPU binding on (TaskPlugin=task/affinity): each node declares this machine's CPUs, so a task
+#     asking for -c 1 is pinned to one of them. The nodes share the machine's cores.
+# SRL_SLURM_HOSTS=shared runs every node on this machine's own network (127.0.0.1), filesystem and
+# hostname instead, with 160 CPUs per node and no binding (benchmarks/scale.py's hundreds of workers).
 #
 # Usage:
 #   bash scripts/local_slurm.sh install   # apt-get install slurm-wlm munge openmpi (skipped if present)
@@ -16,13 +29,19 @@
 #             srun --gres=gpu:2 -p gpu env | grep CUDA_VISIBLE_DEVICES   (-> 0,1)
 #
 # Environment:
-#   SRL_SLURM_DIR   state, logs, spool, pid files          (default /tmp/srl-local-slurm)
+#   SRL_SLURM_HOSTS  namespaces (default) or shared: above
+#   SRL_SLURM_NET   the first two octets of the nodes' private networks (default 10.250: eth0 addresses
+#                   10.250.0.11-14, ib0 10.250.1.11-14)
+#   SRL_SLURM_SELF  what a node's own hostname resolves to: loopback (127.0.1.1, Debian's default) or eth0
+#   SRL_SLURM_DIR   state, logs, spool, pid files          (default /var/tmp/srl-local-slurm: the nodes
+#                   see it, so it is not under their private /tmp)
 #   SLURM_CONF      where slurm.conf is written             (default /etc/slurm/slurm.conf, the path
 #                   Debian's Slurm reads without SLURM_CONF; gres.conf and mpi.conf go next to it)
 #   SRL_SLURM_WAIT  seconds `start` waits for all nodes idle (default 30)
 #   SRL_SLURM_FORCE=1  overwrite a slurm.conf that this script did not write
-#   SRL_SLURM_CPUS  CPUs each virtual node declares (default 160: far more than the machine has, so that
-#                   hundreds of workers share its cores, e.g. benchmarks/scale.py's 256 actors)
+#   SRL_SLURM_CPUS  CPUs each virtual node declares (default: this machine's with namespaces, binding on;
+#                   160 with shared, far more than the machine has, so that hundreds of workers share its
+#                   cores, e.g. benchmarks/scale.py's 256 actors; more than the machine has turns binding off)
 #   SRL_SLURM_MEM_MB  memory each virtual node declares (default 20000; not enforced)
 #   SRL_SLURMD_TIMEOUT  seconds a slurmd may go unanswered before its node is set DOWN and its jobs are
 #                   requeued (default 45, so that requeued jobs restart fast; hundreds of workers on a
@@ -33,14 +52,21 @@
 # visible for an hour, MinJobAge). As root, `mpirun` inside a job needs --allow-run-as-root.
 set -euo pipefail
 
-DIR=${SRL_SLURM_DIR:-/tmp/srl-local-slurm}
+DIR=${SRL_SLURM_DIR:-/var/tmp/srl-local-slurm}
+HOSTS=${SRL_SLURM_HOSTS:-namespaces}
+[[ $HOSTS == namespaces || $HOSTS == shared ]] || { echo "local_slurm: SRL_SLURM_HOSTS must be namespaces or shared, not '$HOSTS'" >&2; exit 2; }
+NET=${SRL_SLURM_NET:-10.250}
+SELF=${SRL_SLURM_SELF:-loopback}
+MACHINE_CPUS=$(nproc)
 DEFAULT_CONF=/etc/slurm/slurm.conf
 CONF=${SLURM_CONF:-$DEFAULT_CONF}
 export SLURM_CONF=$CONF
 GRES_CONF=$(dirname "$CONF")/gres.conf
 MPI_CONF=$(dirname "$CONF")/mpi.conf
 WAIT_S=${SRL_SLURM_WAIT:-30}
-NODE_CPUS=${SRL_SLURM_CPUS:-160}
+if [[ $HOSTS == namespaces ]]; then NODE_CPUS=${SRL_SLURM_CPUS:-$MACHINE_CPUS}; else NODE_CPUS=${SRL_SLURM_CPUS:-160}; fi
+# Binding pins tasks to CPU numbers of the node: only meaningful where those CPUs exist.
+if ((NODE_CPUS <= MACHINE_CPUS)); then TASK_PLUGIN=task/affinity; else TASK_PLUGIN=task/none; fi
 NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
 SLURMD_TIMEOUT=${SRL_SLURMD_TIMEOUT:-45}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
@@ -91,8 +117,9 @@ start_bg() {
   setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDS/$key"
-  sleep 0.2
-  pid_alive "$pid" "$name" || { tail -n 20 "$DIR/log/$key.out" >&2 || true; die "$key did not start"; }
+  local i  # (a namespaced slurmd execs through nsenter, unshare and sh first)
+  for i in $(seq 1 20); do sleep 0.1; pid_alive "$pid" "$name" && return 0; done
+  tail -n 20 "$DIR/log/$key.out" >&2 || true; die "$key did not start"
 }
 
 # stop_pids NAME:PID...: SIGTERM, wait up to 10 s, then SIGKILL and wait again.
@@ -130,6 +157,70 @@ our_stepds() {
 
 munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 
+# ---------------------------------------------------------------- hosts (SRL_SLURM_HOSTS=namespaces)
+# node_addr K eth0|ib0: node nK's address on that network (127.0.0.1 with shared hosts)
+node_addr() {
+  [[ $HOSTS == namespaces ]] || { echo 127.0.0.1; return; }
+  if [[ $2 == eth0 ]]; then echo "$NET.0.$((10 + $1))"; else echo "$NET.1.$((10 + $1))"; fi
+}
+ctld_addr() { if [[ $HOSTS == namespaces ]]; then echo "$NET.0.1"; else echo 127.0.0.1; fi; }
+BRIDGES=(srl-eth srl-ib)  # the management and the fast network, in this machine's namespace
+
+# Bridges, and per node a network namespace srl-nK with eth0 and ib0 (veth pairs onto the bridges) and
+# the hosts file its mount namespace will see as /etc/hosts. Idempotent: what exists is kept.
+net_up() {
+  local b i k=0 n ns
+  for i in 0 1; do
+    b=${BRIDGES[$i]}
+    ip link show "$b" >/dev/null 2>&1 || { ip link add "$b" type bridge; ip addr add "$NET.$i.1/24" dev "$b"; }
+    ip link set "$b" up
+  done
+  mkdir -p "$DIR/hosts"
+  for n in "${NODES[@]}"; do
+    k=$((k + 1)); ns=srl-$n
+    if ! ip netns list | grep -qw "$ns"; then
+      ip netns add "$ns"
+      ip -n "$ns" link set lo up
+      for i in 0 1; do
+        local dev=(eth0 ib0); local host_end=srl-$n-${dev[$i]:0:1}
+        ip link add "$host_end" type veth peer name "${dev[$i]}" netns "$ns"
+        ip link set "$host_end" master "${BRIDGES[$i]}" up
+        ip -n "$ns" addr add "$(node_addr $k "${dev[$i]}")/24" dev "${dev[$i]}"
+        ip -n "$ns" link set "${dev[$i]}" up
+      done
+      ip -n "$ns" route add default via "$(ctld_addr)"
+    fi
+    write_hosts "$n" "$k" >"$DIR/hosts/$n"
+  done
+}
+
+# /etc/hosts of node nK: its own name as SRL_SLURM_SELF says, the others' on the management network.
+write_hosts() {
+  local me=$1 k=$2 j=0 other
+  echo "127.0.0.1 localhost"
+  if [[ $SELF == eth0 ]]; then echo "$(node_addr "$k" eth0) $me"; else echo "127.0.1.1 $me"; fi
+  echo "$(ctld_addr) $(hostname -s)"
+  for other in "${NODES[@]}"; do
+    j=$((j + 1)); [[ $other == "$me" ]] || echo "$(node_addr $j eth0) $other"
+  done
+}
+
+net_down() {
+  local n b
+  for n in "${NODES[@]}"; do ip netns del "srl-$n" 2>/dev/null || true; done  # takes its veths along
+  for b in "${BRIDGES[@]}"; do ip link del "$b" 2>/dev/null || true; done
+}
+
+# The command that runs slurmd for node $1: with namespaces, inside the node's network namespace and new
+# UTS and mount namespaces where it sets its hostname, /tmp, /dev/shm and /etc/hosts. `nsenter --net`,
+# not `ip netns exec`, which remounts /sys and leaves slurmd without /sys/fs/cgroup.
+slurmd_command() {
+  local n=$1
+  if [[ $HOSTS != namespaces ]]; then echo slurmd -D -N "$n"; return; fi
+  echo nsenter --net=/var/run/netns/srl-$n unshare --mount --uts --propagation private -- sh -c \
+    "'hostname $n && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount --bind $DIR/hosts/$n /etc/hosts && exec slurmd -D -N $n'"
+}
+
 # ---------------------------------------------------------------- config
 write_config() {
   if [[ -f $CONF ]] && ! head -n 1 "$CONF" | grep -qF "$MARKER" && [[ ${SRL_SLURM_FORCE:-} != 1 ]]; then
@@ -142,7 +233,7 @@ write_config() {
     cat <<EOF
 ClusterName=srl-local
 # The (addr) form makes slurmctld accept this host without a resolvable hostname.
-SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldHost=$(hostname -s)($(ctld_addr))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -159,7 +250,8 @@ TmpFS=$DIR/tmp/%n
 # Let the virtual nodes declare more CPUs than the machine has.
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# task/affinity: a task is pinned to the CPUs it was given (-c), as on most clusters
+TaskPlugin=$TASK_PLUGIN
 MpiDefault=pmix
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
@@ -192,7 +284,7 @@ EOF
     k=0
     for n in "${NODES[@]}"; do
       k=$((k + 1))
-      echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$n Port=$((6818 + k)) CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:2 State=UNKNOWN"
+      echo "NodeName=$n NodeAddr=$(node_addr $k eth0) NodeHostname=$n Port=$((6818 + k)) CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:2 State=UNKNOWN"
     done
     local all; all=$(IFS=,; echo "${NODES[*]}")
     echo "PartitionName=cpu Nodes=$all Default=YES MaxTime=UNLIMITED State=UP"
@@ -284,16 +376,17 @@ cmd_start() {
   command -v slurmctld >/dev/null || die "Slurm is not installed; run: $0 install"
   if all_up && sinfo >/dev/null 2>&1; then log "already running (state in $DIR)"; return 0; fi
   make_dirs
+  [[ $HOSTS == namespaces ]] && net_up
   write_config
   start_munge
   local fresh=0 n
   daemon_alive slurmctld slurmctld || { fresh=1; start_bg slurmctld slurmctld slurmctld -D; }
   for n in "${NODES[@]}"; do
-    daemon_alive "slurmd-$n" slurmd || start_bg "slurmd-$n" slurmd slurmd -D -N "$n"
+    daemon_alive "slurmd-$n" slurmd || eval start_bg "slurmd-$n" slurmd "$(slurmd_command "$n")"
   done
   wait_nodes_up
   ((fresh)) && cancel_stale_jobs
-  log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(config $CONF, state $DIR)"
+  log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(hosts: $HOSTS, $TASK_PLUGIN, config $CONF, state $DIR)"
 }
 
 # ---------------------------------------------------------------- stop
@@ -312,6 +405,7 @@ cmd_stop() {
   # munged only if this script started it (pid file exists only then).
   daemon_alive munged munged && stop_pids "munged:$(cat "$PIDS/munged")"
   for key in slurmctld munged "${NODES[@]/#/slurmd-}"; do rm -f "$PIDS/$key"; done
+  net_down
   log "stopped"
 }
 
