@@ -2,18 +2,21 @@
 
 The het groups are the graph's (srl_hpc.graph), in task-id order; each takes its resources from the
 `slurm` section's field of the same name. Task N of the job's one `srun` hosts worker N of the graph, so
-each group is a contiguous range of workers. A worker whose device is cuda gets a GPU; the nodes of a
-group are set by its GPU-or-CPU workers per node (`tasks_per_node`; the controller rides along).
+each group is a contiguous range of workers. The nodes of a group are set by its workers per node
+(`tasks_per_node`; the controller rides along), and its layout (which workers share a node) by
+`layout`: Slurm fills the nodes in that order. A worker whose device is cuda gets a GPU of its own on
+its node, unless the group says `share_gpu`.
 `check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from srl_hpc import graph as wiring
 from srl_hpc.config import Experiment, parse_size_mb
+from srl_hpc.config.schema import ContainerConfig
 
 
 class PlanError(ValueError):
@@ -32,6 +35,9 @@ class HetGroup:
     mem_mb: int  # per node
     gpus_per_node: int
     constraint: Optional[str]
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    sbatch_options: tuple[str, ...] = ()
 
     @property
     def ntasks(self) -> int:
@@ -39,7 +45,22 @@ class HetGroup:
 
     @property
     def tasks_per_node(self) -> int:
+        """The most tasks a node of the group holds (the first nodes hold that many)."""
         return math.ceil(self.ntasks / self.nodes)
+
+    @property
+    def layout(self) -> list[tuple[str, ...]]:
+        """The workers on each node, in node order: every node gets one, then the rest fill the nodes in
+        order up to tasks_per_node. That is how Slurm fills an allocation asked for with --nodes, --ntasks
+        and --ntasks-per-node as the most per node; srun then places tasks in order (block)."""
+        counts = [1] * self.nodes
+        rest = self.ntasks - self.nodes
+        for k in range(self.nodes):
+            extra = min(rest, self.tasks_per_node - 1)
+            counts[k] += extra
+            rest -= extra
+        starts = [sum(counts[:k]) for k in range(self.nodes)]
+        return [self.workers[a:a + n] for a, n in zip(starts, counts)]
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,11 @@ class Plan:
     setup: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     requeue: Optional[tuple[int, int]] = None  # (signal_seconds, max_requeues)
+    mpi: str = "pmix"
+    srun_options: tuple[str, ...] = ()
+    node_setup: tuple[str, ...] = ()
+    container: Optional[ContainerConfig] = None
+    template: Optional[str] = None
 
     @property
     def ntasks(self) -> int:
@@ -67,20 +93,35 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
         raise PlanError("curve: false is for measuring its cost on a machine of your own; on a cluster every "
                         "node can reach the run's ports, so a Slurm run keeps its sockets private")
     s = exp.slurm
-    groups = []
-    for name, members in wiring.build(exp).groups():
+    graph = wiring.build(exp)
+    groups, problems = [], []
+    for name, members in graph.groups():
         res = getattr(s, name)
         placed = [w for w in members if w.name != wiring.CONTROLLER]  # the controller rides along on a node
         nodes = max(1, math.ceil(len(placed) / res.tasks_per_node))
         per_node = math.ceil(len(members) / nodes)
-        gpu_tasks = sum(w.device.startswith("cuda") for w in placed)
-        gpus = min(res.tasks_per_node, gpu_tasks) if gpu_tasks else 0
-        groups.append(HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task,
-                               per_node * parse_size_mb(res.mem_per_task), gpus, res.constraint))
+        group = HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task,
+                         per_node * parse_size_mb(res.mem_per_task), 0, res.constraint, res.account, res.qos,
+                         res.sbatch_options)
+        cuda = [[w for w in node if graph.worker(w).device.startswith("cuda")] for node in group.layout]
+        most = max(len(c) for c in cuda)
+        gpus = most if res.gpus_per_node is None else res.gpus_per_node
+        crowded = [(k, c) for k, c in enumerate(cuda) if len(c) > gpus]
+        if crowded and not res.share_gpu:
+            k, c = crowded[0]
+            problems.append(f"het group '{name}': node {k + 1} of {nodes} would hold {len(c)} CUDA workers "
+                            f"({', '.join(c)}) on {gpus} GPU(s) (slurm.{name}.gpus_per_node): they would share "
+                            f"a GPU. Set slurm.{name}.tasks_per_node to at most {gpus} (more nodes), or "
+                            f"slurm.{name}.share_gpu: true if they may share")
+        groups.append(replace(group, gpus_per_node=gpus))
+    if problems:
+        raise PlanError(problems)
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
                 account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
                 setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
-                requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None)
+                requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
+                mpi=s.mpi, srun_options=s.srun_options, node_setup=s.node_setup, container=s.container,
+                template=s.template)
 
 
 # ----------------------------------------------------------------------------------------------- cluster facts

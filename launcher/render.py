@@ -1,11 +1,14 @@
-"""Render (pure): a Plan becomes the text of an sbatch script, from a template in launcher/job_templates/
-(package data, so a non-editable install renders the same).
+"""Render (pure): a Plan becomes the text of an sbatch script, from a template in job_templates/ (package
+data, so a non-editable install renders the same) or the user's own (`slurm.template`).
 
-The result is a complete script a user can read, keep and `sbatch` by hand; `--dry-run` prints it.
+The result is a complete script a user can read, keep and `sbatch` by hand; `--dry-run` prints it and
+`srl-launch prepare` writes it into a run directory that is ready to run. job_templates/README.md lists
+the variables a template gets.
 """
 from __future__ import annotations
 
 import shlex
+from importlib import resources
 from pathlib import Path
 from string import Template
 
@@ -13,11 +16,11 @@ import srl_hpc
 from launcher.plan import HetGroup, Plan
 from srl_hpc.graph import compact
 
-TEMPLATES = Path(__file__).resolve().parent / "job_templates"
+TEMPLATES = Path(str(resources.files("job_templates")))
 
 
-def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: str = srl_hpc.__version__) -> str:
-    text = (TEMPLATES / template).read_text()
+def render(plan: Plan, command: str, version: str = srl_hpc.__version__) -> str:
+    text = Path(plan.template).expanduser().read_text() if plan.template else (TEMPLATES / "hetjob.sbatch").read_text()
     groups = []
     for index, group in enumerate(plan.groups):
         groups.append(_group_lines(plan, group, first=index == 0))
@@ -28,8 +31,60 @@ def render(plan: Plan, command: str, template: str = "hetjob.sbatch", version: s
     return Template(text).substitute(
         version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
         sbatch_lines=sbatch_lines, setup_lines=setup, export_lines=exports, ntasks=plan.ntasks,
-        het_groups=",".join(str(i) for i in range(len(plan.groups))), python=shlex.quote(plan.python),
-        requeue_trap=trap, requeue_check=check)
+        srun_lines=srun_lines(plan), batch_python=_words(batch_python(plan)), requeue_trap=trap,
+        requeue_check=check)
+
+
+def srun_lines(plan: Plan) -> str:
+    """One srun, one line per het group (`:` between them): each with its own CPUs, tasks per node and
+    memory, since srun no longer takes them from sbatch (Slurm 22.05), and with the worker's command."""
+    lines = []
+    for index, g in enumerate(plan.groups):
+        options = [f"--het-group={index}", f"--mpi={plan.mpi}", f"--cpus-per-task={g.cpus_per_task}"]
+        if g.ntasks == g.nodes * g.tasks_per_node:  # otherwise srun ignores it (and warns): the allocation decides
+            options.append(f"--ntasks-per-node={g.tasks_per_node}")
+        options += [f"--mem={g.mem_mb}M", *plan.srun_options, *_pyxis_options(plan)]
+        lines.append(" ".join(options) + " \\\n        " + _words(worker_command(plan, g)))
+    return "srun " + " \\\n    : ".join(lines)
+
+
+def worker_command(plan: Plan, g: HetGroup) -> list[str]:
+    """What srun starts for each task of a group: the node setup, the container, python, the worker."""
+    rendezvous = "file" if plan.mpi == "none" else "mpi"
+    command = [*container_prefix(plan, g), *shlex.split(plan.python), "-m", "srl_hpc.worker", "--run-dir", plan.run_dir,
+               "--slurm", "--rendezvous", rendezvous, "--log-dir", f"{plan.run_dir}/logs"]
+    if plan.node_setup:  # on the worker's own node, before it starts; its arguments stay words
+        script = "; ".join([*plan.node_setup, 'exec "$@"'])
+        command = ["bash", "-c", script, "node_setup", *command]
+    return command
+
+
+def container_prefix(plan: Plan, g: HetGroup) -> list[str]:
+    """`apptainer exec ...` (or singularity's) before python; pyxis works through srun options instead."""
+    c = plan.container
+    if c is None or c.runtime == "pyxis":
+        return []
+    binds = [*c.binds, plan.run_dir]
+    return [c.runtime, "exec", *(["--nv"] if g.gpus_per_node else []), "--bind", ",".join(binds), *c.options, c.image]
+
+
+def _pyxis_options(plan: Plan) -> list[str]:
+    c = plan.container
+    if c is None or c.runtime != "pyxis":
+        return []
+    mounts = [*c.binds, f"{plan.run_dir}:{plan.run_dir}"]
+    return [f"--container-image={c.image}", f"--container-mounts={','.join(mounts)}", *c.options]
+
+
+def batch_python(plan: Plan) -> list[str]:
+    """Python for the batch script's own steps (attempts, the srun guard): in the container where the
+    workers run in one of apptainer's (pyxis starts only the srun steps in its container)."""
+    prefix = container_prefix(plan, plan.groups[0]) if plan.container else []
+    return [*prefix, *shlex.split(plan.python)]
+
+
+def _words(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _requeue_lines(plan: Plan) -> tuple[str, str]:
@@ -44,12 +99,12 @@ def _requeue_lines(plan: Plan) -> tuple[str, str]:
             'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
             "trap on_time_limit USR1\n")
     run_dir = shlex.quote(plan.run_dir)
-    check = (f"outcome=$({shlex.quote(plan.python)} -m srl_hpc.rundir {run_dir} --outcome)\n"
+    check = (f"outcome=$({_words(batch_python(plan))} -m srl_hpc.rundir {run_dir} --outcome)\n"
              f'case "$outcome" in  # a run that ended by itself as the signal came is done: its outcome is the job\'s\n'
              f"    succeeded) exit 0 ;;\n"
              f"    failed) exit 1 ;;\n"
              f"esac\n"
-             f'if [ "$requeue" = 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_requeues} ]; then\n'
+             f'if [ "$requeue" = 1 ] && [ "$(( SLURM_RESTART_COUNT + 0 ))" -lt {max_requeues} ]; then\n'
              f'    scontrol requeue "$SLURM_JOB_ID"  # runs this script again: the next attempt resumes\n'
              f"fi\n")
     return trap, check
@@ -68,19 +123,21 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
     lines.append(f"#SBATCH --time={plan.time}")
     if g.partition:
         lines.append(f"#SBATCH --partition={g.partition}")
-    if plan.account:
-        lines.append(f"#SBATCH --account={plan.account}")
-    if plan.qos:
-        lines.append(f"#SBATCH --qos={plan.qos}")
+    if g.account or plan.account:
+        lines.append(f"#SBATCH --account={g.account or plan.account}")
+    if g.qos or plan.qos:
+        lines.append(f"#SBATCH --qos={g.qos or plan.qos}")
     lines += [f"#SBATCH --nodes={g.nodes}",
               f"#SBATCH --ntasks={g.ntasks}",
+              "# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
+              f"#SBATCH --ntasks-per-node={g.tasks_per_node}",
               f"#SBATCH --cpus-per-task={g.cpus_per_task}",
               f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task",
               f"#SBATCH --mem={g.mem_mb}M"]
     if g.gpus_per_node:
-        lines += ["# one GPU per task; each task's node-local MPI rank picks its GPU",
+        lines += ["# a GPU per CUDA worker on a node (each takes the next: srl_hpc.graph.Graph.gpu_index)",
                   f"#SBATCH --gres=gpu:{g.gpus_per_node}"]
     if g.constraint:
         lines.append(f"#SBATCH --constraint={g.constraint}")
-    lines += [f"#SBATCH {option}" for option in plan.sbatch_options]
+    lines += [f"#SBATCH {option}" for option in (*plan.sbatch_options, *g.sbatch_options)]
     return lines

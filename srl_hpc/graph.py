@@ -100,6 +100,19 @@ class Graph:
         """A policy's trainers, in rank order; the first publishes its weights and writes its checkpoint."""
         return [w for w in self.workers if w.kind == "trainer" and w.policy == policy]
 
+    def gpu_index(self, name: str, local_id: int | None) -> int:
+        """Which of its node's GPUs a worker on device "cuda" takes: the number of such workers on its node
+        before it. Under Slurm a het group's tasks fill each node in order, so those are among the
+        `local_id` (SLURM_LOCALID) tasks of its group before it; in local mode (None) all share one node."""
+        position = self.names.index(name)
+        if local_id is None:
+            before = self.workers[:position]
+        else:
+            group = [w for w in self.workers if w.group == self.workers[position].group]
+            i = group.index(self.workers[position])
+            before = group[max(0, i - local_id):i]
+        return sum(w.device == "cuda" for w in before)
+
     def drains(self, name: str) -> bool:
         """A worker that consumes a sample stream: at stop it keeps receiving until every frame sent has arrived."""
         return self.served_by("samples", name) is not None

@@ -57,12 +57,10 @@ def die_with_parent() -> None:
 class ChildLink:
     """The child's end of the pipes: its rendezvous, its heartbeats and its last words to the supervisor."""
 
-    def __init__(self, fds: str, local: bool, local_rank: int):
+    def __init__(self, fds: str):
         up, down = (int(fd) for fd in fds.split(","))
         self.up = os.fdopen(up, "w", buffering=1)
         self.down = os.fdopen(down, "r")
-        self.local = local
-        self.local_rank = local_rank
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         self._say({"entry": entry})
@@ -85,7 +83,7 @@ class ChildLink:
 
 
 class Supervisor:
-    def __init__(self, exp, names: list[str], run_dir: RunDir, task_id: int, rendezvous, budget: int):
+    def __init__(self, exp, names: list[str], run_dir: RunDir, task_id: int, rendezvous, budget: int, slurm: bool):
         self.exp = exp
         self.names = names  # every worker of the run's graph, in task order
         self.run_dir = run_dir
@@ -93,6 +91,7 @@ class Supervisor:
         self.name = names[task_id]
         self.rendezvous = rendezvous
         self.budget = budget
+        self.slurm = slurm  # its children are started by srun too, as far as they can tell
         self.hang_timeout = exp.monitor.heartbeat_timeout / 2  # the controller, at the full timeout, is later
         self.table: dict | None = None
         self.child: subprocess.Popen | None = None
@@ -118,11 +117,10 @@ class Supervisor:
         """One incarnation, from start to exit. Returns (exit code, why it ended)."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
-        kind = "file" if self.rendezvous.local else "mpi"
         ports = self.table[self.name]["ports"] if self.table is not None else {}  # the predecessor's
         self.child = subprocess.Popen(
             [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(self.run_dir.root), "--task-id",
-             str(self.task_id), "--rendezvous", kind, "--local-rank", str(self.rendezvous.local_rank),
+             str(self.task_id), *(["--slurm"] if self.slurm else []),
              "--incarnation", str(incarnation), "--supervised", f"{up_write},{down_read}",
              *([f"--ports={json.dumps(ports)}"] if ports else [])],
             pass_fds=(up_write, down_read), preexec_fn=die_with_parent)

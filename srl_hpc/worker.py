@@ -28,7 +28,9 @@ from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import PrivateContext
-from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous, advertised_host
+from srl_hpc.services import network
+from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
+from srl_hpc.streams import endpoints
 from srl_hpc.streams.control import ControlClient, report_interval
 from srl_hpc.supervisor import ChildLink, Supervisor, restart_budget
 from srl_hpc.trace.writer import TraceWriter
@@ -54,14 +56,16 @@ def process_age() -> float:
 
 
 class Worker:
-    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, local_rank: int = 0, incarnation: int = 0,
+    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, slurm: bool = False, incarnation: int = 0,
                  link: ChildLink | None = None, ports: dict[str, int] | None = None):
         self.exp = exp
         self.graph = graph
         self.name = name
         self.node = graph.worker(name)
         self.run_dir = RunDir(run_dir)
-        self.local_rank = local_rank
+        local_id = int(os.environ["SLURM_LOCALID"]) if slurm else None  # this task's index on its node
+        self.gpu_index = graph.gpu_index(name, local_id)  # used by a handler on device "cuda"
+        self.may_share_gpu = not slurm or getattr(exp.slurm, self.node.group).share_gpu
         self.attempt = self.run_dir.attempt  # > 1: a resumed run (the trainer loads its checkpoint)
         self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.supervisor)
         self.link = link
@@ -223,12 +227,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
+    parser.add_argument("--slurm", action="store_true",
+                        help="started by srun: the address from slurm.network, the GPU from $SLURM_LOCALID")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
     parser.add_argument("--log-dir", type=Path, help="send this worker's output to LOG_DIR/<worker>.log")
     child = parser.add_argument_group("a supervised worker (started by srl_hpc.supervisor, not by hand)")
     child.add_argument("--supervised", metavar="UP,DOWN", help="the pipe fds to its supervisor")
     child.add_argument("--incarnation", type=int, default=0)
-    child.add_argument("--local-rank", type=int, default=0)
     child.add_argument("--ports", type=json.loads, default={}, help="JSON: bind these (a predecessor's ports)")
     args = parser.parse_args(argv)
     # submitit's time-limit signal reaches every process of a sweep member's Slurm step: the member's
@@ -250,15 +255,30 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     log = logging.getLogger("srl_hpc.worker")
 
+    try:
+        address = _address(exp, name, args.slurm)
+    except network.NetworkError as e:
+        print(e, flush=True)
+        if args.slurm and not args.supervised:  # the others stop waiting for this worker
+            FileBarrier(run_dir, graph.names, name).abandon()
+        return 1
+    os.environ.update(network.library_environment(address))  # before MPI, gloo or NCCL start
+    endpoints.configure(address.ip, config.parse_ports(exp.slurm.ports) if args.slurm else None)
+    log.info("address %s", address.describe())
+
     if args.supervised:
-        rendezvous = ChildLink(args.supervised, local=args.rendezvous == "file", local_rank=args.local_rank)
+        rendezvous = ChildLink(args.supervised)
     else:
-        rendezvous = (MpiRendezvous(FileBarrier(run_dir, graph.names, name)) if args.rendezvous == "mpi"
-                      else FileRendezvous(run_dir, len(graph.names)))
+        if not args.slurm:
+            rendezvous = FileRendezvous(run_dir, len(graph.names))
+        elif args.rendezvous == "mpi":
+            rendezvous = MpiRendezvous(FileBarrier(run_dir, graph.names, name))
+        else:
+            rendezvous = FileRendezvous(run_dir, len(graph.names), barrier=FileBarrier(run_dir, graph.names, name))
         budget = restart_budget(exp, name)
         if budget is not None:
             try:
-                return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget).run()
+                return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget, args.slurm).run()
             finally:  # its rendezvous may fail too
                 bound_exit()
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
@@ -266,12 +286,12 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     worker = None
     try:
-        worker = Worker(exp, graph, name, args.run_dir, local_rank=rendezvous.local_rank,
+        worker = Worker(exp, graph, name, args.run_dir, slurm=args.slurm,
                         incarnation=args.incarnation, link=rendezvous if args.supervised else None, ports=args.ports)
         ports = worker.bind()
         worker.record_startup(getattr(rendezvous, "start_cost", {}))  # (only MPI has a start of its own)
-        entry = {"worker": name, "host": advertised_host(rendezvous.local), "ports": ports,
-                 "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
+        entry = {"worker": name, "host": address.ip, "interface": address.interface, "address_from": address.source,
+                 "ports": ports, "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
         waited, cpu = time.monotonic(), time.process_time()
         table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
         # The CPU a rank spends waiting for the others (the barrier's looks, the allgather) is taken from those
@@ -297,6 +317,16 @@ def main(argv=None) -> int:
         bound_exit()
         if worker is not None:
             worker.close()
+
+
+def _address(exp, name: str, slurm: bool) -> network.Address:
+    """The address this worker binds and advertises; under Slurm, a loopback one only if the job has one node."""
+    if not slurm:
+        return network.LOCAL
+    address = network.resolve(exp.slurm.network)
+    if address.loopback and int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1"))) > 1:
+        raise network.NetworkError(network.loopback_message(name, address))
+    return address
 
 
 def _redirect_output(path: Path) -> None:

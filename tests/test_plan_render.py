@@ -83,8 +83,9 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
 def test_rendered_script_structure():
     text = render.render(make(), "cmd")
     assert text.splitlines().count("#SBATCH hetjob") == 2
-    assert "srun --mpi=pmix --het-group=0,1,2" in text
-    assert "-m srl_hpc.worker --run-dir /scratch/runs/golden --rendezvous mpi" in text
+    assert "srun --het-group=0 --mpi=pmix --cpus-per-task=4 --ntasks-per-node=2 --mem=16384M" in text
+    assert "\n    : --het-group=2 --mpi=pmix --cpus-per-task=1 --mem=1536M \\\n" in text  # 5 tasks: 3 + 2
+    assert "-m srl_hpc.worker --run-dir /scratch/runs/golden --slurm --rendezvous mpi" in text
     assert text.count("#SBATCH --exclusive") == 3
     assert "export OMP_NUM_THREADS=1" in text and "module load openmpi" in text
 
@@ -140,7 +141,142 @@ def test_no_policy_group_when_inference_runs_elsewhere():
         "workers:\n", "workers:\n  placement: seed\n")
     p = make(text)
     assert [g.name for g in p.groups] == ["trainer", "actor"]
-    assert "--het-group=0,1 " in render.render(p, "cmd")
+    assert "--het-group=1 " in render.render(p, "cmd") and "--het-group=2" not in render.render(p, "cmd")
+
+
+# ----------------------------------------------------------------------------------------------- GPU layouts
+
+TRAINERS = """\
+name: gpus
+workers:
+  trainer: {{count: {count}, device: cuda}}
+stop: {{wall_time: 5}}
+slurm:
+  trainer: {{partition: gpu, tasks_per_node: {per_node}{more}}}
+"""
+TWO_GPU_NODES = "g1|gpu|32|256000|gpu:2\ng2|gpu|32|256000|gpu:2\nc1|cpu*|32|64000|(null)\nc2|cpu*|32|64000|(null)"
+
+
+def trainers(count, per_node, more=""):
+    return make(TRAINERS.format(count=count, per_node=per_node, more=more))
+
+
+def test_four_trainers_two_per_node_are_three_plus_two_tasks_each_node_two_gpus():
+    group = trainers(4, 2).groups[0]
+    assert group.layout == [("controller/0", "trainer/0", "trainer/1"), ("trainer/2", "trainer/3")]
+    assert (group.nodes, group.gpus_per_node) == (2, 2)
+    plan.check_fits(trainers(4, 2), plan.parse_sinfo(TWO_GPU_NODES))
+
+
+def test_trainers_that_would_share_a_gpu_are_refused_unless_declared():
+    with pytest.raises(plan.PlanError) as info:  # up to four trainers a node, two GPUs each: 2 + 3
+        trainers(5, 4, ", gpus_per_node: 2")
+    message = " ".join(info.value.problems)
+    assert "node 2 of 2 would hold 3 CUDA workers (trainer/2, trainer/3, trainer/4) on 2 GPU(s)" in message
+    assert "slurm.trainer.share_gpu" in message and "tasks_per_node to at most 2" in message
+    shared = trainers(5, 4, ", gpus_per_node: 2, share_gpu: true").groups[0]
+    assert [len(node) for node in shared.layout] == [3, 3] and shared.gpus_per_node == 2
+
+
+def test_without_gpus_per_node_the_plan_asks_for_what_the_fullest_node_needs_and_the_cluster_check_says_if_none_has_it():
+    group = trainers(5, 4).groups[0]  # controller + 5 trainers over 2 nodes: 3 CUDA workers on the second
+    assert group.gpus_per_node == 3
+    with pytest.raises(plan.PlanError, match="'trainer'.*3 GPUs per node.*has 2"):
+        plan.check_fits(trainers(5, 4), plan.parse_sinfo(TWO_GPU_NODES))
+
+
+def test_layout_gives_every_node_a_task_and_fills_in_order():
+    group = trainers(4, 1).groups[0]  # one trainer per node, the controller rides along on the first
+    assert [len(node) for node in group.layout] == [2, 1, 1, 1]
+    first_line = render.srun_lines(trainers(4, 1)).split("\n")[0]
+    assert group.tasks_per_node == 2 and "--ntasks-per-node" not in first_line  # srun would ignore it and warn
+
+
+def test_a_workers_gpu_is_its_index_among_the_cuda_workers_before_it_on_its_node():
+    from srl_hpc import graph as wiring
+
+    exp = config.loads(TRAINERS.format(count=4, per_node=2, more=""))
+    g = wiring.build(exp)
+    # node 1: controller (local id 0), trainer/0 (1), trainer/1 (2); node 2: trainer/2 (0), trainer/3 (1)
+    assert [g.gpu_index(f"trainer/{i}", local) for i, local in enumerate((1, 2, 0, 1))] == [0, 1, 0, 1]
+    assert [g.gpu_index(f"trainer/{i}", None) for i in range(4)] == [0, 1, 2, 3]  # local mode: one node
+
+
+# ----------------------------------------------------------------------------------------------- the cluster's ways
+
+def custom(slurm_lines: str):
+    return make(EXPERIMENT.replace("slurm:\n", "slurm:\n" + slurm_lines))
+
+
+def test_group_options_account_and_qos_land_on_their_group_only():
+    p = make(EXPERIMENT.replace("trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G}",
+                                "trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G, account: gpu-alloc, "
+                                "qos: high, sbatch_options: [--gpus-per-task=1]}"))
+    text = render.render(p, "cmd")
+    groups = text.split("\n#SBATCH hetjob\n")
+    assert "--gpus-per-task=1" in groups[0] and "--gpus-per-task=1" not in groups[1] + groups[2]
+    assert "#SBATCH --account=gpu-alloc" in groups[0] and "#SBATCH --qos=high" in groups[0]
+    assert "#SBATCH --account=rl-lab" in groups[1] and "--qos" not in groups[1]
+
+
+def test_srun_options_mpi_plugin_and_python_command_words():
+    p = custom('  srun_options: ["--cpu-bind=cores"]\n  mpi: pmi2\n  python: "/opt/env/bin/python -X faulthandler"\n')
+    lines = render.srun_lines(p)
+    assert lines.count("--mpi=pmi2 ") == 3 and lines.count("--cpu-bind=cores") == 3
+    assert "/opt/env/bin/python -X faulthandler -m srl_hpc.worker" in lines
+    none = render.srun_lines(custom("  mpi: none\n"))
+    assert "--mpi=none" in none and "--rendezvous file" in none and "--rendezvous mpi" not in none
+
+
+def test_apptainer_prefix_with_nv_only_where_the_group_has_gpus_and_the_run_directory_bound():
+    p = custom("  container: {image: /images/srl.sif, binds: [/datasets]}\n")
+    lines = render.srun_lines(p).split("\n    : ")
+    prefix = "apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m"
+    assert prefix in lines[0] and prefix in lines[1]  # trainer, policy: GPUs
+    assert "apptainer exec --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m" in lines[2]
+    text = render.render(p, "cmd")
+    assert "apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m srl_hpc.srun_guard" in text
+
+
+PYXIS_GOLDEN = Path(__file__).parent / "golden" / "pyxis_srun_lines.txt"
+
+
+def test_pyxis_renders_container_options_on_every_srun_line_golden():
+    p = custom("  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', binds: [/datasets]}\n"
+               "  node_setup: ['module load cuda', 'export NCCL_DEBUG=WARN']\n")
+    text = render.srun_lines(p)
+    if os.environ.get("UPDATE_GOLDEN"):
+        PYXIS_GOLDEN.write_text(text + "\n")
+    assert text + "\n" == PYXIS_GOLDEN.read_text()
+    assert text.count("--container-image=nvcr.io#nvidia/pytorch:24.05-py3") == 3
+
+
+def test_node_setup_runs_before_each_worker_and_keeps_its_arguments(tmp_path):
+    import subprocess
+
+    p = custom("  node_setup: ['export SETUP_RAN=yes', 'cd /']\n")
+    command = render.worker_command(p, p.groups[0])
+    assert command[:2] == ["bash", "-c"]
+    fake = [*command[:4], "sh", "-c", 'echo "$SETUP_RAN $(pwd) $1"', "x", "an argument with spaces"]
+    assert subprocess.run(fake, capture_output=True, text=True).stdout == "yes / an argument with spaces\n"
+
+
+def test_a_template_of_ones_own_gets_the_documented_variables(tmp_path):
+    template = tmp_path / "mine.sbatch"
+    template.write_text("#!/bin/bash\n${sbatch_lines}\n# mine\n${srun_lines}\n")
+    text = render.render(custom(f"  template: {template}\n"), "cmd")
+    assert text.startswith("#!/bin/bash\n# group trainer") and "# mine\nsrun --het-group=0" in text
+
+
+def test_rendered_scripts_leave_no_template_variable_and_parse(tmp_path):
+    import subprocess
+
+    for extra in ("", "  container: {image: /i.sif}\n  node_setup: ['module load x']\n  mpi: none\n"):
+        text = render.render(custom(extra), "cmd")
+        assert "${" not in text
+        script = tmp_path / "job.sbatch"
+        script.write_text(text)
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
 def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
@@ -162,8 +298,8 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
                            str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(str(tmp_path / "site" / "launcher" / "job_templates"))
-    assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --mpi=pmix" in proc.stdout
+    assert proc.stdout.startswith(str(tmp_path / "site" / "job_templates"))
+    assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --het-group=0 --mpi=pmix" in proc.stdout
 
 
 def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path, capsys):

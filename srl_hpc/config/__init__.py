@@ -2,7 +2,7 @@
 login-node launcher imports it from here."""
 from srl_hpc.config.loader import ConfigError, dump, load, loads, replace, to_dict, with_overrides
 from srl_hpc.config.schema import (AtariConfig, DQNConfig, EnvConfig, Experiment, ModelConfig, PPOConfig, parse_minutes,
-                                   parse_size_mb)
+                                   parse_ports, parse_size_mb)
 
 __all__ = ["AtariConfig", "ConfigError", "DQNConfig", "EnvConfig", "Experiment", "ModelConfig", "PPOConfig", "dump", "load",
-           "loads", "parse_minutes", "parse_size_mb", "replace", "to_dict", "with_overrides"]
+           "loads", "parse_minutes", "parse_ports", "parse_size_mb", "replace", "to_dict", "with_overrides"]

@@ -8,6 +8,9 @@ the loader (srl_hpc.config.loader) attaches YAML key paths and lines to their pr
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
+import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -18,6 +21,8 @@ EnvBackend = Literal["auto", "sync", "vector", "envpool"]
 InferenceTransport = Literal["auto", "zmq", "shm"]
 Placement = Literal["srl", "impala", "seed"]
 Recurrence = Literal["none", "gru", "lstm"]
+MpiPlugin = Literal["pmix", "pmi2", "none"]
+ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 
 
 # ----------------------------------------------------------------------------------------------- schema
@@ -365,12 +370,21 @@ class SlurmGroupConfig:
     mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
     tasks_per_node: int = 1  # how many of the group's workers share a node (sets the node count)
     constraint: Optional[str] = None  # --constraint, e.g. a GPU model
+    # GPUs asked per node; default: one per CUDA worker the plan puts on the node. Fewer makes workers share
+    # a GPU, which the plan refuses unless share_gpu (SRL ran several policy workers on one GPU)
+    gpus_per_node: Optional[int] = None
+    share_gpu: bool = False
+    account: Optional[str] = None  # this group's own, instead of slurm.account (e.g. a GPU allocation)
+    qos: Optional[str] = None
+    sbatch_options: tuple[str, ...] = ()  # "#SBATCH" options for this group only, e.g. ["--gpus-per-task=1"]
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("cpus_per_task", "tasks_per_node"))
         if parse_size_mb(self.mem_per_task) is None:
             problems.append(("mem_per_task", f"must be a size like 512M or 2G, got {self.mem_per_task!r}"))
-        return problems
+        if self.gpus_per_node is not None and self.gpus_per_node < 0:
+            problems.append(("gpus_per_node", f"must be >= 0, got {self.gpus_per_node}"))
+        return problems + _check_options("sbatch_options", self.sbatch_options)
 
 
 @dataclass(frozen=True)
@@ -410,6 +424,19 @@ class RequeueConfig:
 
 
 @dataclass(frozen=True)
+class ContainerConfig:
+    """Every worker runs in this image: `apptainer exec` / `singularity exec` before python on each srun
+    line (with --nv where the group has GPUs), or pyxis/enroot's `srun --container-image`."""
+    image: str  # a .sif file or docker:// URI (apptainer, singularity); an enroot image or registry URI (pyxis)
+    runtime: ContainerRuntime = "apptainer"
+    binds: tuple[str, ...] = ()  # "SRC[:DST]"; the run directory is bound by itself
+    options: tuple[str, ...] = ()  # more options for `exec` or srun, e.g. ["--cleanenv"]
+
+    def check(self) -> list[tuple[str, str]]:
+        return [("image", "must not be empty")] if not self.image.strip() else []
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
     buffer, actor, eval), and for sweeps."""
@@ -423,9 +450,19 @@ class SlurmConfig:
     actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
     eval: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
     sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
-    setup: tuple[str, ...] = ()  # shell lines run before the workers start: module load, source venv/bin/activate
+    srun_options: tuple[str, ...] = ()  # extra options on every group's srun line, e.g. ["--cpu-bind=cores"]
+    setup: tuple[str, ...] = ()  # shell lines the batch script runs first: module load, conda activate
+    node_setup: tuple[str, ...] = ()  # shell lines run on every node before each worker starts
     env: dict = field(default_factory=dict)  # environment variables for every worker
-    python: Optional[str] = None  # python on the compute nodes; default: the one running srl-launch
+    # python on the compute nodes; default: the one running srl-launch. Several words are a command
+    python: Optional[str] = None
+    container: Optional[ContainerConfig] = None
+    # the interface (ib0) or network (10.1.0.0/16) workers bind and advertise on, resolved on each node;
+    # default: the address the node's hostname resolves to (refused if loopback)
+    network: Optional[str] = None
+    ports: Optional[str] = None  # "40000-40999": the ports workers bind (firewalled clusters); default: any free
+    mpi: MpiPlugin = "pmix"  # srun --mpi; "none": workers meet through files in the run directory instead
+    template: Optional[str] = None  # a job template of your own (job_templates/README.md lists its variables)
     sweep: SweepResources = field(default_factory=SweepResources)
     requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
 
@@ -441,10 +478,41 @@ class SlurmConfig:
         if self.requeue and sweep_minutes is not None and self.requeue.signal_seconds >= 60 * sweep_minutes:
             problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
                                                        f"{self.sweep.time} sweep member leaves no time to run"))
-        for option in self.sbatch_options:
-            if not option.startswith("--"):
-                problems.append(("sbatch_options", f"each option must start with '--', got {option!r}"))
+        problems += _check_options("sbatch_options", self.sbatch_options)
+        problems += _check_options("srun_options", self.srun_options)
+        if self.network is not None and "/" in self.network:
+            try:
+                ipaddress.ip_network(self.network, strict=False)
+            except ValueError as e:
+                problems.append(("network", f"not a network: {e}"))
+        if self.ports is not None:
+            try:
+                parse_ports(self.ports)
+            except ValueError as e:
+                problems.append(("ports", str(e)))
+        if self.template is not None and not os.path.isfile(os.path.expanduser(self.template)):
+            problems.append(("template", f"no such file: {self.template}"))
+        if self.python is not None and not shlex.split(self.python):
+            problems.append(("python", "must not be empty"))
         return problems
+
+
+def _check_options(key: str, options) -> list[tuple[str, str]]:
+    return [(key, f"each option must start with '-', got {o!r}") for o in options if not str(o).startswith("-")]
+
+
+def parse_ports(ports: Optional[str]) -> Optional[tuple[int, int]]:
+    """'40000-40999' -> (40000, 40999); None: any free port."""
+    if ports is None:
+        return None
+    low, _, high = str(ports).partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        first, last = 0, -1
+    if not 1024 <= first <= last <= 65535 or last - first < 15:
+        raise ValueError(f"must be a range 'FIRST-LAST' of at least 16 ports within 1024-65535, got {ports!r}")
+    return first, last
 
 
 def parse_size_mb(text: str) -> Optional[int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import queue
+import random
 import socket
 import threading
 import time
@@ -155,6 +156,19 @@ class LossMeans:
         return self._last
 
 
+def _serve_store() -> dist.TCPStore:
+    """trainer/0's TCPStore, on a port of slurm.ports when the run has a range."""
+    numbers = endpoints.free_port_numbers()
+    if numbers is None:
+        return dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
+    for port in random.sample(numbers, min(len(numbers), 100)):
+        try:
+            return dist.TCPStore("0.0.0.0", port, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
+        except RuntimeError:  # taken
+            continue
+    raise RuntimeError(f"no free port for the trainers' TCPStore in slurm.ports {numbers.start}-{numbers.stop - 1}")
+
+
 def ddp_backend(gpus: list[str]) -> str:
     """NCCL between GPUs, one per trainer; gloo where two trainers landed on one GPU (a node with fewer GPUs
     than trainers, as on a one-GPU workstation): NCCL refuses two ranks on one device."""
@@ -172,7 +186,7 @@ class TrainerHandler(Handler):
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it trains
         self.peers = [w.name for w in self.graph.trainers(self.policy)]  # data-parallel with these, by rank
         self.rank = self.peers.index(self.name)
-        self.device = resolve_device(self.graph.worker(self.name).device, worker.local_rank)
+        self.device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
         self.obs_space, self.action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.model = build_model(exp, self.obs_space, self.action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
@@ -254,7 +268,7 @@ class TrainerHandler(Handler):
         if self.leader:
             self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
         if self.distributed and self.leader:
-            self._store = dist.TCPStore("0.0.0.0", 0, None, True, timeout=DDP_TIMEOUT, wait_for_workers=False)
+            self._store = _serve_store()
             ports[endpoints.DDP] = self._store.port
         return ports
 

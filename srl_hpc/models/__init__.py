@@ -14,6 +14,7 @@ return what its algorithm's head returns.
 from __future__ import annotations
 
 import hashlib
+import os
 
 import gymnasium
 import numpy as np
@@ -246,11 +247,18 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
     return QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
 
 
-def resolve_device(device: str, local_rank: int) -> torch.device:
-    """'cuda' means this node's GPU for this task's node-local rank."""
-    if device == "cuda":
-        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
-    return torch.device(device)
+def resolve_device(device: str, gpu_index: int, may_share: bool) -> torch.device:
+    """'cuda' means GPU `gpu_index` of this node (srl_hpc.graph.Graph.gpu_index). Where the node shows fewer
+    GPUs, workers share them round-robin if `may_share` (local mode, slurm.<group>.share_gpu), else it is
+    an error: a plan that gives each worker its own GPU found fewer on the node than it asked for."""
+    if device != "cuda":
+        return torch.device(device)
+    count = torch.cuda.device_count()
+    if gpu_index >= count and not may_share:
+        raise RuntimeError(f"this worker is CUDA worker {gpu_index} of its node, which shows {count} GPU(s) "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set the "
+                           f"group's slurm gpus_per_node, or share_gpu: true to let workers share one")
+    return torch.device("cuda", gpu_index % max(1, count))
 
 
 def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:

@@ -2,9 +2,9 @@
 
 Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous (local mode): one JSON file per worker under RUN/rendezvous/, written atomically.
-- MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix); the
-  node-local rank from Split_type(COMM_TYPE_SHARED) picks the GPU. Ranks meet at a FileBarrier before the
-  allgather, so that no rank waits long inside it.
+- MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix or pmi2). Ranks
+  meet at a FileBarrier before the allgather, so that no rank waits long inside it.
+- FileRendezvous with a FileBarrier (Slurm mode, slurm.mpi: none): the files, once everyone has arrived.
 After rendezvous all data moves over ZMQ.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import json
 import os
-import socket
 import time
 
 from srl_hpc.rundir import RunDir, file_stem
@@ -24,42 +23,50 @@ class RendezvousError(RuntimeError):
     pass
 
 
-def advertised_host(local: bool) -> str:
-    """The address other workers use to reach this one. SRL_HOST overrides (e.g. an InfiniBand IP)."""
-    if os.environ.get("SRL_HOST"):
-        return os.environ["SRL_HOST"]
-    if local:
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return socket.gethostname()
-
-
 class FileRendezvous:
-    local = True
-    local_rank = 0
+    """Local mode: each worker polls for the others' entries. Under Slurm without MPI (slurm.mpi: none) the
+    workers first meet at a FileBarrier, then each reads the table once."""
 
-    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0):
+    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0, barrier: "FileBarrier | None" = None):
         self.run = run
         self.n_workers = n_workers
         self.timeout = timeout
+        self.barrier = barrier
+        self.done = False
+        if barrier is not None:
+            atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         _write_atomically(self.run.rendezvous_entry(entry["worker"]), json.dumps(entry))
+        if self.barrier is not None:
+            self.barrier.wait()  # every entry is written before its worker arrives
+            self.done = True
+            table = self._read(expected)
+            if len(table) != len(expected):
+                raise RendezvousError(f"rendezvous: no entry from {sorted(set(expected) - set(table))}")
+            return table
         deadline = time.monotonic() + self.timeout
         while True:
-            table = {}
-            for name in expected:
-                p = self.run.rendezvous_entry(name)
-                if p.exists():
-                    table[name] = json.loads(p.read_text())
+            table = self._read(expected)
             if len(table) == len(expected):
                 return table
             if time.monotonic() > deadline:
                 missing = sorted(set(expected) - set(table))
                 raise RendezvousError(f"rendezvous timed out after {self.timeout:.0f}s; never heard from {missing}")
             time.sleep(0.05)
+
+    def _read(self, expected: list[str]) -> dict:
+        table = {}
+        for name in expected:
+            p = self.run.rendezvous_entry(name)
+            if p.exists():
+                table[name] = json.loads(p.read_text())
+        return table
+
+    def _abandon_unless_done(self) -> None:
+        """At an exit before the barrier: the others stop waiting for this worker."""
+        if not self.done:
+            self.barrier.abandon()
 
 
 class FileBarrier:
@@ -189,13 +196,10 @@ def coarse_timer_slack(seconds: float = 0.01):
 
 
 class MpiRendezvous:
-    local = False
-
     def __init__(self, barrier: FileBarrier):
         self.barrier = barrier
         self.done = False
-        # One tiny allgather needs no shared-memory transport, and Open MPI's (vader) crashed in
-        # Split_type when several Slurm nodes share one host (the local test cluster). Users can override.
+        # One tiny allgather needs no shared-memory transport. Users can override.
         os.environ.setdefault("OMPI_MCA_btl", "self,tcp")
         # PMIx's shared-memory datastore (gds ds21) segfaulted in MPI start-up now and then with many ranks on
         # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
@@ -206,7 +210,6 @@ class MpiRendezvous:
             from mpi4py import MPI  # imported here (MPI starts at import): local mode never needs it
 
             self.comm = MPI.COMM_WORLD
-            self.local_rank = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         # MPI_Init waits for every rank to reach it: part of a worker's start-up that grows with the others'
         self.start_cost = {"mpi_init_seconds": time.monotonic() - waited,
                            "mpi_init_cpu_seconds": time.process_time() - cpu}
