@@ -99,7 +99,7 @@ def _follow(run: RunDir, job_id: str) -> int:
         nonlocal position
         position = status.follow_file(log, position)
 
-    slurm.wait(job_id, on_poll=stream_progress, ending=run.summary.exists)
+    slurm.wait(job_id, on_poll=stream_progress, run=run, say=print)  # print: pending reasons, state changes
     stream_progress()
     final, report = status.describe(run)
     print(report)
@@ -184,12 +184,8 @@ def cmd_logs(argv) -> int:
 
 
 def _finished(run: RunDir):
-    """`logs -f`'s stop test: a local run has ended once its summary exists; a Slurm job's state is asked
-    for politely (slurm.Polite), every second again once the summary exists."""
-    if not run.slurm.exists():
-        return run.summary.exists
-    job_id, ask = slurm.job_id_of(run), slurm.Polite()
-    return lambda: ask.due(hurry=run.summary.exists()) and slurm.job_state(job_id)[0] in slurm.FINISHED
+    """`logs -f`'s stop test (status.ended); the job's pending reason and state changes go to stderr."""
+    return status.ended(run, say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def cmd_cancel(argv) -> int:
@@ -202,9 +198,8 @@ def cmd_cancel(argv) -> int:
         print(f"cancelled the sweep's {len(members)} jobs")
         return 0
     if args.run_dir.slurm.exists():
-        job_id = slurm.job_id_of(args.run_dir)
-        slurm.cancel(job_id)
-        print(f"cancelled job {job_id}")
+        job_ids = slurm.cancel_run(args.run_dir)  # with the continuations queued after it
+        print(f"cancelled job {', '.join(job_ids)}")
         return 0
     pid = local.launcher_pid(args.run_dir)
     if pid is None:

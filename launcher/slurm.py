@@ -2,22 +2,31 @@
 
 `prepare` makes the request (plan, checked against the cluster when one answers, rendered script);
 `--dry-run` prints it and `submit` sends that very request. A submitted run directory holds job.sbatch
-(exactly what was submitted), experiment.yaml and slurm.json (job id, command). Job state comes from
-squeue, which works on every cluster, and from sacct where accounting exists, all read through one
-table of Slurm states; one question covers every job of a sweep, and a watched job is asked about
-with backoff (`Polite`), as cluster admins expect of tools that poll.
+(exactly what was submitted), experiment.yaml and slurm.json (job id, command, and any continuation
+jobs queued after it, "chain"). Job state comes from squeue, which works on every cluster, and
+from sacct where accounting exists, all read through one table of Slurm states; one question covers every
+job of a sweep or of a chain, and a watched job is asked about with backoff (`Polite`), as cluster admins
+expect of tools that poll: at most once a minute while it is pending. Every Slurm command gets `TIMEOUT`
+seconds to answer; one that does not is a SlurmError naming it (slurmctld not answering), not a hang.
 """
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from launcher import plan as planning
 from launcher import render
 from srl_hpc.rundir import RunDir
+
+TIMEOUT = 60.0  # seconds any Slurm command (sbatch, squeue, sacct, scancel, sinfo) may take to answer
+PENDING_POLL = 60.0  # a pending job is asked about at most this often
+FAST_POLLS = 10  # once the run says it is ending: this many looks a second apart, then backoff again
+LOST_AFTER = 600.0  # a job neither squeue nor sacct has known for this long (and no summary): stop watching
 
 # Slurm job state -> what it means for a run. Finished states are the ones that never change again.
 STATES = {
@@ -31,6 +40,9 @@ STATES = {
 }
 FINISHED = {"completed", "failed", "timeout", "cancelled"}
 PRECEDENCE = ["failed", "timeout", "cancelled", "running", "suspended", "pending", "completed", "unknown"]
+# a run's summary.json status -> the run state it stands for (when Slurm no longer knows the job)
+OUTCOMES = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
+NO_TIME = {"", "N/A", "Unknown", "None", "(null)"}  # squeue %S when Slurm has no start time
 
 
 class SlurmError(RuntimeError):
@@ -40,10 +52,24 @@ class SlurmError(RuntimeError):
 def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     if shutil.which(cmd[0]) is None:
         raise SlurmError(f"{cmd[0]} not found: is this a Slurm login node? (or start the local one: make slurm-up)")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(no_answer(cmd, TIMEOUT)) from None
     if check and proc.returncode != 0:
         raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
+
+
+def no_answer(cmd: list[str], seconds: float) -> str:
+    """What a Slurm command that did not answer in time means, and what it may have done anyway."""
+    text = (f"{cmd[0]} did not answer within {seconds:g} s: slurmctld is not answering (busy or down; "
+            f"`scontrol ping` says which) [{shlex.join(cmd)}]")
+    if cmd[0] == "sbatch":
+        text += "; the job may still have been submitted: look with `squeue --me` before submitting again"
+    elif cmd[0] == "scancel":
+        text += "; the job may or may not have been cancelled: look with `squeue --me`"
+    return text
 
 
 def cluster_facts() -> planning.ClusterFacts:
@@ -71,51 +97,100 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
     return Request(job_plan, render.render(job_plan, command), checked)
 
 
+def sbatch_command(script, after: str | None = None) -> list[str]:
+    """The sbatch of a job script; after: a job it waits for (it starts once that one has ended, however)."""
+    return ["sbatch", "--parsable", *([f"--dependency=afterany:{after}"] if after else []), str(script)]
+
+
+def _sbatch(script, after: str | None = None) -> str:
+    return _run(sbatch_command(script, after)).stdout.strip().split(";")[0]
+
+
 def submit(request: Request, run: RunDir, command: str) -> str:
     """sbatch the prepared request's script, kept as RUN/job.sbatch. Returns the job id."""
     run.job_script.write_text(request.script)
-    job_id = _run(["sbatch", "--parsable", str(run.job_script)]).stdout.strip().split(";")[0]
+    job_id = _sbatch(run.job_script)
     run.slurm.write_text(json.dumps({"job_id": job_id, "command": command, "submitted": time.time()}))
     return job_id
 
 
-def job_id_of(run: RunDir) -> str:
+def _record(run: RunDir) -> dict:
     try:
-        return json.loads(run.slurm.read_text())["job_id"]
+        return json.loads(run.slurm.read_text())
     except FileNotFoundError:
         raise SlurmError(f"{run.root} is not a submitted run (no slurm.json)") from None
 
 
-def job_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """(run state from STATES, raw Slurm state) of each job, from one question to Slurm for all of them:
-    one squeue (slurmctld keeps a job MinJobAge after it ends), then one sacct for the jobs squeue no
-    longer knows (where accounting exists). A job neither knows is ("unknown", "UNKNOWN")."""
+def job_id_of(run: RunDir) -> str:
+    return _record(run)["job_id"]
+
+
+def jobs_of(run: RunDir) -> list[str]:
+    """Every job of a run, in order: the one submitted, then the continuations queued after it."""
+    data = _record(run)
+    return [data["job_id"], *data.get("chain", [])]
+
+
+class JobInfo(NamedTuple):
+    """Slurm's word on one job. Indexes 0 and 1 are the (state, raw state) pair callers have always had."""
+    state: str  # what it means for the run (STATES), "unknown" when neither squeue nor sacct knows the job
+    raw: str  # Slurm's own state
+    reason: str = ""  # squeue %r: why a pending job waits (Priority, Resources, Dependency, JobHeldUser, ...)
+    start: str = ""  # squeue %S: a pending job's expected start ("" when Slurm does not know)
+    error: str = ""  # what went wrong asking, when squeue failed
+
+    def line(self) -> str:
+        """'PENDING (Priority), expected start 2026-12-03T10:00:00', 'RUNNING', 'UNKNOWN (squeue: ...)'"""
+        if self.state == "pending":
+            return f"{self.raw} {pending_text(self.reason, self.start)}"
+        return f"{self.raw} ({self.error})" if self.error and self.state == "unknown" else self.raw
+
+
+def pending_text(reason: str, start: str) -> str:
+    """'(Priority), expected start 2026-12-03T10:00:00', or '... expected start unknown' when Slurm says N/A."""
+    return (f"({reason})" if reason and reason != "None" else "(no reason given)") + \
+        f", expected start {start if start not in NO_TIME else 'unknown'}"
+
+
+def job_states(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Slurm's word on each job, from one question to Slurm for all of them: one squeue (slurmctld keeps a
+    job MinJobAge after it ends), then one sacct for the jobs squeue no longer knows (where accounting
+    exists). A job neither knows is ("unknown", "UNKNOWN")."""
     ids = list(dict.fromkeys(job_ids))
-    proc = _run(["squeue", "-h", "--states=all", "--array", "-j", ",".join(ids), "-o", "%i|%T"], check=False)
-    raw = parse_states(proc.stdout, ids) if proc.returncode == 0 else {}  # exits 1 when it knows none of them
-    missing = [i for i in ids if i not in raw]
+    proc = _run(["squeue", "-h", "--states=all", "--array", "-j", ",".join(ids), "-o", "%i|%T|%r|%S"], check=False)
+    rows = parse_rows(proc.stdout, ids) if proc.returncode == 0 else {}
+    # squeue exits 1 when it knows none of them ("Invalid job id"); anything else is worth saying
+    error = "" if proc.returncode == 0 or "Invalid job id" in proc.stderr else \
+        f"squeue: {proc.stderr.strip() or f'exit {proc.returncode}'}"
+    missing = [i for i in ids if i not in rows]
     if missing and shutil.which("sacct") is not None:
         proc = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(missing), "-o", "JobID,State"], check=False)
         if proc.returncode == 0:  # exits 1 where accounting is disabled
-            raw.update(parse_states(proc.stdout, missing))
-    return {i: combine(raw.get(i, [])) for i in ids}
+            rows.update(parse_rows(proc.stdout, missing))
+    return {i: combine_info(rows.get(i, []), error) for i in ids}
 
 
-def job_state(job_id: str) -> tuple[str, str]:
+def job_state(job_id: str) -> JobInfo:
     return job_states([job_id])[job_id]
 
 
-def parse_states(text: str, ids: list[str]) -> dict[str, list[str]]:
-    """`ID|STATE` lines (squeue -o %i|%T, sacct -o JobID,State -P) -> the raw states of each asked id; a
-    het job's components (123+0, 123+1) count for 123, an array task (123_4) for itself."""
-    out: dict[str, list[str]] = {}
+def parse_rows(text: str, ids: list[str]) -> dict[str, list[list[str]]]:
+    """`ID|STATE[|REASON|START]` lines (squeue -o %i|%T|%r|%S, sacct -o JobID,State -P) -> the fields after
+    the id of each asked id; a het job's components (123+0, 123+1) count for 123, an array task (123_4)
+    for itself."""
+    out: dict[str, list[list[str]]] = {}
     for line in text.splitlines():
-        slurm_id, _, state = line.strip().partition("|")
+        slurm_id, *fields = line.strip().split("|")
         for owner in (slurm_id, slurm_id.split("+", 1)[0]):
-            if owner in ids and state:
-                out.setdefault(owner, []).append(state)
+            if owner in ids and fields and fields[0]:
+                out.setdefault(owner, []).append(fields)
                 break
     return out
+
+
+def parse_states(text: str, ids: list[str]) -> dict[str, list[str]]:
+    """The raw states of each asked id (parse_rows' first field)."""
+    return {i: [row[0] for row in rows] for i, rows in parse_rows(text, ids).items()}
 
 
 def combine(raw: list[str]) -> tuple[str, str]:
@@ -126,43 +201,169 @@ def combine(raw: list[str]) -> tuple[str, str]:
     return min(states, key=lambda st: PRECEDENCE.index(st[0]))
 
 
+def combine_info(rows: list[list[str]], error: str = "") -> JobInfo:
+    """One JobInfo from a job's rows (one per het component): the state that matters most, the first
+    reason Slurm gives, the latest expected start (the components start together)."""
+    state, raw = combine([row[0] for row in rows])
+    reasons = [row[1] for row in rows if len(row) > 1 and row[1] not in ("", "None")]
+    starts = [row[2] for row in rows if len(row) > 2 and row[2] not in NO_TIME]
+    return JobInfo(state, raw, reasons[0] if reasons else "", max(starts) if starts else "",
+                   error if state == "unknown" else "")
+
+
+def live(info: JobInfo) -> bool:
+    """Slurm still has the job to run or running (not ended, and known)."""
+    return info.state not in FINISHED and info.state != "unknown"
+
+
+def current(job_ids: list[str], infos: dict[str, JobInfo]) -> tuple[str, JobInfo]:
+    """Which of a run's jobs (jobs_of) speaks for it: the first still live (the ones after it wait for
+    it), else the last."""
+    for job_id in job_ids:
+        if live(infos[job_id]):
+            return job_id, infos[job_id]
+    return job_ids[-1], infos[job_ids[-1]]
+
+
+def run_job(run: RunDir) -> tuple[str, JobInfo]:
+    """The run's current job and Slurm's word on it (one squeue for all of the run's jobs)."""
+    ids = jobs_of(run)
+    return current(ids, job_states(ids))
+
+
+def outcome_of(run: RunDir) -> str | None:
+    """The run state its summary.json stands for (completed, failed, cancelled), None without one."""
+    try:
+        return OUTCOMES.get(json.loads(run.summary.read_text()).get("status"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 class Polite:
     """When to ask Slurm next about a job being watched: at once, then after 1, 2, 4, 8 s and every
     `most` (15) s after that, so that a run followed for hours costs its scheduler one squeue a quarter
-    minute. `due(hurry=True)` (the run has written its summary: the job is about to end) goes back to
-    asking every second."""
+    minute; a job heard to be pending (heard()) no sooner than `pending` (60) s after that look.
+    `due(hurry=True)` (the run has written its summary: the job is about to end) gives `fast` (10) looks
+    a second apart, even while pending, then the backoff again: a job that stays on (a requeue, a hang)
+    is not asked about every second for long. The next hurry needs the summary to have gone first."""
 
-    def __init__(self, first: float = 1.0, most: float = 15.0):
-        self.first, self.most, self.gap, self.next = first, most, first, time.monotonic()
+    def __init__(self, first: float = 1.0, most: float = 15.0, pending: float | None = None,
+                 fast: int | None = None):
+        self.first, self.most = first, most
+        self.pending = PENDING_POLL if pending is None else pending
+        self.fast = FAST_POLLS if fast is None else fast
+        self.gap, self.next = first, time.monotonic()
+        self.asked = self.next
+        self.fast_left: int | None = None  # None: not hurried since the summary last appeared
 
     def due(self, hurry: bool = False) -> bool:
         now = time.monotonic()
-        if hurry:
-            self.gap = self.first
+        if not hurry:
+            self.fast_left = None
+        elif self.fast_left is None:
+            self.fast_left, self.gap = self.fast, self.first
             self.next = min(self.next, now + self.first)
         if now < self.next:
             return False
+        self.asked = now
+        if self.fast_left:
+            self.fast_left -= 1
+            if self.fast_left:  # more quick looks to come
+                self.next = now + self.first
+                return True
+            self.gap = 2 * self.first  # the last quick one: the backoff resumes
         self.next = now + self.gap
         self.gap = min(2 * self.gap, self.most)
         return True
+
+    def heard(self, state: str) -> None:
+        """The answer to the last look: a pending job waits a minute for the next (unless hurried)."""
+        if state == "pending" and not self.fast_left:
+            self.next = max(self.next, self.asked + self.pending)
+            self.gap = self.first  # once it runs: 1, 2, 4, ... again
+
+
+class Watch:
+    """A run's jobs followed until they end. check() asks Slurm only when Polite says so and returns the
+    final state once no job of the run is live: the last one's finished state, or when Slurm no longer
+    knows it (it ended MinJobAge ago on a cluster without accounting; or squeue failed) the run's outcome
+    from its summary (`outcome()`); without a summary, "unknown" once Slurm has not known it for
+    LOST_AFTER seconds. say(line): told when the current job's state, pending reason or expected start
+    changes (and when asking fails), one line each time."""
+
+    def __init__(self, jobs: Callable[[], list[str]], ending: Callable[[], bool] | None = None,
+                 outcome: Callable[[], str | None] | None = None, say: Callable[[str], None] | None = None,
+                 ask: Polite | None = None):
+        self.jobs, self.ending, self.outcome, self.say = jobs, ending, outcome, say
+        self.ask = ask or Polite()
+        self.state, self.told, self.unknown_since = "unknown", None, None
+
+    def check(self) -> str | None:
+        ending = bool(self.ending and self.ending())
+        if not self.ask.due(hurry=ending):
+            return None
+        ids = self.jobs()
+        job_id, info = current(ids, job_states(ids))
+        self.ask.heard(info.state)
+        self.state = info.state
+        self._tell(job_id, info)
+        if live(info):
+            self.unknown_since = None
+            return None
+        if info.state in FINISHED:
+            return info.state
+        if ending:  # the run has concluded; Slurm no longer knows its job
+            return (self.outcome and self.outcome()) or "unknown"
+        if info.error:  # Slurm did not answer: ask again
+            return None
+        now = time.monotonic()
+        self.unknown_since = self.unknown_since or now
+        return "unknown" if now - self.unknown_since >= LOST_AFTER else None
+
+    def _tell(self, job_id: str, info: JobInfo) -> None:
+        if info.state == "pending":
+            line = f"job {job_id} pending {pending_text(info.reason, info.start)}"
+        elif live(info):
+            line = f"job {job_id} {info.state}"
+        elif info.error:
+            line = f"job {job_id}: {info.error} (asking again)"
+        else:
+            return  # an end: the caller reports it
+        if self.say and line != self.told:
+            self.say(line)
+        self.told = line
 
 
 def cancel(*job_ids: str) -> None:
     _run(["scancel", *job_ids])
 
 
-def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None) -> str:
-    """Until the job reaches a finished state (returned), asking Slurm as Polite says (ending(): the
-    run says it is about to end). on_poll() runs every second (e.g. to stream a log)."""
+def cancel_run(run: RunDir) -> list[str]:
+    """scancel a run's live jobs (its continuations too); returns their ids."""
+    ids = jobs_of(run)
+    infos = job_states(ids)
+    targets = [i for i in ids if live(infos[i])] or [current(ids, infos)[0]]
+    cancel(*targets)
+    return targets
+
+
+def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None, run: RunDir | None = None,
+         say=None) -> str:
+    """Until the job has ended (its finished state returned; see Watch), asking Slurm as Polite says
+    (ending(): the run says it is about to end). With run: every job of the run (continuations too),
+    ending when its summary exists, and the summary's outcome when Slurm no longer knows the job.
+    on_poll() runs every second (e.g. to stream a log); say(line): pending reasons and state changes."""
+    if run is not None:
+        watch = Watch(lambda: jobs_of(run), ending or run.summary.exists, lambda: outcome_of(run), say)
+    else:
+        watch = Watch(lambda: [job_id], ending, None, say)
     deadline = None if timeout is None else time.monotonic() + timeout
-    ask, state = Polite(), "unknown"
     while True:
         if on_poll:
             on_poll()
-        if ask.due(hurry=bool(ending and ending())):
-            state, _ = job_state(job_id)
-            if state in FINISHED:
-                return state
+        final = watch.check()
+        if final is not None:
+            return final
         if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} still {state} after {timeout:.0f}s")
+            raise TimeoutError(f"job {job_id} still {watch.state} after {timeout:.0f}s")
         time.sleep(1.0)

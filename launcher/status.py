@@ -16,23 +16,20 @@ from srl_hpc.rundir import RunDir
 from srl_hpc.services.rendezvous import abandoned_by
 
 
-def describe(run: RunDir, job_state: tuple[str, str] | None = None) -> tuple[str, str]:
+def describe(run: RunDir, job_state: slurm.JobInfo | None = None) -> tuple[str, str]:
     """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown.
-    job_state: the Slurm job's (state, raw state) when the caller already asked (a sweep asks once)."""
+    job_state: Slurm's word on the run's job when the caller already asked (a sweep asks once for all)."""
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} is not a run directory (no experiment.yaml)")
     lines = [f"run {run.root}" + (f" (attempt {run.attempt})" if run.attempt > 1 else "")]
     summary = _read_json(run.summary)
     if run.slurm.exists():
-        job_id = slurm.job_id_of(run)
-        state, raw = job_state or slurm.job_state(job_id)
-        lines.append(f"slurm job {job_id}: {raw}")
+        state = _slurm_lines(run, job_state, summary, lines)
     elif summary is None and local.launcher_pid(run) is not None:
         state = "running"
         lines.append(f"local run, launcher pid {local.launcher_pid(run)}")
     else:
-        state = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}.get(
-            (summary or {}).get("status"), "unknown")
+        state = slurm.OUTCOMES.get((summary or {}).get("status"), "unknown")
     if summary:
         lines.append(f"outcome: {summary['status']}: {summary['reason']}")
         lines.append(f"wall time {summary['wall_time']}s, {summary['env_frames']:,} env frames, "
@@ -52,6 +49,24 @@ def describe(run: RunDir, job_state: tuple[str, str] | None = None) -> tuple[str
         for out in run.slurm_outputs():  # the run never concluded: srun's own words
             lines.append(f"--- last lines of {out}:\n{tail(out)}")
     return state, "\n".join(lines)
+
+
+def _slurm_lines(run: RunDir, info: slurm.JobInfo | None, summary: dict | None, lines: list[str]) -> str:
+    """The run's job (with its pending reason and expected start), the continuations queued after it, and
+    the run's state: the job's, or the summary's outcome when Slurm no longer knows the job."""
+    ids = slurm.jobs_of(run)
+    infos = {ids[0]: slurm.JobInfo(*info)} if info is not None else slurm.job_states(ids)
+    job_id, info = slurm.current([i for i in ids if i in infos], infos)
+    lines.append(f"slurm job {job_id}: {info.line()}")
+    after = ids[ids.index(job_id) + 1:]
+    if after:
+        lines.append("queued after it (resume --after/--chain): " +
+                     ", ".join(f"{i} {infos[i].line()}" for i in after if i in infos))
+    state = info.state
+    if state == "unknown" and summary and summary.get("status") in slurm.OUTCOMES:
+        state = slurm.OUTCOMES[summary["status"]]
+        lines.append(f"(no word from Slurm on job {job_id}: the run's state is its summary's)")
+    return state
 
 
 def last_progress(run: RunDir) -> dict | None:
@@ -74,6 +89,16 @@ def follow_file(path: Path, position: int = 0) -> int:
     if data:
         print(data.decode(errors="replace"), end="", flush=True)
     return position + len(data)
+
+
+def ended(run: RunDir, say=None):
+    """`logs -f`'s stop test: a local run has ended once its summary exists; a Slurm run once none of its
+    jobs is live (slurm.Watch: asked politely, at most once a minute while pending; the summary's outcome
+    once Slurm no longer knows the job). say(line): the job's pending reason and state changes."""
+    if not run.slurm.exists():
+        return run.summary.exists
+    watch = slurm.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm.outcome_of(run), say)
+    return lambda: watch.check() is not None
 
 
 def tail_forever(path: Path, stop) -> None:
