@@ -23,6 +23,7 @@ srl-launch status RUN_DIR                   state, outcome, progress, failed wor
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
 srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
+srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
 srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play"""
 
 
@@ -214,13 +215,25 @@ def cmd_resume(argv) -> int:
                                 "in the same run directory (counters, metrics.csv and stop conditions continue).")
     p.add_argument("run_dir", type=RunDir)
     p.add_argument("--follow", action="store_true", help="a Slurm run: stream progress, exit with the run's result")
+    p.add_argument("--after", metavar="JOBID", help="a Slurm run: queue the continuation to start once job JOBID "
+                   "has ended, however it ended (--dependency=afterany); default with --chain: the run's job "
+                   "while it is pending or running")
+    p.add_argument("--chain", type=int, metavar="K", help="a Slurm run: queue K continuation jobs, each after the "
+                   "one before (for clusters that forbid requeue); a run that has ended by itself is not continued")
     args = p.parse_args(argv)
     run = args.run_dir
+    if args.after is not None or args.chain is not None:
+        if args.chain is not None and args.chain < 1:
+            raise UsageError(f"--chain must be >= 1, got {args.chain}")
+        command = "srl-launch resume " + " ".join(shlex.quote(a) for a in argv)
+        after, job_ids = runs.continue_later(run.root, sys.executable, command, args.after, args.chain or 1)
+        print(f"continuing {run.root}: queued job {', '.join(job_ids)}" + (f", after job {after}" if after else ""))
+        return _follow(run, job_ids[-1]) if args.follow else 0
     if run.slurm.exists():
-        job_id = slurm.job_id_of(run)
-        state = slurm.job_state(job_id)[0]
-        if state not in slurm.FINISHED:
-            raise UsageError(f"job {job_id} of {run.root} is still {state}; cancel it first")
+        job_id, info = slurm.run_job(run)
+        if slurm.live(info) or info.error:
+            raise UsageError(f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
+                             f"continuation after it: --after {job_id}")
     elif local.launcher_pid(run) is not None:
         raise UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
     exp, run = runs.reopen(run.root)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from launcher import slurm
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import write_run_keys
@@ -39,6 +40,35 @@ def reopen(run_dir: str | Path) -> tuple[config.Experiment, RunDir]:
     write_run_keys(run)  # (a run made before runs had keys)
     run.begin_next_attempt()
     return exp, run
+
+
+def continue_later(run_dir: str | Path, python: str, command: str, after: str | None = None,
+                   count: int = 1) -> tuple[str | None, list[str]]:
+    """`resume --after JOBID` / `--chain K`: queue `count` continuation jobs of a Slurm run, each the next
+    attempt of the same run directory once the job before it has ended (however it ended: afterany), for
+    clusters where a job may not requeue itself. The first waits for job `after`, by default for the run's
+    own last job while that is still pending or running (else it may start at once). The attempt counter
+    moves on inside each job as it starts (slurm.continuation_lines), not here: the job before it may still
+    be writing to the directory. Returns (the job the first waits for, the queued job ids)."""
+    run = RunDir(Path(run_dir).resolve())
+    if not run.experiment.exists():
+        raise FileNotFoundError(f"{run.root} holds no run (no {run.experiment.name})")
+    if not run.slurm.exists():
+        raise slurm.SlurmError(f"{run.root} is not a Slurm run: --after/--chain queue Slurm jobs "
+                               "(resume a local run without them)")
+    if count < 1:
+        raise ValueError(f"--chain must be >= 1, got {count}")
+    ids = slurm.jobs_of(run)
+    infos = slurm.job_states(ids)
+    if after is None:
+        after = next((i for i in reversed(ids) if slurm.live(infos[i])), None)
+    if after is None and not run.checkpoint.exists():
+        raise FileNotFoundError(f"{run.root}: no checkpoint to resume from (no {run.checkpoint}), and no job "
+                                "of the run that could still write one")
+    exp = config.load(run.experiment)
+    write_run_keys(run)  # (a run made before runs had keys)
+    request = slurm.prepare(exp, run.root, python, command, continuation=True)
+    return after, slurm.submit_chain(request, run, after, count)
 
 
 def tail(path: Path, lines: int = 15) -> str:

@@ -2,8 +2,8 @@
 
 `prepare` makes the request (plan, checked against the cluster when one answers, rendered script);
 `--dry-run` prints it and `submit` sends that very request. A submitted run directory holds job.sbatch
-(exactly what was submitted), experiment.yaml and slurm.json (job id, command, and any continuation
-jobs queued after it, "chain"). Job state comes from squeue, which works on every cluster, and
+(exactly what was submitted), experiment.yaml and slurm.json (job id, command, and the continuations
+`resume --after/--chain` queued after it). Job state comes from squeue, which works on every cluster, and
 from sacct where accounting exists, all read through one table of Slurm states; one question covers every
 job of a sweep or of a chain, and a watched job is asked about with backoff (`Polite`), as cluster admins
 expect of tools that poll: at most once a minute while it is pending. Every Slurm command gets `TIMEOUT`
@@ -11,6 +11,7 @@ seconds to answer; one that does not is a SlurmError naming it (slurmctld not an
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -83,9 +84,11 @@ class Request:
     checked: str | None  # why the plan was not checked against a cluster (None: it was, and it fits)
 
 
-def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = True) -> Request:
+def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = True,
+            continuation: bool = False) -> Request:
     """Plan, check against the cluster (raises PlanError naming what does not fit), render.
-    Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`."""
+    Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`.
+    continuation: a job queued by `resume --after/--chain` (continuation_lines run first in it)."""
     job_plan = planning.make_plan(exp, str(run_dir), python)
     try:
         planning.check_fits(job_plan, cluster_facts())
@@ -94,7 +97,28 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
         if require_cluster:
             raise
         checked = str(e)
+    if continuation:  # after the user's setup lines, before the workers start
+        job_plan = dataclasses.replace(job_plan, setup=job_plan.setup + continuation_lines(job_plan))
     return Request(job_plan, render.render(job_plan, command), checked)
+
+
+def continuation_lines(plan: planning.Plan) -> tuple[str, ...]:
+    """Shell lines that make a queued continuation job the next attempt of its run directory when it starts
+    (the job before it has ended by then; the trainer resumes from its checkpoint), or end it at once when
+    the run has already ended by itself (succeeded or failed: nothing to continue, nothing trained again).
+    A continuation that Slurm requeues is left to the script's own requeue lines (SLURM_RESTART_COUNT)."""
+    python, run_dir = shlex.quote(plan.python), shlex.quote(plan.run_dir)
+    return (
+        "# a continuation (srl-launch resume --after/--chain): the next attempt of the run, from its checkpoint,",
+        "# unless the run has already ended by itself",
+        'if [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then',
+        f'    case "$({python} -m srl_hpc.rundir {run_dir} --outcome)" in',
+        '        succeeded) echo "the run has already succeeded: nothing to continue"; exit 0 ;;',
+        '        failed) echo "the run has failed: not continued"; exit 1 ;;',
+        "    esac",
+        f"    {python} -m srl_hpc.rundir {run_dir} --next-attempt",
+        "fi",
+    )
 
 
 def sbatch_command(script, after: str | None = None) -> list[str]:
@@ -112,6 +136,20 @@ def submit(request: Request, run: RunDir, command: str) -> str:
     job_id = _sbatch(run.job_script)
     run.slurm.write_text(json.dumps({"job_id": job_id, "command": command, "submitted": time.time()}))
     return job_id
+
+
+def submit_chain(request: Request, run: RunDir, after: str | None, count: int) -> list[str]:
+    """Queue `count` continuation jobs of a submitted run (prepare(continuation=True)'s request), the first
+    after job `after` (None: at once), each next one after the one before (--dependency=afterany): for
+    clusters that forbid requeue. Each is recorded in RUN/slurm.json's "chain" as soon as it is queued."""
+    data = _record(run)
+    run.job_script.write_text(request.script)
+    queued: list[str] = []
+    for _ in range(count):
+        queued.append(_sbatch(run.job_script, queued[-1] if queued else after))
+        data["chain"] = [*data.get("chain", []), queued[-1]]
+        run.slurm.write_text(json.dumps(data))
+    return queued
 
 
 def _record(run: RunDir) -> dict:
