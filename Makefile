@@ -18,15 +18,15 @@ unit: test-install       ## the tests that need no Slurm
 
 install: $(BIN)/srl-launch
 
-$(BIN)/srl-launch: setup.cfg pyproject.toml | venv
+$(BIN)/srl-launch: setup.cfg pyproject.toml constraints.txt | venv
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
 
 test-install: install $(VENV)/.extras
 
-$(VENV)/.extras: setup.cfg   # the optional env backend (env.backend: envpool) and multi-agent envs, so that their tests run too
-	$(BIN)/pip install --quiet -e '.[test,envpool,multiagent]'
+$(VENV)/.extras: setup.cfg constraints.txt   # the optional env backend (env.backend: envpool) and multi-agent envs, so that their tests run too
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,envpool,multiagent]'
 	touch $@
 
 venv: $(BIN)/python
