@@ -1,10 +1,10 @@
 """Scale: the same experiment at growing actor counts, one heterogeneous Slurm job each.
 
-    bash scripts/local_slurm.sh start
+    SRL_SLURM_HOSTS=shared bash scripts/local_slurm.sh start
     python benchmarks/scale.py --actors 16,64,128,256
 
-The local Slurm's virtual nodes declare more CPUs than the machine has (160 each), so hundreds of actors
-share its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
+The local Slurm's virtual nodes, in its shared mode (one host, its loopback: slurm.network lo), declare more
+CPUs than the machine has (160 each), so hundreds of actors share its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
 what is measured is the system's own cost. Per actor count N it prints, from the run's traces and summary:
 - seconds from the first worker process start to rendezvous done (the last worker out of the MPI
   allgather), to the trainer's first segment, to its first update;
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"{run_dir} exists; remove it or pass another --out")
         t0 = time.monotonic()
         run = launcher.submit(args.experiment, slurm=True, run_dir=run_dir,
-                              overrides=[f"workers.actor.count={n}", *args.set])
+                              overrides=[f"workers.actor.count={n}", "slurm.network=lo", *args.set])
         print(f"N={n}: job {run.job_id}, run directory {run_dir}", flush=True)
         state = run.wait(timeout=args.timeout)
         if run.summary() is None:

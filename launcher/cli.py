@@ -17,6 +17,7 @@ srl-launch EXPERIMENT.yaml [options]        run every worker on this machine (lo
 srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
+srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
 srl-launch validate EXPERIMENT.yaml         check a file; run nothing
 srl-launch graph EXPERIMENT.yaml            print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
@@ -130,6 +131,28 @@ def _sweep(exp, seeds, args) -> int:
             failed += 1
             print(f"seed {seed}: failed: {str(e).strip().splitlines()[-1]}")
     return 1 if failed else 0
+
+
+def cmd_prepare(argv) -> int:
+    p = argparse.ArgumentParser(prog="srl-launch prepare",
+                                description="Write a run directory that is ready to run (its keys, the resolved "
+                                            "experiment and job.sbatch) and print the sbatch command; submit nothing.")
+    p.add_argument("experiment", type=Path)
+    p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
+    p.add_argument("--seed", type=int, help="override the experiment's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    args = p.parse_args(argv)
+    exp = _experiment(args)
+    command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
+    run_dir = runs.resolve(exp, args.run_dir)
+    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
+                            require_cluster=False)
+    if request.checked:
+        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+    exp, run = runs.create(exp, run_dir)
+    run.job_script.write_text(request.script)
+    print(f"sbatch {shlex.quote(str(run.job_script))}")
+    return 0
 
 
 def cmd_validate(argv) -> int:
@@ -284,7 +307,7 @@ def cmd_enjoy(argv) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
             "resume": cmd_resume, "enjoy": cmd_enjoy}
 
 

@@ -114,6 +114,11 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
                             f"a GPU. Set slurm.{name}.tasks_per_node to at most {gpus} (more nodes), or "
                             f"slurm.{name}.share_gpu: true if they may share")
         groups.append(replace(group, gpus_per_node=gpus))
+        threads = getattr(getattr(exp.workers, name), "torch_threads", 1)
+        if threads > res.cpus_per_task:
+            problems.append(f"het group '{name}': workers.{name}.torch_threads is {threads} but "
+                            f"slurm.{name}.cpus_per_task is {res.cpus_per_task}: where Slurm binds tasks to their "
+                            f"CPUs the threads would share them; ask for as many CPUs as threads")
     if problems:
         raise PlanError(problems)
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
@@ -184,7 +189,8 @@ def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
             problems.append(f"{label}: {where} does not exist or has no nodes")
             continue
         used_nodes |= {n.name for n in nodes}
-        wants = {"CPUs": g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
+        overcommit = any(o in ("--overcommit", "-O") for o in (*plan.sbatch_options, *g.sbatch_options))
+        wants = {"CPUs": g.cpus_per_task if overcommit else g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
         have = {"CPUs": max(n.cpus for n in nodes), "MB of memory": max(n.mem_mb for n in nodes),
                 "GPUs": max(n.gpus for n in nodes)}
         for resource, amount in wants.items():

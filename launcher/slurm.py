@@ -73,6 +73,24 @@ def no_answer(cmd: list[str], seconds: float) -> str:
     return text
 
 
+def mpi_plugins() -> list[str]:
+    """The MPI plugins this cluster's srun has (`srun --mpi=list`: one per indented line, then the versions
+    of pmix, e.g. pmix_v4)."""
+    out = _run(["srun", "--mpi=list"]).stdout
+    names = [line.strip() for line in out.splitlines() if line.startswith(("\t", " ")) and line.strip()]
+    versions = [v.strip() for line in out.splitlines() if "versions available:" in line
+                for v in line.split(":", 1)[1].split(",")]
+    return names + [v for v in versions if v]
+
+
+def check_mpi_plugin(mpi: str) -> None:
+    """slurm.mpi must be a plugin srun has ('none' always is)."""
+    plugins = mpi_plugins()
+    if mpi not in plugins:
+        raise SlurmError(f"slurm.mpi is {mpi!r}, but srun has no MPI plugin {mpi!r} here (it has: "
+                         f"{', '.join(plugins)}); choose one of them, or none for a rendezvous through files")
+
+
 def cluster_facts() -> planning.ClusterFacts:
     return planning.parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%m|%G"]).stdout)
 
@@ -92,6 +110,7 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
     job_plan = planning.make_plan(exp, str(run_dir), python)
     try:
         planning.check_fits(job_plan, cluster_facts())
+        check_mpi_plugin(job_plan.mpi)
         checked = None
     except SlurmError as e:
         if require_cluster:

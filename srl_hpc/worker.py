@@ -100,9 +100,12 @@ class Worker:
 
     def record_startup(self, start_cost: dict) -> None:
         """Start-up cost up to 'ready to rendezvous' (imports, envs, models, sockets): wall time, CPU time
-        (what hundreds of workers starting on a few cores queue for) and memory then; `start_cost`: the
-        rendezvous' own share of it (MPI_Init's seconds and CPU)."""
+        (what hundreds of workers starting on a few cores queue for) and memory then, the CPUs it may run on
+        (Slurm's binding) and its torch threads; `start_cost`: the rendezvous' own share of it (MPI_Init's
+        seconds and CPU)."""
+        torch = sys.modules.get("torch")  # (only workers that run a model import it)
         self.trace.record("startup", seconds=process_age(), cpu_seconds=time.process_time(), rss_mb=rss_mb(),
+                          cpus_allowed=len(os.sched_getaffinity(0)), torch_threads=torch.get_num_threads() if torch else 0,
                           **start_cost)
 
     def connect(self, table: dict) -> None:
@@ -320,11 +323,12 @@ def main(argv=None) -> int:
 
 
 def _address(exp, name: str, slurm: bool) -> network.Address:
-    """The address this worker binds and advertises; under Slurm, a loopback one only if the job has one node."""
+    """The address this worker binds and advertises; under Slurm, a loopback one only if the job has one node
+    or slurm.network names it (the local Slurm's nodes sharing one host)."""
     if not slurm:
         return network.LOCAL
     address = network.resolve(exp.slurm.network)
-    if address.loopback and int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1"))) > 1:
+    if address.loopback and exp.slurm.network is None and int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1"))) > 1:
         raise network.NetworkError(network.loopback_message(name, address))
     return address
 

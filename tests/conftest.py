@@ -3,11 +3,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Run directories must be on a filesystem every node sees: the local Slurm's nodes each have a /tmp of
+# their own, as a real cluster's do (scripts/local_slurm.sh), so tmp_path is under /var/tmp instead.
+tempfile.tempdir = os.environ.get("SRL_TEST_TMPDIR", "/var/tmp")
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ EnvBackend = Literal["auto", "sync", "vector", "envpool"]
 InferenceTransport = Literal["auto", "zmq", "shm"]
 Placement = Literal["srl", "impala", "seed"]
 Recurrence = Literal["none", "gru", "lstm"]
-MpiPlugin = Literal["pmix", "pmi2", "none"]
 ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 
 
@@ -461,7 +460,9 @@ class SlurmConfig:
     # default: the address the node's hostname resolves to (refused if loopback)
     network: Optional[str] = None
     ports: Optional[str] = None  # "40000-40999": the ports workers bind (firewalled clusters); default: any free
-    mpi: MpiPlugin = "pmix"  # srun --mpi; "none": workers meet through files in the run directory instead
+    # srun --mpi: pmix, pmi2, cray_shasta... (checked against `srun --mpi=list` at submission); "none": the
+    # workers meet through files in the run directory instead, and no MPI is loaded
+    mpi: str = "pmix"
     template: Optional[str] = None  # a job template of your own (job_templates/README.md lists its variables)
     sweep: SweepResources = field(default_factory=SweepResources)
     requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
@@ -492,6 +493,8 @@ class SlurmConfig:
                 problems.append(("ports", str(e)))
         if self.template is not None and not os.path.isfile(os.path.expanduser(self.template)):
             problems.append(("template", f"no such file: {self.template}"))
+        if not self.mpi.strip() or any(c.isspace() for c in self.mpi):
+            problems.append(("mpi", f"must be one srun MPI plugin name (srun --mpi=list), got {self.mpi!r}"))
         if self.python is not None and not shlex.split(self.python):
             problems.append(("python", "must not be empty"))
         return problems

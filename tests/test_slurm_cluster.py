@@ -1,0 +1,165 @@
+"""What a real cluster differs in, on the project's local Slurm whose nodes are hosts of their own (network,
+hostname, /tmp and /dev/shm; scripts/local_slurm.sh): the interface workers use, CPU binding, data-parallel
+trainers across hosts, MPI or none, containers, and a script sbatch'ed by hand."""
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import ROOT, script
+from test_slurm import experiment, het_nodes, no_process_left, srl, wait_for
+from srl_hpc.trace.reader import read_run
+
+pytestmark = pytest.mark.slurm
+
+FAST_NETWORK = "10.250.1."  # the local Slurm's ib0 addresses (SRL_SLURM_NET's default)
+
+
+def summary_of(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def startup(run_dir) -> dict[str, dict]:
+    """Each worker's startup row: the CPUs it may run on, its torch threads, MPI's share of its start."""
+    return {w.name: {k: v[0] for k, v in w.table("startup").items()} for w in read_run(run_dir).workers}
+
+
+def test_cartpole_ppo_to_its_target_with_trainer_policy_and_actors_on_three_hosts_over_the_configured_interface(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow", "--run-dir", run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert summary_of(run_dir)["reason"].startswith("target reached")
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert len({table[w]["node"] for w in ("trainer/0", "policy/0", "actor/0")}) == 3
+    assert all(e["host"].startswith(FAST_NETWORK) and e["interface"] == "ib0" for e in table.values()), table
+    assert "address 10.250.1." in (run_dir / "logs" / "actor-0.log").read_text()  # and each log says so
+
+
+def test_a_hostname_that_resolves_to_loopback_is_refused_at_start_naming_slurm_network(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "slurm.network=null")
+    assert proc.returncode == 1
+    out = srl("status", run_dir).stdout
+    assert "would advertise 127.0.1.1" in out and "Set slurm.network to the interface" in out, out
+    assert "ib0 10.250.1." in out  # the node's interfaces, to choose from
+    assert not (run_dir / "workers.json").exists()  # nobody got as far as the rendezvous
+    no_process_left(run_dir)
+
+
+def test_two_trainers_on_two_hosts_train_in_lockstep_over_the_configured_interface(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(experiment(tmp_path, wall_time=10), "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "workers.trainer.count=2", "--set", "slurm.trainer.tasks_per_node=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert table["trainer/0"]["node"] != table["trainer/1"]["node"]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1
+    trace = {w.name: w for w in read_run(run_dir).workers}
+    steps = [trace[t].table("train_step")["version"].tolist() for t in ("trainer/0", "trainer/1")]
+    checksums = [trace[t].table("final_parameters")["checksum"][0] for t in ("trainer/0", "trainer/1")]
+    assert steps[0] == steps[1] == list(range(1, summary["policy_version"] + 1))
+    assert checksums[0] == checksums[1]  # gloo's allreduce crossed the hosts (over ib0: GLOO_SOCKET_IFNAME)
+
+
+def test_each_worker_is_bound_to_the_cpus_its_group_asked_for_and_runs_that_many_torch_threads(tmp_path):
+    """task/affinity: a task gets the CPUs of its -c. The policy worker asks for both of its node's CPUs and
+    two torch threads; trainer and actors for one each (the controller shares the trainer's node)."""
+    run_dir = tmp_path / "run"
+    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "slurm.policy.cpus_per_task=2", "--set", "workers.policy.torch_threads=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = startup(run_dir)
+    assert rows["policy/0"]["cpus_allowed"] == 2 and rows["policy/0"]["torch_threads"] == 2
+    assert rows["trainer/0"]["cpus_allowed"] == 1 and rows["trainer/0"]["torch_threads"] == 1
+    assert rows["actor/0"]["cpus_allowed"] == rows["actor/1"]["cpus_allowed"] == rows["controller/0"]["cpus_allowed"] == 1
+
+
+def test_the_impala_placement_runs_inference_inside_actors_on_their_own_hosts(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(experiment(tmp_path, wall_time=10), "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "workers.placement=impala", "--set", "workers.policy.count=0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# group policy" not in (run_dir / "job.sbatch").read_text()
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert sorted(table) == ["actor/0", "actor/1", "controller/0", "trainer/0"]
+    assert table["actor/0"]["node"] != table["trainer/0"]["node"]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 1 and summary["episodes"] > 0
+
+
+def test_slurm_mpi_none_runs_without_mpi_through_the_file_rendezvous(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "slurm.mpi=none")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--mpi=none" in (run_dir / "job.sbatch").read_text()
+    assert summary_of(run_dir)["status"] == "succeeded"
+    rows = startup(run_dir)
+    assert len(rows) == 5 and not any("mpi_init_seconds" in row for row in rows.values())  # MPI never started
+    assert len(list((run_dir / "rendezvous").glob("*.json"))) == 5
+
+
+def test_pmi2_is_checked_against_the_plugins_srun_has():
+    """Debian's Slurm has pmi2 (its Open MPI cannot use it: `srun --mpi=pmi2` fails at MPI_Init there), so the
+    check passes for pmi2 and names what exists for a plugin srun does not have."""
+    from launcher import slurm
+
+    plugins = slurm.mpi_plugins()
+    assert "pmix" in plugins and "pmi2" in plugins
+    slurm.check_mpi_plugin("pmi2")
+    with pytest.raises(slurm.SlurmError, match="srun has no MPI plugin 'pmi1' here \\(it has: pmix, .*pmi2"):
+        slurm.check_mpi_plugin("pmi1")
+
+
+STAND_IN = """\
+#!/bin/bash
+# stands in for apptainer: logs its arguments, then runs what follows the image
+echo "$@" >> {log}
+shift  # exec
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nv) shift ;;
+        --bind) shift 2 ;;
+        -*) shift ;;
+        *) shift; break ;;  # the image
+    esac
+done
+exec "$@"
+"""
+
+
+def test_workers_start_through_the_container_runtime_and_the_job_succeeds(tmp_path):
+    bin_dir, log = tmp_path / "bin", tmp_path / "apptainer.log"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(STAND_IN.format(log=log))
+    (bin_dir / "apptainer").chmod(0o755 | stat.S_IXUSR)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # sbatch passes it on to the job
+    proc = subprocess.run([script("srl-launch"), str(experiment(tmp_path)), "--slurm", "--follow", "--run-dir",
+                           str(run_dir), "--set", "slurm.container={image: /images/srl.sif, binds: [/datasets]}"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    workers = [c for c in calls if "-m srl_hpc.worker" in c]
+    assert len(workers) == 5, calls  # every worker went through it
+    assert all(c.startswith(f"exec --bind /datasets,{run_dir} /images/srl.sif ") for c in workers)
+    assert any("-m srl_hpc.srun_guard" in c for c in calls)  # and the batch script's own python
+    assert summary_of(run_dir)["status"] == "succeeded"
+
+
+def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = srl("prepare", ROOT / "experiments" / "cartpole_ppo.yaml", "--run-dir", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"sbatch {run_dir / 'job.sbatch'}"
+    text = (run_dir / "job.sbatch").read_text()
+    assert "${" not in text and (run_dir / "keys").is_dir() and (run_dir / "experiment.yaml").exists()
+    job_id = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.strip()
+    (run_dir / "slurm.json").write_text(json.dumps({"job_id": job_id}))  # (so that the fixture cancels it if need be)
+    wait_for(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary", lambda: srl("status", run_dir).stdout)
+    assert summary_of(run_dir)["reason"].startswith("target reached")
+    assert len(set(het_nodes(job_id))) == 3
+    no_process_left(run_dir)
