@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from launcher import local, plan, runs, slurm, status, sweep
+from launcher import doctor, local, plan, runs, slurm, status, sweep
 from srl_hpc import config, graph as wiring
 from srl_hpc.rundir import RunDir
 
@@ -19,6 +19,7 @@ srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit 
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
 srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
 srl-launch validate EXPERIMENT.yaml         check a file; run nothing
+srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
 srl-launch graph EXPERIMENT.yaml            print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
@@ -308,7 +309,7 @@ def cmd_enjoy(argv) -> int:
 
 
 COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
-            "resume": cmd_resume, "enjoy": cmd_enjoy}
+            "resume": cmd_resume, "enjoy": cmd_enjoy, "doctor": doctor.cmd_doctor}
 
 
 def main(argv=None) -> int:
