@@ -30,16 +30,18 @@ class Run:
         return f"Run({str(self.run_dir)!r}, job_id={self.job_id!r})"
 
     def state(self) -> str:
-        """pending / running / completed / failed / cancelled / timeout (Slurm's states, via one table)."""
+        """pending / running / completed / failed / cancelled / timeout (Slurm's states, via one table); the
+        run's own outcome once Slurm no longer knows the job (no accounting, after MinJobAge)."""
         if self.job_id is not None:
-            return scheduler.job_state(self.job_id)[0]
+            state = scheduler.job_state(self.job_id)[0]
+            return status.describe(self.run)[0] if state == "unknown" else state
         if self._process is not None and self._process.poll() is None:
             return "running"
         return status.describe(self.run)[0]
 
     def wait(self, timeout: float | None = None) -> str:
         if self.job_id is not None:
-            scheduler.wait(self.job_id, timeout=timeout, ending=self.run.summary.exists)
+            scheduler.wait(self.job_id, timeout=timeout, run=self.run)
         elif self._process is not None:
             self._process.wait(timeout=timeout)
         return self.state()
@@ -47,7 +49,7 @@ class Run:
     def cancel(self) -> None:
         """Stop the run; workers wind down and the trainer keeps its checkpoint."""
         if self.job_id is not None:
-            scheduler.cancel(self.job_id)
+            scheduler.cancel_run(self.run)  # continuation jobs queued by resume --chain too
         elif self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
 

@@ -10,7 +10,8 @@
 #     slurmctld listens at $NET.0.1 and Slurm reaches the nodes) and ib0 on a second, "fast" network
 #     ($NET.1.0/24), each a bridge in this machine's namespace; traffic stays among these addresses;
 #   - its own hostname (nK: a UTS namespace), which resolves as on Debian to 127.0.1.1, a loopback
-#     address (its own /etc/hosts; the other nodes' names resolve to their eth0 addresses);
+#     address (its own /etc/hosts; the other nodes' names resolve to their eth0 addresses, nK-ib to
+#     their ib0 addresses; no name server answers there);
 #   - its own /tmp and /dev/shm (a mount namespace); everything else, /var/tmp and the repository
 #     included, is the "shared filesystem";
 #   - CPU binding on (TaskPlugin=task/affinity): each node declares this machine's CPUs, so a task
@@ -192,6 +193,9 @@ net_up() {
     fi
     write_hosts "$n" "$k" >"$DIR/hosts/$n"
   done
+  # No name server is reachable from the nodes' networks: lookups of unknown names fail at once (no
+  # nameserver line: the resolver tries this node's own port 53, which refuses), not after a timeout.
+  : >"$DIR/hosts/resolv.conf"
 }
 
 # /etc/hosts of node nK: its own name as SRL_SLURM_SELF says, the others' on the management network.
@@ -201,7 +205,9 @@ write_hosts() {
   if [[ $SELF == eth0 ]]; then echo "$(node_addr "$k" eth0) $me"; else echo "127.0.1.1 $me"; fi
   echo "$(ctld_addr) $(hostname -s)"
   for other in "${NODES[@]}"; do
-    j=$((j + 1)); [[ $other == "$me" ]] || echo "$(node_addr $j eth0) $other"
+    j=$((j + 1))
+    [[ $other == "$me" ]] || echo "$(node_addr $j eth0) $other"
+    echo "$(node_addr $j ib0) $other-ib"  # as clusters name their fast interfaces, for reverse lookups
   done
 }
 
@@ -218,7 +224,7 @@ slurmd_command() {
   local n=$1
   if [[ $HOSTS != namespaces ]]; then echo slurmd -D -N "$n"; return; fi
   echo nsenter --net=/var/run/netns/srl-$n unshare --mount --uts --propagation private -- sh -c \
-    "'hostname $n && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount --bind $DIR/hosts/$n /etc/hosts && exec slurmd -D -N $n'"
+    "'hostname $n && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount --bind $DIR/hosts/$n /etc/hosts && mount --bind $DIR/hosts/resolv.conf /etc/resolv.conf && exec slurmd -D -N $n'"
 }
 
 # ---------------------------------------------------------------- config

@@ -114,7 +114,9 @@ def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_pat
     latest = summary["evaluation"]["latest"]
     assert latest["worker"] == "eval/0" and latest["mean_return"] >= 475 and len(latest["returns"]) == 10
     table = json.loads((run_dir / "workers.json").read_text())  # found each other over MPI
-    assert len({entry["node"] for entry in table.values()}) >= 2
+    assert len({table[w]["node"] for w in ("trainer/0", "policy/0", "actor/0", "eval/0")}) == 4  # hosts of their own
+    assert all(e["host"].startswith("10.250.1.") and e["interface"] == "ib0" for e in table.values()), table
+    assert "address 10.250.1." in (run_dir / "logs" / "actor-0.log").read_text()  # slurm.network, as each log says
     assert "target reached" in proc.stdout and "completed" in proc.stdout
     scalars = tensorboard_scalars(run_dir / "tb")  # written by the controller on its compute node
     assert scalars["episode/return_mean"] and scalars["train/approx_kl"] and scalars["queue/held_requests"]
