@@ -34,6 +34,7 @@
 #   SRL_SLURM_NET   the first two octets of the nodes' private networks (default 10.250: eth0 addresses
 #                   10.250.0.11-14, ib0 10.250.1.11-14)
 #   SRL_SLURM_SELF  what a node's own hostname resolves to: loopback (127.0.1.1, Debian's default) or eth0
+#   SRL_SLURM_SHARED  paths under /tmp the nodes still see (colon-separated; this repository always)
 #   SRL_SLURM_DIR   state, logs, spool, pid files          (default /var/tmp/srl-local-slurm: the nodes
 #                   see it, so it is not under their private /tmp)
 #   SLURM_CONF      where slurm.conf is written             (default /etc/slurm/slurm.conf, the path
@@ -56,6 +57,7 @@ set -euo pipefail
 DIR=${SRL_SLURM_DIR:-/var/tmp/srl-local-slurm}
 HOSTS=${SRL_SLURM_HOSTS:-namespaces}
 [[ $HOSTS == namespaces || $HOSTS == shared ]] || { echo "local_slurm: SRL_SLURM_HOSTS must be namespaces or shared, not '$HOSTS'" >&2; exit 2; }
+[[ $HOSTS == shared || $DIR != /tmp/* ]] || { echo "local_slurm: SRL_SLURM_DIR ($DIR) must not be under /tmp: the nodes have a /tmp of their own" >&2; exit 2; }
 NET=${SRL_SLURM_NET:-10.250}
 SELF=${SRL_SLURM_SELF:-loopback}
 MACHINE_CPUS=$(nproc)
@@ -224,7 +226,20 @@ slurmd_command() {
   local n=$1
   if [[ $HOSTS != namespaces ]]; then echo slurmd -D -N "$n"; return; fi
   echo nsenter --net=/var/run/netns/srl-$n unshare --mount --uts --propagation private -- sh -c \
-    "'hostname $n && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && mount --bind $DIR/hosts/$n /etc/hosts && mount --bind $DIR/hosts/resolv.conf /etc/resolv.conf && exec slurmd -D -N $n'"
+    "'hostname $n && $(private_tmp_mounts) && mount -t tmpfs tmpfs /dev/shm && mount --bind $DIR/hosts/$n /etc/hosts && mount --bind $DIR/hosts/resolv.conf /etc/resolv.conf && exec slurmd -D -N $n'"
+}
+
+# A node's own /tmp: a tmpfs, through which the paths of SHARED that lie under this machine's /tmp (this
+# repository, with its virtualenv, when it was cloned there) still show, as a cluster's shared filesystem.
+SHARED=$(cd "$(dirname "$0")/.." && pwd)${SRL_SLURM_SHARED:+:$SRL_SLURM_SHARED}
+private_tmp_mounts() {
+  local mounts="mkdir -p $DIR/host-tmp && mount --bind /tmp $DIR/host-tmp && mount -t tmpfs tmpfs /tmp" path
+  local IFS=:
+  for path in $SHARED; do
+    [[ $path == /tmp/* ]] || continue
+    mounts+=" && mkdir -p $path && mount --bind $DIR/host-tmp/${path#/tmp/} $path"
+  done
+  echo "$mounts"
 }
 
 # ---------------------------------------------------------------- config
