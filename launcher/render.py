@@ -14,6 +14,7 @@ from string import Template
 
 import srl_hpc
 from launcher.plan import HetGroup, Plan
+from srl_hpc.config.schema import ContainerConfig
 from srl_hpc.graph import compact
 
 TEMPLATES = Path(str(resources.files("job_templates")))
@@ -60,19 +61,26 @@ def worker_command(plan: Plan, g: HetGroup) -> list[str]:
 
 
 def container_prefix(plan: Plan, g: HetGroup) -> list[str]:
-    """`apptainer exec ...` (or singularity's) before python; pyxis works through srun options instead."""
-    c = plan.container
-    if c is None or c.runtime == "pyxis":
-        return []
-    binds = [*c.binds, plan.run_dir]
-    return [c.runtime, "exec", *(["--nv"] if g.gpus_per_node else []), "--bind", ",".join(binds), *c.options, c.image]
+    return exec_prefix(plan.container, plan.run_dir, gpus=g.gpus_per_node > 0)
 
 
 def _pyxis_options(plan: Plan) -> list[str]:
-    c = plan.container
+    return pyxis_options(plan.container, plan.run_dir)
+
+
+def exec_prefix(c: ContainerConfig | None, run_dir: str, gpus: bool) -> list[str]:
+    """`apptainer exec ...` (or singularity's) before python, the run directory bound; pyxis works through
+    srun options instead (pyxis_options)."""
+    if c is None or c.runtime == "pyxis":
+        return []
+    binds = [*c.binds, run_dir]
+    return [c.runtime, "exec", *(["--nv"] if gpus else []), "--bind", ",".join(binds), *c.options, c.image]
+
+
+def pyxis_options(c: ContainerConfig | None, run_dir: str) -> list[str]:
     if c is None or c.runtime != "pyxis":
         return []
-    mounts = [*c.binds, f"{plan.run_dir}:{plan.run_dir}"]
+    mounts = [*c.binds, f"{run_dir}:{run_dir}"]
     return [f"--container-image={c.image}", f"--container-mounts={','.join(mounts)}", *c.options]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import submitit
 
-from launcher import local, runs
+from launcher import local, render, runs
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
 
@@ -86,17 +86,19 @@ def sbatch_parameters(options) -> dict:
     return out
 
 
-def executor_settings(exp: config.Experiment, members: int) -> tuple[dict, dict]:
+def executor_settings(exp: config.Experiment, members: int, sweep_dir: Path) -> tuple[dict, dict]:
     """(submitit.AutoExecutor's keyword arguments, its update_parameters') for a sweep of `members` runs:
     slurm.sweep's resources, account and qos, and as for a het job the setup lines then `export`s of
-    slurm.env before the member starts, slurm.python as the python that runs it (and its workers), and
-    slurm.sbatch_options as #SBATCH lines."""
+    slurm.env before the member starts, slurm.python as the python that runs it (and its workers), in
+    slurm.container's image (the sweep directory bound), and slurm.sbatch_options as #SBATCH lines."""
     res, s = exp.slurm.sweep, exp.slurm
     # without slurm.requeue a member near its time limit still stops cleanly (checkpoint kept), and is
     # requeued only when preempted
     ctor = {"slurm_max_num_timeout": s.requeue.max_requeues if s.requeue else 0}
-    if s.python:
-        ctor["slurm_python"] = shlex.quote(s.python)
+    prefix = render.exec_prefix(s.container, str(sweep_dir), gpus=res.gpus > 0)
+    if s.python or prefix:
+        python = shlex.split(s.python) if s.python else [sys.executable]
+        ctor["slurm_python"] = " ".join(shlex.quote(w) for w in [*prefix, *python])
     setup = [*s.setup, *(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(s.env.items()))]
     params = {"name": f"srl-{exp.name}-sweep", "timeout_min": max(1, int(config.parse_minutes(res.time))),
               "cpus_per_task": res.cpus, "mem_gb": config.parse_size_mb(res.mem) / 1024,
@@ -105,6 +107,7 @@ def executor_settings(exp: config.Experiment, members: int) -> tuple[dict, dict]
         params["slurm_signal_delay_s"] = s.requeue.signal_seconds
     optional = {"slurm_partition": res.partition, "slurm_account": s.account, "slurm_qos": s.qos,
                 "gpus_per_node": res.gpus or None,
+                "slurm_srun_args": render.pyxis_options(s.container, str(sweep_dir)) or None,
                 "slurm_additional_parameters": sbatch_parameters(s.sbatch_options) or None}
     params.update({k: v for k, v in optional.items() if v is not None})
     return ctor, params
@@ -112,7 +115,7 @@ def executor_settings(exp: config.Experiment, members: int) -> tuple[dict, dict]
 
 def make_executor(exp: config.Experiment, folder: Path, members: int) -> submitit.AutoExecutor:
     """The sweep's submitit executor, set up and not yet used (its script: executor_settings)."""
-    ctor, params = executor_settings(exp, members)
+    ctor, params = executor_settings(exp, members, folder.parent)
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", **ctor)
     executor.update_parameters(**params)
     return executor
@@ -121,7 +124,7 @@ def make_executor(exp: config.Experiment, folder: Path, members: int) -> submiti
 def submit(exp: config.Experiment, seeds: list[int], sweep_dir: Path) -> list[submitit.Job]:
     """Create each member's run directory and submit them as one job array."""
     sweep = RunDir(Path(sweep_dir).resolve())
-    executor_settings(exp, len(seeds))  # (an sbatch option submitit cannot take: an error before any directory)
+    executor_settings(exp, len(seeds), sweep.root)  # (an sbatch option submitit cannot take: an error before any directory)
     members = [run for _, run in create_members(exp, seeds, sweep.root)]
     executor = make_executor(exp, sweep.root / "submitit", len(seeds))
     jobs = executor.map_array(Member(), [str(m.root) for m in members])

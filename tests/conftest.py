@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,3 +69,18 @@ def nothing_left_running(request):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture
+def nolock_env(tmp_path):
+    """The environment of a process for which every file under tmp_path refuses locks (tests/nolock_shim.c,
+    an LD_PRELOAD shim: ENOLCK, as NFS without lockd answers)."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build tests/nolock_shim.c, the lock-refusing shim")
+    shim = tmp_path / "nolock.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(shim), str(ROOT / "tests" / "nolock_shim.c"), "-ldl"],
+                   check=True, capture_output=True, timeout=60)
+    env = dict(os.environ, LD_PRELOAD=str(shim), NOLOCK_PREFIX=str(tmp_path))
+    env.pop("HDF5_USE_FILE_LOCKING", None)  # it would override what the code asks for
+    return env

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, script
+from conftest import script
 from launcher import doctor
 from srl_hpc.services import network
 
-SHIM_SOURCE = ROOT / "tests" / "nolock_shim.c"
 
 
 def experiment(directory: Path, **slurm) -> Path:
@@ -161,19 +160,6 @@ def test_without_mpi4py_the_failure_says_how_to_build_it_against_the_clusters_mp
     line = the_line(lines, "mpi4py")
     assert line.startswith("ok: mpi4py does not import") and line.endswith("slurm.mpi: none needs no MPI"), line
     assert_all_ok(code, lines)
-
-
-@pytest.fixture
-def nolock_env(tmp_path):
-    """The environment of a process for which every file under tmp_path refuses locks (tests/nolock_shim.c,
-    as in tests/test_filesystems.py)."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        pytest.skip("no C compiler (cc, gcc or clang) to build tests/nolock_shim.c, the lock-refusing shim")
-    shim = tmp_path / "nolock.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(shim), str(SHIM_SOURCE), "-ldl"], check=True,
-                   capture_output=True, timeout=60)
-    return dict(os.environ, LD_PRELOAD=str(shim), NOLOCK_PREFIX=str(tmp_path))
 
 
 def test_refused_locks_are_a_warning_that_says_traces_do_not_need_them(tmp_path, nolock_env):

@@ -8,35 +8,18 @@ locking fails under it.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 
 import h5py
-import pytest
 
 from conftest import ROOT, script
 from srl_hpc.trace import reader, writer
 from srl_hpc.trace.writer import TraceWriter
 
-SHIM_SOURCE = ROOT / "tests" / "nolock_shim.c"
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
-
-
-@pytest.fixture
-def nolock_env(tmp_path):
-    """The environment of a process for which every file under tmp_path refuses locks."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        pytest.skip("no C compiler (cc, gcc or clang) to build tests/nolock_shim.c, the lock-refusing shim")
-    shim = tmp_path / "nolock.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(shim), str(SHIM_SOURCE), "-ldl"], check=True,
-                   capture_output=True, timeout=60)
-    env = dict(os.environ, LD_PRELOAD=str(shim), NOLOCK_PREFIX=str(tmp_path))
-    env.pop("HDF5_USE_FILE_LOCKING", None)  # it would override what the code asks for
-    return env
 
 
 def python_under(env, code: str, **kwargs) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import pytest
 
 import launcher
 from conftest import ROOT, script
+from test_slurm import wait_for
 from launcher import slurm
 from srl_hpc.rundir import RunDir
 
@@ -25,15 +26,6 @@ def sets(overrides):
 
 def srl(*args, timeout=120):
     return subprocess.run([script("srl-launch"), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def wait_for(condition, timeout, what, details=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} {details()}")
 
 
 class Lines:

@@ -23,7 +23,7 @@ slurm:
 def test_a_sweep_hands_submitit_the_slurm_sections_setup_env_python_and_sbatch_options(tmp_path, monkeypatch):
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))  # (srun need not exist)
     exp = config.loads(SWEEP)
-    ctor, params = sweep.executor_settings(exp, 3)
+    ctor, params = sweep.executor_settings(exp, 3, tmp_path)
     assert ctor["slurm_python"] == "/opt/venv/bin/python"
     assert params["slurm_additional_parameters"] == {"exclusive": True, "constraint": "a100", "mail_type": "END",
                                                      "account": "lab", "cpus_per_task": "8"}
@@ -47,3 +47,16 @@ def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_any
     with pytest.raises(config.ConfigError, match="'-Z x'"):
         sweep.submit(exp, [1, 2], tmp_path / "sweep")
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_sweep_runs_its_members_in_the_container_with_the_sweep_directory_bound(tmp_path):
+    exp = config.loads(SWEEP.replace("  python: /opt/venv/bin/python\n", "  python: python3 -X faulthandler\n")
+                       + "  container: {image: /images/srl.sif, binds: [/datasets]}\n")
+    ctor, params = sweep.executor_settings(exp, 3, tmp_path / "sweep")
+    assert ctor["slurm_python"] == (f"apptainer exec --bind /datasets,{tmp_path / 'sweep'} /images/srl.sif "
+                                    "python3 -X faulthandler")
+    pyxis = config.loads(SWEEP + "  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3'}\n")
+    ctor, params = sweep.executor_settings(pyxis, 3, tmp_path / "sweep")
+    assert ctor["slurm_python"] == "/opt/venv/bin/python"
+    assert params["slurm_srun_args"] == ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+                                         f"--container-mounts={tmp_path / 'sweep'}:{tmp_path / 'sweep'}"]
