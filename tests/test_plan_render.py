@@ -313,3 +313,16 @@ def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path, capsys):
     rundir.main([str(tmp_path), "--next-attempt"])  # the summary becomes attempt 1's
     rundir.main([str(tmp_path), "--outcome"])
     assert capsys.readouterr().out.splitlines()[-1] == ""
+
+
+def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed(monkeypatch):
+    import torch
+
+    from srl_hpc.models import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a node that shows two GPUs
+    assert resolve_device("cuda", 1, may_share=False) == torch.device("cuda", 1)
+    assert resolve_device("cuda", 3, may_share=True) == torch.device("cuda", 1)  # round-robin
+    assert resolve_device("cuda:0", 5, may_share=False) == torch.device("cuda", 0)  # pinned by the experiment
+    with pytest.raises(RuntimeError, match="CUDA worker 2 of its node, which shows 2 GPU"):
+        resolve_device("cuda", 2, may_share=False)

@@ -254,6 +254,8 @@ def resolve_device(device: str, gpu_index: int, may_share: bool) -> torch.device
     if device != "cuda":
         return torch.device(device)
     count = torch.cuda.device_count()
+    if count == 0:  # torch itself says why at first use (no CUDA build, no driver, no GPU)
+        return torch.device("cuda", gpu_index)
     if gpu_index >= count and not may_share:
         raise RuntimeError(f"this worker is CUDA worker {gpu_index} of its node, which shows {count} GPU(s) "
                            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set the "
