@@ -38,6 +38,7 @@ class HetGroup:
     account: Optional[str] = None
     qos: Optional[str] = None
     sbatch_options: tuple[str, ...] = ()
+    overcommit: bool = False  # --overcommit: more tasks than CPUs; Slurm then takes no --ntasks-per-node
 
     @property
     def ntasks(self) -> int:
@@ -102,7 +103,8 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
         per_node = math.ceil(len(members) / nodes)
         group = HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task,
                          per_node * parse_size_mb(res.mem_per_task), 0, res.constraint, res.account, res.qos,
-                         res.sbatch_options)
+                         res.sbatch_options, any(o in ("--overcommit", "-O") for o in (*s.sbatch_options,
+                                                                                       *res.sbatch_options)))
         cuda = [[w for w in node if graph.worker(w).device.startswith("cuda")] for node in group.layout]
         most = max(len(c) for c in cuda)
         gpus = most if res.gpus_per_node is None else res.gpus_per_node
@@ -189,8 +191,7 @@ def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
             problems.append(f"{label}: {where} does not exist or has no nodes")
             continue
         used_nodes |= {n.name for n in nodes}
-        overcommit = any(o in ("--overcommit", "-O") for o in (*plan.sbatch_options, *g.sbatch_options))
-        wants = {"CPUs": g.cpus_per_task if overcommit else g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
+        wants = {"CPUs": g.cpus_per_task if g.overcommit else g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
         have = {"CPUs": max(n.cpus for n in nodes), "MB of memory": max(n.mem_mb for n in nodes),
                 "GPUs": max(n.gpus for n in nodes)}
         for resource, amount in wants.items():

@@ -42,7 +42,7 @@ def srun_lines(plan: Plan) -> str:
     lines = []
     for index, g in enumerate(plan.groups):
         options = [f"--het-group={index}", f"--mpi={plan.mpi}", f"--cpus-per-task={g.cpus_per_task}"]
-        if g.ntasks == g.nodes * g.tasks_per_node:  # otherwise srun ignores it (and warns): the allocation decides
+        if g.ntasks == g.nodes * g.tasks_per_node and not g.overcommit:  # else ignored: the allocation decides
             options.append(f"--ntasks-per-node={g.tasks_per_node}")
         options += [f"--mem={g.mem_mb}M", *plan.srun_options, *_pyxis_options(plan)]
         lines.append(" ".join(options) + " \\\n        " + _words(worker_command(plan, g)))
@@ -135,11 +135,11 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
         lines.append(f"#SBATCH --account={g.account or plan.account}")
     if g.qos or plan.qos:
         lines.append(f"#SBATCH --qos={g.qos or plan.qos}")
-    lines += [f"#SBATCH --nodes={g.nodes}",
-              f"#SBATCH --ntasks={g.ntasks}",
-              "# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
-              f"#SBATCH --ntasks-per-node={g.tasks_per_node}",
-              f"#SBATCH --cpus-per-task={g.cpus_per_task}",
+    lines += [f"#SBATCH --nodes={g.nodes}", f"#SBATCH --ntasks={g.ntasks}"]
+    if not g.overcommit:  # (Slurm refuses more tasks per node than CPUs even with --overcommit)
+        lines += ["# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
+                  f"#SBATCH --ntasks-per-node={g.tasks_per_node}"]
+    lines += [f"#SBATCH --cpus-per-task={g.cpus_per_task}",
               f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task",
               f"#SBATCH --mem={g.mem_mb}M"]
     if g.gpus_per_node:

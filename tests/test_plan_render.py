@@ -326,3 +326,15 @@ def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed
     assert resolve_device("cuda:0", 5, may_share=False) == torch.device("cuda", 0)  # pinned by the experiment
     with pytest.raises(RuntimeError, match="CUDA worker 2 of its node, which shows 2 GPU"):
         resolve_device("cuda", 2, may_share=False)
+
+
+def test_an_overcommitted_group_asks_for_no_tasks_per_node_and_fits_nodes_with_fewer_cpus_than_tasks():
+    p = make(EXPERIMENT.replace("actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 3}",
+                                "actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 64, "
+                                "sbatch_options: [--overcommit]}").replace("actor: {count: 5", "actor: {count: 64"))
+    actor = p.groups[-1]
+    assert actor.overcommit and actor.ntasks == 64 and actor.nodes == 1
+    text = render.render(p, "cmd").split("\nset -eo")[0].split("\n#SBATCH hetjob\n")[-1]  # the group's lines
+    assert "#SBATCH --overcommit" in text and "--ntasks-per-node" not in text  # Slurm refuses more than CPUs
+    assert "--ntasks-per-node" not in render.srun_lines(p).split("\n    : ")[-1]
+    plan.check_fits(p, plan.parse_sinfo(SINFO.replace("|cpu*|64|", "|cpu*|2|")))  # 2-CPU actor nodes
