@@ -333,6 +333,10 @@ class Polite:
         self.gap = min(2 * self.gap, self.most)
         return True
 
+    def wake(self) -> None:
+        """Something outside Slurm says the job has moved on (its output file appeared): ask at once."""
+        self.next = min(self.next, time.monotonic())
+
     def heard(self, state: str) -> None:
         """The answer to the last look: a pending job waits a minute for the next (unless hurried)."""
         if state == "pending" and not self.fast_left:
@@ -350,17 +354,20 @@ class Watch:
 
     def __init__(self, jobs: Callable[[], list[str]], ending: Callable[[], bool] | None = None,
                  outcome: Callable[[], str | None] | None = None, say: Callable[[str], None] | None = None,
-                 ask: Polite | None = None):
-        self.jobs, self.ending, self.outcome, self.say = jobs, ending, outcome, say
+                 ask: Polite | None = None, started: Callable[[str], bool] | None = None):
+        self.jobs, self.ending, self.outcome, self.say, self.started = jobs, ending, outcome, say, started
         self.ask = ask or Polite()
-        self.state, self.told, self.unknown_since = "unknown", None, None
+        self.state, self.told, self.unknown_since, self.job_id = "unknown", None, None, None
 
     def check(self) -> str | None:
         ending = bool(self.ending and self.ending())
+        if self.state == "pending" and self.started and self.started(self.job_id):
+            self.ask.wake()  # the job started within the minute a pending job waits: no need to wait on
         if not self.ask.due(hurry=ending):
             return None
         ids = self.jobs()
         job_id, info = current(ids, job_states(ids))
+        self.job_id = job_id
         self.ask.heard(info.state)
         self.state = info.state
         self._tell(job_id, info)
@@ -411,7 +418,8 @@ def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None, r
     ending when its summary exists, and the summary's outcome when Slurm no longer knows the job.
     on_poll() runs every second (e.g. to stream a log); say(line): pending reasons and state changes."""
     if run is not None:
-        watch = Watch(lambda: jobs_of(run), ending or run.summary.exists, lambda: outcome_of(run), say)
+        watch = Watch(lambda: jobs_of(run), ending or run.summary.exists, lambda: outcome_of(run), say,
+                      started=lambda job: run.slurm_output(job).exists())
     else:
         watch = Watch(lambda: [job_id], ending, None, say)
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -149,6 +149,10 @@ class RunDir:
     def slurm_outputs(self) -> list[Path]:
         return sorted(self.root.glob("slurm-*.out"))
 
+    def slurm_output(self, job_id: str) -> Path:
+        """The job script's own output (#SBATCH --output=RUN/slurm-%j.out): it appears as the job starts."""
+        return self.root / f"slurm-{job_id}.out"
+
     @property
     def sweep(self) -> Path:
         return self.root / "sweep.json"

@@ -134,6 +134,17 @@ def test_following_a_pending_job_says_its_reason_once_and_again_only_when_it_cha
     assert fake.looks[:5] == [0.0, 60.0, 120.0, 180.0, 240.0]  # while pending: once a minute
 
 
+def test_a_pending_job_whose_output_file_appears_is_asked_about_at_once_not_a_minute_later(monkeypatch):
+    """The job script's output file appears as the job starts: a follower sees it within a second."""
+    fake = FakeSlurm(monkeypatch, [PENDING], [RUNNING])
+    watch = slurm.Watch(lambda: ["7"], started=lambda job: job == "7" and fake.now[0] >= 5.0)
+    fake.run(watch, 30)
+    assert fake.looks[:2] == [0.0, 5.0] and watch.state == "running"
+    never = FakeSlurm(monkeypatch, [PENDING])
+    never.run(slurm.Watch(lambda: ["7"], started=lambda job: False), 150)
+    assert never.looks == [0.0, 60.0, 120.0]
+
+
 def test_a_run_with_a_summary_whose_job_slurm_no_longer_knows_ends_with_the_run_outcome(monkeypatch):
     """No accounting, and the job aged out of slurmctld (MinJobAge): squeue and sacct know nothing."""
     fake = FakeSlurm(monkeypatch, [UNKNOWN])
