@@ -323,6 +323,11 @@ EOF
     # Hundreds of tasks sharing two cores reach MPI start-up minutes apart: the PMIx fence's default
     # 300 s timed out with 256 actors that each import torch (the impala placement's scale run).
     echo "PMIxTimeout=1800"
+    # The step daemons of a het job's components reach each other through slurmd's messages, which retry,
+    # not by direct TCP connections, which do not: with the nodes as hosts of their own, a daemon still
+    # starting its node's 64 tasks refused one now and then ("Cannot establish direct connection to n2")
+    # and the whole step was cancelled before any worker ran.
+    echo "PMIxDirectConn=false"
   } >"$MPI_CONF"
 }
 
