@@ -75,7 +75,7 @@ SLURMD_TIMEOUT=${SRL_SLURMD_TIMEOUT:-45}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
-PACKAGES=(slurm-wlm munge openmpi-bin libopenmpi-dev)
+PACKAGES=(slurm-wlm munge openmpi-bin libopenmpi-dev iproute2)  # iproute2: the nodes' namespaces
 MUNGE_KEY=/etc/munge/munge.key
 
 log() { echo "local_slurm: $*" >&2; }
