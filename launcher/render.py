@@ -44,7 +44,7 @@ def srun_lines(plan: Plan) -> str:
         options = [f"--het-group={index}", f"--mpi={plan.mpi}", f"--cpus-per-task={g.cpus_per_task}"]
         if g.ntasks == g.nodes * g.tasks_per_node and not g.overcommit:  # else ignored: the allocation decides
             options.append(f"--ntasks-per-node={g.tasks_per_node}")
-        options += [f"--mem={g.mem_mb}M", *plan.srun_options, *_pyxis_options(plan)]
+        options += [f"--mem={g.mem_mb}M", *plan.srun_options, *pyxis_options(plan.container, plan.run_dir)]
         lines.append(" ".join(options) + " \\\n        " + _words(worker_command(plan, g)))
     return "srun " + " \\\n    : ".join(lines)
 
@@ -52,20 +52,13 @@ def srun_lines(plan: Plan) -> str:
 def worker_command(plan: Plan, g: HetGroup) -> list[str]:
     """What srun starts for each task of a group: the node setup, the container, python, the worker."""
     rendezvous = "file" if plan.mpi == "none" else "mpi"
-    command = [*container_prefix(plan, g), *shlex.split(plan.python), "-m", "srl_hpc.worker", "--run-dir", plan.run_dir,
-               "--slurm", "--rendezvous", rendezvous, "--log-dir", f"{plan.run_dir}/logs"]
+    command = [*exec_prefix(plan.container, plan.run_dir, g.gpus_per_node > 0), *shlex.split(plan.python),
+               "-m", "srl_hpc.worker", "--run-dir", plan.run_dir, "--slurm", "--rendezvous", rendezvous,
+               "--log-dir", f"{plan.run_dir}/logs"]
     if plan.node_setup:  # on the worker's own node, before it starts; its arguments stay words
         script = "; ".join([*plan.node_setup, 'exec "$@"'])
         command = ["bash", "-c", script, "node_setup", *command]
     return command
-
-
-def container_prefix(plan: Plan, g: HetGroup) -> list[str]:
-    return exec_prefix(plan.container, plan.run_dir, gpus=g.gpus_per_node > 0)
-
-
-def _pyxis_options(plan: Plan) -> list[str]:
-    return pyxis_options(plan.container, plan.run_dir)
 
 
 def exec_prefix(c: ContainerConfig | None, run_dir: str, gpus: bool) -> list[str]:
@@ -87,7 +80,7 @@ def pyxis_options(c: ContainerConfig | None, run_dir: str) -> list[str]:
 def batch_python(plan: Plan) -> list[str]:
     """Python for the batch script's own steps (attempts, the srun guard): in the container where the
     workers run in one of apptainer's (pyxis starts only the srun steps in its container)."""
-    prefix = container_prefix(plan, plan.groups[0]) if plan.container else []
+    prefix = exec_prefix(plan.container, plan.run_dir, plan.groups[0].gpus_per_node > 0)
     return [*prefix, *shlex.split(plan.python)]
 
 
