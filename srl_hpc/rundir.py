@@ -121,6 +121,11 @@ class RunDir:
         return self.rendezvous / f"{file_stem(worker)}.json"
 
     @property
+    def rendezvous_table(self) -> Path:
+        """Every entry in one file, written by the barrier's leader (slurm.mpi: none): each worker reads one file."""
+        return self.rendezvous / "table.json"
+
+    @property
     def barrier_arrivals(self) -> Path:
         """Slurm mode's start-up barrier: a file per worker that arrived (<worker>.failed: one that gave up)."""
         return self.rendezvous / "barrier"

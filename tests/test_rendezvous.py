@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from srl_hpc.rundir import RunDir
-from srl_hpc.services.rendezvous import FileBarrier, RendezvousError, abandoned_by
+from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, RendezvousError, abandoned_by
 
 NAMES = ["controller", "trainer/0", "actor/0", "actor/1", "actor/2"]
 
@@ -128,3 +128,18 @@ def test_many_waiting_workers_stat_the_go_file_at_a_bounded_rate(tmp_path, monke
     in_window = [t for t in stats if window[0] <= t < window[1]]
     assert 0 < len(in_window) / seconds <= 250, f"{len(in_window) / seconds:.0f} stats of the go file a second"
     assert sum(window[0] <= t < window[1] for t in listings) <= seconds + 1, f"{len(listings)} listings"
+
+
+def test_without_mpi_each_worker_reads_one_table_the_leader_wrote_not_every_entry(tmp_path, monkeypatch):
+    """slurm.mpi: none: the entries meet behind the barrier; N workers reading N files each would be N x N
+    opens on the metadata server, so the leader merges them once, before it says go."""
+    run, tables, merges = RunDir(tmp_path), {}, []
+    read = FileRendezvous._read
+    monkeypatch.setattr(FileRendezvous, "_read", lambda self, names: merges.append(1) or read(self, names))
+
+    def work(name):
+        rendezvous = FileRendezvous(run, len(NAMES), barrier=FileBarrier(run, NAMES, name))
+        tables[name] = rendezvous.exchange({"worker": name, "host": "10.0.0.1", "ports": {}}, NAMES)
+
+    assert _run_all(run, NAMES, work) == {n: None for n in NAMES}
+    assert all(sorted(t) == sorted(NAMES) for t in tables.values()) and len(merges) == 1

@@ -34,15 +34,16 @@ class FileRendezvous:
         self.barrier = barrier
         self.done = False
         if barrier is not None:
+            barrier.before_go = self._write_table
             atexit.register(self._abandon_unless_done)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         _write_atomically(self.run.rendezvous_entry(entry["worker"]), json.dumps(entry))
         if self.barrier is not None:
-            self.barrier.wait()  # every entry is written before its worker arrives
+            self.barrier.wait()  # every entry is written before its worker arrives; the leader merged them
             self.done = True
-            table = self._read(expected)
-            if len(table) != len(expected):
+            table = json.loads(self.run.rendezvous_table.read_text())
+            if sorted(table) != sorted(expected):
                 raise RendezvousError(f"rendezvous: no entry from {sorted(set(expected) - set(table))}")
             return table
         deadline = time.monotonic() + self.timeout
@@ -62,6 +63,11 @@ class FileRendezvous:
             if p.exists():
                 table[name] = json.loads(p.read_text())
         return table
+
+    def _write_table(self) -> None:
+        """The leader, once everyone has arrived: one file of all entries, so that each of N workers reads
+        one file, not N (N x N opens on the metadata server)."""
+        _write_atomically(self.run.rendezvous_table, json.dumps(self._read(self.barrier.names)))
 
     def _abandon_unless_done(self) -> None:
         """At an exit before the barrier: the others stop waiting for this worker."""
@@ -102,6 +108,7 @@ class FileBarrier:
         self.interval = max(0.1, len(names) / self.POLL_RATE)  # seconds between a worker's looks
         self.lead_interval = min(self.interval, self.LEAD_INTERVAL)
         self.phase = self.interval * (names.index(me) if me in names else 0) / len(names)  # its first look
+        self.before_go = None  # the leader calls it once everyone has arrived, before it says go
 
     def wait(self) -> None:
         arrivals = self.run.barrier_arrivals
@@ -135,6 +142,8 @@ class FileBarrier:
             quitter = (self.run.barrier_arrivals / failed[0]).read_text()
         elif len(present) >= len(self.names):
             quitter = ""
+            if self.before_go is not None:
+                self.before_go()
         else:
             return None
         _write_atomically(self.run.barrier_go, quitter)
