@@ -308,7 +308,8 @@ def cmd_enjoy(argv) -> int:
     return 0
 
 
-COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel,
+COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs,
+            "cancel": cmd_cancel,
             "resume": cmd_resume, "enjoy": cmd_enjoy, "doctor": doctor.cmd_doctor}
 
 

@@ -105,7 +105,8 @@ class Worker:
         seconds and CPU)."""
         torch = sys.modules.get("torch")  # (only workers that run a model import it)
         self.trace.record("startup", seconds=process_age(), cpu_seconds=time.process_time(), rss_mb=rss_mb(),
-                          cpus_allowed=len(os.sched_getaffinity(0)), torch_threads=torch.get_num_threads() if torch else 0,
+                          cpus_allowed=len(os.sched_getaffinity(0)),
+                          torch_threads=torch.get_num_threads() if torch else 0,
                           **start_cost)
 
     def connect(self, table: dict) -> None:
@@ -328,7 +329,8 @@ def _address(exp, name: str, slurm: bool) -> network.Address:
     if not slurm:
         return network.LOCAL
     address = network.resolve(exp.slurm.network)
-    if address.loopback and exp.slurm.network is None and int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1"))) > 1:
+    nodes = int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
+    if address.loopback and exp.slurm.network is None and nodes > 1:
         raise network.NetworkError(network.loopback_message(name, address))
     return address
 
