@@ -13,7 +13,9 @@ do), is its spec below:
   - team:    (replay) buffers store an env's agents' steps as one transition (obs (agents, ...), actions
              (agents,), the agents' mean reward), for value decomposition across agents;
   - recurrent: its trainer side trains recurrent models (model.rnn): segments then carry "hidden", the
-             recurrent state each env's first step was chosen with, and `act` takes and returns it.
+             recurrent state each env's first step was chosen with, and `act` takes and returns it;
+  - actions: the action spaces it can train (gymnasium space class names); `validate` refuses others;
+  - observations: the observation spaces it can read ("Dict": one array per key, srl_hpc/streams/contract.py).
 A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
 hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
 YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore, generator, hidden=None)`
@@ -38,6 +40,8 @@ class AlgorithmSpec:
     replay: bool = False  # off-policy: segments go to buffer workers, trainers take sampled batches from them
     recurrent: bool = False  # trains recurrent models
     team: bool = False  # replay items are an env's agents together (value decomposition), not one agent's steps
+    actions: tuple[str, ...] = ("Discrete",)  # gymnasium action space classes it trains
+    observations: tuple[str, ...] = ("Box",)  # gymnasium observation space classes it reads
 
     def load(self):
         module, _, name = self.implementation.partition(":")
@@ -46,7 +50,8 @@ class AlgorithmSpec:
 
 SPECS = {
     "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
-                         segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True),
+                         segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True,
+                         actions=("Discrete", "MultiDiscrete", "Box"), observations=("Box", "Dict")),
     "mappo": AlgorithmSpec("srl_hpc.algorithms.mappo:MAPPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
                            segment=("logp", "values", "next_values"), head="central_critic"),
     "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
