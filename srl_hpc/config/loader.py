@@ -56,6 +56,19 @@ def loads(text: str, source: str = "<string>") -> Experiment:
     return exp
 
 
+def key_lines(path: str | Path) -> dict[str, int]:
+    """The YAML line of every key path of an experiment file ("env.id" -> 7, "algorithm" -> 9), for checks made
+    after loading (srl_hpc/config/spaces_check.py); {} where the file cannot be read or parsed."""
+    try:
+        node = yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return {}
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        _to_python(node, "", lines, [])
+    return lines
+
+
 def to_dict(exp: Experiment) -> dict:
     """Plain data (lists, dicts, scalars) for writing the resolved config back as YAML."""
     def plain(v):
