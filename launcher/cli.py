@@ -10,6 +10,8 @@ from pathlib import Path
 
 from launcher import doctor, local, plan, runs, slurm, status, sweep
 from srl_hpc import config, graph as wiring
+from srl_hpc.config import spaces_check
+from srl_hpc.config.loader import key_lines
 from srl_hpc.rundir import RunDir
 
 USAGE = """\
@@ -52,9 +54,17 @@ def _experiment(args):
     return exp
 
 
+def _checked_experiment(args):
+    """_experiment, then the env's spaces against the algorithm (one throw-away env, no workers): what
+    validate checks, before anything runs or is queued."""
+    exp = _experiment(args)
+    spaces_check.check(exp, str(args.experiment), key_lines(args.experiment), args.set)
+    return exp
+
+
 def cmd_run(argv) -> int:
     args = _run_parser().parse_args(argv)
-    exp = _experiment(args)
+    exp = _checked_experiment(args)
     command = "srl-launch " + " ".join(shlex.quote(a) for a in argv)
     seeds = _parse_seeds(args.seeds) if args.seeds else None
     if args.dry_run:
@@ -143,7 +153,7 @@ def cmd_prepare(argv) -> int:
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     args = p.parse_args(argv)
-    exp = _experiment(args)
+    exp = _checked_experiment(args)
     command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
     run_dir = runs.resolve(exp, args.run_dir)
     request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
@@ -157,10 +167,14 @@ def cmd_prepare(argv) -> int:
 
 
 def cmd_validate(argv) -> int:
-    p = argparse.ArgumentParser(prog="srl-launch validate", description="Check an experiment file; run nothing.")
+    p = argparse.ArgumentParser(prog="srl-launch validate",
+                                description="Check an experiment file, and its algorithm against the env's spaces "
+                                            "(built once here); run nothing.")
     p.add_argument("experiment", type=Path)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field before checking, as when running (repeatable)")
     args = p.parse_args(argv)
-    config.load(args.experiment)
+    _checked_experiment(args)
     print(f"{args.experiment}: ok")
     return 0
 
