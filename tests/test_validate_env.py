@@ -121,6 +121,11 @@ def test_a_missing_package_is_named_with_what_to_install(tmp_path, capsys, monke
 def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys, monkeypatch):
     path = experiment(tmp_path, "Pendulum-v1", "dqn")
     monkeypatch.chdir(tmp_path)  # runs/ would be made here
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("got past the check")
+    monkeypatch.setattr(cli.local, "run", started)  # were the check gone: a failure here, not a real run
+    monkeypatch.setattr(cli.slurm, "prepare", started)
     assert cli.main([str(path)]) == 2
     assert cli.main([str(path), "--slurm", "--dry-run"]) == 2
     assert cli.main(["prepare", str(path), "--run-dir", str(tmp_path / "r")]) == 2
