@@ -15,11 +15,12 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import HIDDEN, watching_policy
+from srl_hpc.algorithms import HIDDEN, spec, watching_policy
 from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir
+from srl_hpc.streams.contract import Contract
 
 ATARI_HZ = 60
 SEED_OFFSET = 2 ** 29  # watched episodes' seeds: apart from the actors' and the evaluation workers'
@@ -45,7 +46,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     model = build_model(exp, obs_space, action_space)
     model.load_state_dict(checkpoint["model"])
     model.eval()
-    choose = _policy(exp, greedy)
+    choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
     returns = []
     try:
@@ -57,7 +58,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
                 if video is not None:
                     writer = _write(writer, video, env.render(), _fps(env, exp))
                 with torch.inference_mode():
-                    action, hidden = choose(model, torch.as_tensor(np.asarray(obs)[None]), hidden)
+                    action, hidden = choose(model, obs, hidden)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, length, done = total + float(reward), length + 1, terminated or truncated
             if video is not None:
@@ -74,15 +75,19 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     return returns
 
 
-def _policy(exp, greedy: bool):
-    """model, obs, recurrent state (None without) -> (action, next state), as evaluation workers choose it."""
+def _policy(exp, greedy: bool, contract: Contract):
+    """model, one env's observation, recurrent state (None without) -> (the env's action, next state), as
+    evaluation workers choose it."""
     act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
     explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
     generator = torch.Generator().manual_seed(exp.seed)
 
     def choose(model, obs, hidden):
-        out = act(model, obs, explore, generator, *(() if hidden is None else (hidden,)))
-        return int(out["actions"][0]), out.get(HIDDEN)
+        batch = contract.obs.pack({k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict)
+                                  else np.asarray(obs)[None])
+        out = act(model, torch.from_numpy(batch), explore, generator, *(() if hidden is None else (hidden,)))
+        action = contract.action.to_env(out["actions"].numpy())[0]
+        return (action.item() if action.ndim == 0 else action), out.get(HIDDEN)
     return choose
 
 

@@ -84,3 +84,12 @@ def nolock_env(tmp_path):
     env = dict(os.environ, LD_PRELOAD=str(shim), NOLOCK_PREFIX=str(tmp_path))
     env.pop("HDF5_USE_FILE_LOCKING", None)  # it would override what the code asks for
     return env
+
+
+def contract_of(envs, algorithm: str = "ppo", state_size: int = 0):
+    """The message contract of a vector env's spaces (srl_hpc/streams/contract.py), as handlers build it."""
+    from srl_hpc.algorithms import SPECS
+    from srl_hpc.streams.contract import ActionContract, Contract, ObsContract
+
+    return Contract(ObsContract(envs.single_observation_space), ActionContract(envs.single_action_space),
+                    SPECS[algorithm], state_size)

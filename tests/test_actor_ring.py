@@ -7,7 +7,8 @@ import pytest
 import zmq
 
 from srl_hpc import config, graph
-from srl_hpc.handlers.actor import BASE_FIELDS, RingGroup
+from conftest import contract_of
+from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams import wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer
@@ -15,8 +16,6 @@ from srl_hpc.streams.samples import SampleProducer
 from srl_hpc.streams.security import write_run_keys
 from srl_hpc.worker import Worker
 
-PPO_FIELDS = BASE_FIELDS + ("logp", "values", "next_values")
-PPO_REPLY = {"actions": "<i8", "logp": "<f4", "values": "<f4"}
 
 
 class Counter(gymnasium.Env):
@@ -60,8 +59,8 @@ def counter_group(*envs):
 
 
 def test_segments_bootstrap_across_termination_and_truncation():
-    group = RingGroup(counter_group(Counter(terminate_at=3), gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=2)),
-                      segment_length=4, seed=0, fields=PPO_FIELDS, reply_dtypes=PPO_REPLY)
+    envs = counter_group(Counter(terminate_at=3), gymnasium.wrappers.TimeLimit(Counter(), max_episode_steps=2))
+    group = RingGroup(envs, segment_length=4, seed=0, contract=contract_of(envs))
     segments = run_group(group, steps=9)  # 2 full segments need 8 steps + 1 reply for the last next values
     assert len(segments) == 2
     seg = segments[0]

@@ -1,15 +1,16 @@
 """Dynamic batching over real ZMQ sockets: several actors' requests, one batch, each reply to its sender."""
 import json
 
+import gymnasium
+
 import numpy as np
 import pytest
 import zmq
 
-from srl_hpc.algorithms import SPECS, reply_fields
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
 
-PPO_REPLY = reply_fields(SPECS["ppo"], state_size=0)
+PPO_REPLY = (("actions", "<i8", ()), ("logp", "<f4", ()), ("values", "<f4", ()))  # a Discrete task's
 
 
 @pytest.fixture
@@ -212,9 +213,11 @@ def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_w
     from srl_hpc.algorithms import ppo
     from srl_hpc.handlers.policy import InferenceEngine
     from srl_hpc.models import MLP, ActorCritic, load_arrays, state_arrays
+    from srl_hpc.models.distributions import ActionDistribution
 
-    trained = ActorCritic(MLP(3, (16,)), 4)
-    engine = InferenceEngine(ActorCritic(MLP(3, (16,)), 4), ppo.act, torch.device("cpu"), seed=0, bf16=bf16)
+    four = ActionDistribution(gymnasium.spaces.Discrete(4))
+    trained = ActorCritic(MLP(3, (16,)), four)
+    engine = InferenceEngine(ActorCritic(MLP(3, (16,)), four), ppo.act, torch.device("cpu"), seed=0, bf16=bf16)
     load_arrays(engine.model, state_arrays(trained))  # fp32 weights, as the trainer publishes them
     assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16 if bf16 else torch.float32}  # still
     obs = np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32)
@@ -232,9 +235,11 @@ def test_ppo_samples_each_action_as_often_as_its_probability_and_never_one_of_pr
     import torch
 
     from srl_hpc.algorithms import ppo
+    from srl_hpc.models.distributions import ActionDistribution
 
     probs = torch.tensor([0.1, 0.6, 0.3, 0.0])
     model = lambda obs: (probs.log().expand(len(obs), 4), torch.zeros(len(obs)))  # noqa: E731
+    model.action_dist = ActionDistribution(gymnasium.spaces.Discrete(4))
     out = ppo.act(model, torch.zeros(100_000, 1), {}, torch.Generator().manual_seed(0))
     counts = np.bincount(out["actions"].numpy(), minlength=4) / 100_000
     assert np.abs(counts - probs.numpy()).max() < 0.01 and counts[3] == 0  # (3 sd of a share is 0.005)

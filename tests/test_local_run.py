@@ -408,18 +408,18 @@ def fuzz_ports(experiment) -> dict[str, Port]:
     from srl_hpc.algorithms import spec
     from srl_hpc.config import loader
     from srl_hpc.graph import build
-    from srl_hpc.handlers.actor import BASE_FIELDS, segment_layout
-    from srl_hpc.handlers.buffer import priorities_layout, replay_layout
+    from srl_hpc.envs.backends import spaces
+    from srl_hpc.handlers.buffer import priorities_layout
+    from srl_hpc.streams.contract import Contract
     from srl_hpc.streams.control import is_event
 
     exp = loader.load(experiment)
     graph, algorithm, T = build(exp), spec(exp.algorithm), exp.workers.actor.segment_length
     actors, buffers = [w.name for w in graph.hosts("actor")], [w.name for w in graph.hosts("buffer")]
-    dtypes = {"obs": "<f4", "actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
-              "next_values": "<f4", "terminated": "|b1", **dict(algorithm.reply)}
+    contract = Contract.of(*spaces(exp.env), algorithm, exp)
     segment = wire.Message("segment", {"actor": actors[0], "group": 0, "frames": 64, "fill_seconds": 0.5},
-                           {k: np.zeros((2, T, 4) if k == "obs" else (2, T), dtypes[k]) for k in BASE_FIELDS + algorithm.segment})
-    assert segment_layout(algorithm, (4,), 2, T, actors).accepts(segment)
+                           {k: np.zeros_like(v) for k, v in contract.segment_arrays(2, T).items()})
+    assert contract.segment_layout(T, actors).accepts(segment)
     actions_refused = {"actions": st.sampled_from([2, -1, 2 ** 62])}
     ports = {
         "events": Port(wire.Message("heartbeat", {"worker": actors[0], "env_frames": 1, "returns": [[10.0, 10]]}),
@@ -429,7 +429,7 @@ def fuzz_ports(experiment) -> dict[str, Port]:
                        required=("worker",)),
         "samples": Port(segment, {"actor": not_in(actors), "group": not_a_count(), "frames": not_a_count(),
                                   "fill_seconds": JSON.filter(lambda v: not (number(v) and v >= 0))},
-                        fixed_dtypes=tuple(k for k in segment.arrays if k != "obs"),
+                        fixed_dtypes=tuple(segment.arrays),
                         out_of_range={**actions_refused, "versions": st.integers(-2 ** 62, -1)}),
         "inference": Port(wire.Message("infer", {"group": 0, **algorithm.explore(exp.algorithm, 0, 1)},
                                        {"obs": np.zeros((2, 4), np.float32)}),
@@ -444,8 +444,8 @@ def fuzz_ports(experiment) -> dict[str, Port]:
             "obs": np.zeros((2, 4), np.float32), "next_obs": np.zeros((2, 4), np.float32),
             "actions": np.zeros(2, np.int64), "returns": np.zeros(2, np.float32), "discounts": np.ones(2, np.float32),
             "weights": np.ones(2, np.float32), "indices": np.zeros(2, np.int64)})
-        assert replay_layout((4,), 2, buffers).accepts(replay)
-        ports["replay"] = Port(replay, {"buffer": not_in(buffers), "incarnation": not_a_count()}, fixed_dtypes=tuple(k for k in replay.arrays if "obs" not in k),
+        assert contract.replay_layout(buffers).accepts(replay)
+        ports["replay"] = Port(replay, {"buffer": not_in(buffers), "incarnation": not_a_count()}, fixed_dtypes=tuple(replay.arrays),
                                out_of_range=actions_refused)
         priorities = wire.Message("priorities", {"incarnation": 0}, {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)})
         capacity = exp.algorithm.replay_capacity

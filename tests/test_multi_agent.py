@@ -11,7 +11,8 @@ from srl_hpc.algorithms.mappo import MAPPO
 from srl_hpc.algorithms.vdn import team_q, team_targets
 from srl_hpc.envs.agents import AgentRows, TeamRows, assign_teams
 from srl_hpc.envs.backends import agent_count, make_env_group, spaces
-from srl_hpc.handlers.actor import RingGroup, segment_fields
+from conftest import contract_of
+from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import MLP, CentralisedActorCritic, build_model, global_state
@@ -53,8 +54,8 @@ class Relay:
 
 
 def test_agents_that_left_and_auto_reset_steps_are_masked_in_segments():
-    group = RingGroup(AgentRows([Relay(), Relay()]), segment_length=6, seed=0,
-                      fields=segment_fields(SPECS["ppo"], 0), reply_dtypes=dict(SPECS["ppo"].reply))
+    rows = AgentRows([Relay(), Relay()])
+    group = RingGroup(rows, segment_length=6, seed=0, contract=contract_of(rows))
     assert group.n == 4  # rows: env 0 (a, b), env 1 (a, b)
     obs, segment = group.request_obs(), None
     for _ in range(7):
@@ -184,8 +185,8 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
     assert agent_count(exp.env) == 3
     model = build_model(exp, *spaces(exp.env, global_state=True))
     engine = InferenceEngine(model, MAPPO.act, torch.device("cpu"), seed=0)
-    group = RingGroup(make_env_group(exp.env, 2, seed=5, global_state=True), 10, 5, segment_fields(SPECS["mappo"], 0),
-                      dict(SPECS["mappo"].reply))
+    envs = make_env_group(exp.env, 2, seed=5, global_state=True)
+    group = RingGroup(envs, 10, 5, contract_of(envs, "mappo"))
     segments, obs = [], group.request_obs()
     while len(segments) < 3:  # 30 steps: through an episode end (25)
         obs, segment = group.advance(engine.infer(obs, {}), 0)

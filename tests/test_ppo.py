@@ -1,10 +1,12 @@
 """GAE against hand-computed values, and the PPO loss pieces."""
+import gymnasium
 import numpy as np
 import pytest
 import torch
 
 from srl_hpc.config import PPOConfig as AlgorithmConfig
 from srl_hpc.algorithms.ppo import PPO, gae, ppo_losses
+from srl_hpc.models.distributions import ActionDistribution
 
 
 def test_gae_hand_computed_no_episode_end():
@@ -76,6 +78,7 @@ def test_update_moves_policy_towards_advantaged_action():
             return self.logits.expand(n, 2), self.v.expand(n)
 
     model = Tiny()
+    model.action_dist = ActionDistribution(gymnasium.spaces.Discrete(2))
     cfg = AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0)
     ppo = PPO(model, cfg, torch.device("cpu"))
     n = 64
@@ -95,7 +98,9 @@ def test_prepare_leaves_out_auto_reset_steps_after_gae():
            "logp": np.zeros((1, 4), np.float32), "values": np.zeros((1, 4), np.float32),
            "next_values": np.zeros((1, 4), np.float32), "rewards": np.array([[1.0, 1.0, 100.0, 1.0]], np.float32),
            "dones": np.array([[False, True, False, False]]), "valid": np.array([[True, True, False, True]])}
-    ppo = PPO(torch.nn.Linear(1, 2), AlgorithmConfig(gamma=1.0, gae_lambda=1.0), torch.device("cpu"))
+    model = torch.nn.Linear(1, 2)
+    model.action_dist = ActionDistribution(gymnasium.spaces.Discrete(2))
+    ppo = PPO(model, AlgorithmConfig(gamma=1.0, gae_lambda=1.0), torch.device("cpu"))
     batch = ppo.prepare(seg)
     assert batch["obs"][:, 0].tolist() == [0.0, 1.0, 3.0]
     assert batch["advantages"].tolist() == [2.0, 1.0, 1.0]  # the invalid step's reward reaches nothing
@@ -116,6 +121,7 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
             return out[:, :2], out[:, 2]
 
     heads = Heads()
+    heads.action_dist = ActionDistribution(gymnasium.spaces.Discrete(2))
     forward_dtypes = set()  # what the update's forward passes computed in: bf16 only under autocast
     model.register_forward_hook(lambda module, args, out: forward_dtypes.add(out.dtype))
     ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), torch.device("cpu"),

@@ -7,13 +7,14 @@ import zmq
 
 from conftest import ROOT
 from srl_hpc import config
-from srl_hpc.algorithms import HIDDEN, SPECS, reply_fields
+from conftest import contract_of
+from srl_hpc.algorithms import HIDDEN, SPECS
 from srl_hpc.algorithms.dqn import DQN
 from srl_hpc.algorithms.ppo import PPO
 from srl_hpc.algorithms.replay import nstep_transitions
 from srl_hpc.handlers.buffer import sequences
 from srl_hpc.envs.backends import make_env_group, spaces
-from srl_hpc.handlers.actor import RingGroup, segment_fields
+from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import build_model
 from srl_hpc.streams import unix
@@ -29,9 +30,9 @@ def experiment(rnn: str):
 
 def play(exp, engine, envs: int, segment_length: int, steps: int, explore=None) -> list[dict]:
     """An actor's ring group driven by a policy engine, as a policy worker would answer it; its segments."""
-    state_size, algorithm = exp.model.state_size, SPECS[exp.algorithm.name]
-    group = RingGroup(make_env_group(exp.env, envs, seed=3), segment_length, 3, segment_fields(algorithm, state_size),
-                      dict(algorithm.reply), state_size)
+    state_size = exp.model.state_size
+    vector = make_env_group(exp.env, envs, seed=3)
+    group = RingGroup(vector, segment_length, 3, contract_of(vector, exp.algorithm.name, state_size))
     segments, obs = [], group.request_obs()
     for _ in range(steps):
         reply = engine.infer(obs, explore or {}, group.hidden)
@@ -138,7 +139,7 @@ def zmq_ctx():
 
 
 def test_the_recurrent_state_travels_with_requests_and_replies_over_both_transports(zmq_ctx, tmp_path):
-    fields = reply_fields(SPECS["ppo"], state_size=6)
+    fields = contract_of(make_env_group(experiment("gru").env, 1), "ppo", state_size=6).reply_fields()
     server, port = InferenceServer.bind(zmq_ctx, (2,), (), fields, local_path=unix.socket_path(tmp_path, "policy/0"))
     dealer = zmq_ctx.socket(zmq.DEALER)
     dealer.connect(f"tcp://127.0.0.1:{port}")

@@ -66,12 +66,6 @@ SPECS = {
 HIDDEN = "hidden"  # the recurrent state: in requests, replies and segments, (envs, model.state_size) float32
 
 
-def reply_fields(algorithm: AlgorithmSpec, state_size: int) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
-    """(name, dtype, shape per observation) of every reply array: the algorithm's, and the next recurrent state."""
-    fields = tuple((name, dtype, ()) for name, dtype in algorithm.reply)
-    return fields + (((HIDDEN, "<f4", (state_size,)),) if state_size else ())
-
-
 def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
     """How evaluation workers and `srl-launch enjoy` choose actions: (act(model, obs, explore, generator),
     explore settings), either the algorithm's greedy() or its act() as the least exploring of `actors`

@@ -7,6 +7,11 @@ Segments come from actors that may run a slightly older policy (the version is r
 the clipped ratio against the behaviour log-probs keeps those updates safe. With a recurrent model
 (model.rnn) minibatches are whole segments, unrolled from the state their first step was chosen with,
 and the loss counts their valid steps only.
+The action distribution is the model's (`model.action_dist`: categorical, multi-categorical or diagonal
+Gaussian, srl_hpc/models/distributions.py). The options of the continuous-control recipe are here too:
+observation statistics updated once per batch before its SGD steps (they live in the model, so they are
+published with the weights), rewards scaled by the running deviation of the discounted return, and the
+clipped value loss.
 """
 from __future__ import annotations
 
@@ -15,27 +20,24 @@ import torch
 from torch import nn
 
 from srl_hpc.algorithms import HIDDEN
+from srl_hpc.models.normalization import ReturnScale, collecting, moments
 
 
 def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator,
         *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
-    policy's, recorded in segments); a recurrent model takes each row's state and returns the next.
-    log_softmax directly: torch.distributions' checks doubled the cost. Sampled by the Gumbel-max trick
-    (argmax of log-probabilities plus Gumbel noise, -log of exponential draws), as torch.multinomial samples
-    one action, without its checks of the probabilities: half its cost on a policy worker's small batches."""
-    logits, values, *state = model(obs, *hidden)
-    logp_all = logits.float().log_softmax(-1)
-    noise = torch.empty_like(logp_all).exponential_(generator=generator).log()
-    actions = (logp_all - noise).argmax(-1, keepdim=True)
-    out = {"actions": actions.squeeze(1), "logp": logp_all.gather(1, actions).squeeze(1), "values": values.float()}
+    policy's, recorded in segments); a recurrent model takes each row's state and returns the next."""
+    params, values, *state = model(obs, *hidden)
+    dist = model.action_dist(params)
+    actions = dist.sample(generator)
+    out = {"actions": actions, "logp": dist.log_prob(actions), "values": values.float()}
     return out | ({HIDDEN: state[0].float()} if state else {})
 
 
 def greedy(model: nn.Module, obs: torch.Tensor, *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     """The most likely action (evaluation workers)."""
-    logits, _, *state = model(obs, *hidden)
-    return {"actions": logits.argmax(-1)} | ({HIDDEN: state[0].float()} if state else {})
+    params, _, *state = model(obs, *hidden)
+    return {"actions": model.action_dist(params).mode()} | ({HIDDEN: state[0].float()} if state else {})
 
 
 def gae(rewards, values, next_values, dones, gamma: float, lam: float):
@@ -56,12 +58,18 @@ def gae(rewards, values, next_values, dones, gamma: float, lam: float):
     return advantages, advantages + values
 
 
-def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, clip_coef: float):
-    """The three loss terms of one minibatch (each a scalar tensor), plus diagnostics."""
+def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, clip_coef: float, old_values=None):
+    """The three loss terms of one minibatch (each a scalar tensor), plus diagnostics. With old_values the
+    value loss is clipped: the larger of the new value's error and that of the old value moved by at most
+    clip_coef."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
-    value_loss = 0.5 * (new_values - returns).pow(2).mean()
+    value_loss = 0.5 * (new_values - returns).pow(2)
+    if old_values is not None:
+        clipped = old_values + (new_values - old_values).clamp(-clip_coef, clip_coef)
+        value_loss = torch.max(value_loss, 0.5 * (clipped - returns).pow(2))
+    value_loss = value_loss.mean()
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
@@ -87,23 +95,31 @@ class PPO:
         self.device = device
         self.bf16 = bf16  # forward under bf16 autocast: ~1.3x faster NatureCNN updates on an avx512_bf16 CPU
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)  # ~10% faster updates on CPU
+        self.action_dist = model.action_dist  # (before the trainer may wrap the model for DDP)
+        self.return_scale = ReturnScale() if cfg.scale_rewards else None
 
     def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Segments (N, T, ...) -> flat CPU training tensors with advantages and returns (the trainer moves
         them to its device). Steps marked invalid (an env's auto-reset) are left out after GAE: an episode
-        end stops the accumulation before them. Runs in the pre-fetch thread."""
-        adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
+        end stops the accumulation before them. With reward scaling, rewards are scaled by the statistics
+        so far, and the batch's discounted returns go with it (update() merges them). Runs in the pre-fetch
+        thread."""
+        rewards, scale = seg["rewards"], {}
+        if self.return_scale is not None:
+            rewards = self.return_scale.scale(rewards)
+            scale = {"_return_moments": moments(torch.from_numpy(seg["discounted_returns"][seg["valid"]]))}
+        adv, ret = gae(rewards, seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda)
         if HIDDEN in seg:  # a recurrent model: whole segments (N, T), their steps masked instead of left out
             valid = seg["valid"]
             resets = np.zeros_like(valid)
             resets[:, 1:] = ~valid[:, :-1]  # the step after an auto-reset is an episode's first: actors zero its state
-            seqs = {**self.inputs(seg), "actions": seg["actions"].astype(np.int64), "logp": seg["logp"].astype(np.float32),
+            seqs = {**self.inputs(seg), "actions": seg["actions"], "logp": seg["logp"].astype(np.float32),
                     "advantages": adv, "returns": ret, "values": np.asarray(seg["values"], np.float32),
                     "valid": valid, "resets": resets, HIDDEN: seg[HIDDEN]}
-            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in seqs.items()}
+            return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in seqs.items()} | scale
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.inputs(seg).items()}
         flat |= {
-            "actions": seg["actions"].reshape(-1).astype(np.int64),
+            "actions": seg["actions"].reshape(-1, *seg["actions"].shape[2:]),
             "logp": seg["logp"].reshape(-1).astype(np.float32),
             "advantages": adv.reshape(-1),
             "returns": ret.reshape(-1),
@@ -112,7 +128,7 @@ class PPO:
         valid = seg["valid"].reshape(-1)
         if not valid.all():  # (a mask copies: 58 MB of Pong frames per batch, so only when needed)
             flat = {k: v[valid] for k, v in flat.items()}
-        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
+        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()} | scale
 
     def inputs(self, seg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What the model reads at each step (N, T, ...), a recurrent state aside: the observations."""
@@ -131,6 +147,7 @@ class PPO:
         if cfg.anneal_lr and self.total_frames:
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.lr * max(0.0, 1.0 - frames_done / self.total_frames)
+        self.update_statistics(batch)
         recurrent = HIDDEN in batch
         n = batch["actions"].shape[0]  # steps; segments with a recurrent model
         mb_size = max(1, n // cfg.minibatches)
@@ -141,19 +158,18 @@ class PPO:
             for start in range(0, mb_size * cfg.minibatches, mb_size):
                 mb = {k: v[order[start:start + mb_size]] for k, v in batch.items()}
                 with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
-                    logits, values = self.evaluate(mb)
+                    params, values = self.evaluate(mb)
                 if recurrent:  # the valid steps of the unrolled segments
                     keep = mb["valid"].flatten()
-                    logits, values = logits.flatten(0, 1)[keep], values.flatten()[keep]
-                    mb = {k: mb[k].flatten()[keep] for k in ("actions", "logp", "advantages", "returns")}
-                logits, values = logits.float(), values.float()
+                    params, values = params.flatten(0, 1)[keep], values.flatten()[keep]
+                    mb = {k: mb[k].flatten(0, 1)[keep] for k in ("actions", "logp", "advantages", "returns", "values")}
+                values = values.float()
                 adv = mb["advantages"]
                 if cfg.normalize_advantages and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                logp_all = logits.log_softmax(-1)
-                new_logp = logp_all.gather(1, mb["actions"].unsqueeze(1)).squeeze(1)
-                entropy = -(logp_all.exp() * logp_all).sum(-1)
-                losses = ppo_losses(new_logp, mb["logp"], adv, values, mb["returns"], entropy, cfg.clip_coef)
+                dist = self.action_dist(params)
+                losses = ppo_losses(dist.log_prob(mb["actions"]), mb["logp"], adv, values, mb["returns"], dist.entropy(),
+                                    cfg.clip_coef, mb["values"] if cfg.clip_value_loss else None)
                 loss = losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -168,10 +184,23 @@ class PPO:
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         return stats, {}
 
+    def update_statistics(self, batch: dict[str, torch.Tensor]) -> None:
+        """Merge the batch into the running statistics (taken out of the batch: they are not minibatched): the
+        discounted returns' moments, and the observations, in one forward pass without gradients."""
+        returns = batch.pop("_return_moments", None)
+        if returns is not None:
+            self.return_scale.update(returns)
+        with collecting(self.model) as any_statistics, torch.no_grad():
+            if any_statistics:
+                self.evaluate(batch)
+
     def state_dict(self) -> dict:
-        """What a checkpoint needs besides the model's weights."""
-        return {"optimizer": self.optimizer.state_dict()}
+        """What a checkpoint needs besides the model's weights (observation statistics are in the model)."""
+        scale = {"return_scale": self.return_scale.state_dict()} if self.return_scale is not None else {}
+        return {"optimizer": self.optimizer.state_dict(), **scale}
 
     def load_state_dict(self, state: dict) -> None:
         """A resumed run: the optimizer's moments come back (the learning-rate schedule follows frames_done)."""
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.return_scale is not None and "return_scale" in state:
+            self.return_scale.load_state_dict(state["return_scale"])

@@ -21,6 +21,7 @@ EnvBackend = Literal["auto", "sync", "vector", "envpool"]
 InferenceTransport = Literal["auto", "zmq", "shm"]
 Placement = Literal["srl", "impala", "seed"]
 Recurrence = Literal["none", "gru", "lstm"]
+ActionSquash = Literal["clip", "tanh"]
 ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 
 
@@ -70,6 +71,9 @@ class ModelConfig:
     # with the inference requests and is stored at segment starts: srl_hpc/models)
     rnn: Recurrence = "none"
     rnn_size: int = 64
+    # Box actions: the policy samples a Gaussian; the env gets the sample clipped to its bounds, or squashed
+    # by tanh and rescaled into them (srl_hpc/streams/contract.py). Either way the trainer scores the sample
+    action_squash: ActionSquash = "clip"
 
     @property
     def state_size(self) -> int:
@@ -112,6 +116,14 @@ class PPOConfig:
     epochs: int = 4
     minibatches: int = 4
     normalize_advantages: bool = True
+    # the value loss of the standard continuous-control recipe: a new value may not leave the old by more
+    # than clip_coef unpenalised
+    clip_value_loss: bool = False
+    # observations normalised by their running mean and variance, kept by the trainer in the model's weights
+    # (so every policy and evaluation worker normalises the same way); Box and Dict vector entries, not images
+    normalize_observations: bool = False
+    # rewards divided by the running standard deviation of the discounted return (actors send it per step)
+    scale_rewards: bool = False
     max_policy_lag: Optional[int] = None  # segments older than this many versions are dropped (counted)
 
     def check(self) -> list[tuple[str, str]]:

@@ -20,37 +20,14 @@ import time
 
 import numpy as np
 
-from srl_hpc.algorithms import HIDDEN, reads_global_state, reply_fields, spec
-from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend
+from srl_hpc.algorithms import HIDDEN, reads_global_state, spec
+from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, unix, wire
+from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.credits import GatedProducer
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
-from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, within
 from srl_hpc.streams.samples import SampleProducer
-
-BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
-STEP_DTYPES = {"actions": "<i8", "rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8",
-               "next_values": "<f4", "terminated": "|b1"}  # per-step fields; reply fields add the algorithm's
-
-
-def segment_fields(algorithm_spec, state_size: int) -> tuple[str, ...]:
-    """The arrays of a segment: BASE_FIELDS, the algorithm's, and a recurrent model's state at the segment's start."""
-    return BASE_FIELDS + algorithm_spec.segment + ((HIDDEN,) if state_size else ())
-
-
-def segment_layout(algorithm_spec, obs_shape: tuple[int, ...], actions: int, segment_length: int,
-                   actors: list[str], state_size: int = 0) -> Layout:
-    """What a segment consumer accepts: exactly the segments RingGroup makes (any observation dtype: the env's)."""
-    dtypes = {**STEP_DTYPES, **dict(algorithm_spec.reply)}
-    actions_ok, versions_ok = within("actions", 0, actions), within("versions", 0, 2 ** 62)  # made once, not per message
-    arrays = {"obs": (None, (BATCH, segment_length, *obs_shape))}
-    arrays.update({k: (dtypes[k], (BATCH, segment_length)) for k in BASE_FIELDS[1:] + algorithm_spec.segment})
-    if state_size:
-        arrays[HIDDEN] = ("<f4", (BATCH, state_size))
-    return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer(),
-                                      "fill_seconds": lambda v: number(v) and v >= 0},
-                  values=lambda a: actions_ok(a) and versions_ok(a))
 
 
 def segment_frames(segment: dict, frames_per_step: int) -> int:
@@ -66,21 +43,26 @@ class RingGroup:
     state after it), steps the group with the reply's actions, and returns the observations of the next
     request. The envs auto-reset on the step after an episode ends, so a truncated episode's final
     observation is in the next request like any other, and the reset step itself is recorded with
-    valid=False (consumers skip it). A segment holds `segment_fields`. With `state_size`, `hidden` is the
-    recurrent state to send with the next request.
+    valid=False (consumers skip it). A segment holds the contract's fields (srl_hpc/streams/contract.py):
+    observations as they travel (a Dict packed), actions as the policy chose them (the env gets
+    `env_actions`). With a recurrent model, `hidden` is the state to send with the next request; with reward
+    scaling, each step's discounted return (`gamma`) goes with it.
     """
 
-    def __init__(self, envs, segment_length: int, seed: int, fields: tuple[str, ...], reply_dtypes: dict[str, str],
-                 state_size: int = 0, first: tuple | None = None):
+    def __init__(self, envs, segment_length: int, seed: int, contract: Contract, first: tuple | None = None,
+                 gamma: float = 0.99):
         self.envs = envs  # None for a team of TeamRows: the actor steps all teams' envs together
         self.T = segment_length
-        self.fields = fields
-        self.reply_dtypes = reply_dtypes
+        self.contract = contract
+        self.reply_names = [name for name, *_ in contract.reply_fields() if name != HIDDEN]
         obs, infos = envs.reset(seed=seed) if first is None else first  # first: a reset done by the actor
-        self.obs = np.array(obs)
+        self.obs = np.array(contract.obs.pack(obs))
         self.n = len(self.obs)
         self._present = infos.get("present")  # multi-agent rows: whose agents act in the next step (None: all)
+        state_size = contract.state_size
         self.hidden = np.zeros((self.n, state_size), np.float32) if state_size else None
+        self.gamma = gamma
+        self._discounted = np.zeros(self.n, np.float32)  # each env's discounted return so far (reward scaling)
         self.segment = self._new_segment()
         self.t = 0
         self.actions = None  # of the step being taken (act() to observe())
@@ -94,13 +76,7 @@ class RingGroup:
         self.finished_episodes: list[tuple[float, int]] = []
 
     def _new_segment(self) -> dict[str, np.ndarray]:
-        n, T = self.n, self.T
-        dtypes = {**STEP_DTYPES, **self.reply_dtypes}
-        seg = {"obs": np.empty((n, T, *self.obs.shape[1:]), self.obs.dtype)}
-        seg.update({k: np.empty((n, T), dtypes[k]) for k in self.fields if k not in ("obs", HIDDEN)})
-        if self.hidden is not None:
-            seg[HIDDEN] = np.empty_like(self.hidden)
-        return seg
+        return self.contract.segment_arrays(self.n, self.T)
 
     def request_obs(self) -> np.ndarray:
         return self.obs
@@ -123,7 +99,7 @@ class RingGroup:
     def advance(self, reply: dict[str, np.ndarray], version: int) -> tuple[np.ndarray, dict | None]:
         """Apply one reply and step the envs. Returns (next request's observations, a finished segment or None)."""
         finished = self.act(reply, version)
-        self.observe(*self.envs.step(self.actions))
+        self.observe(*self.envs.step(self.env_actions))
         return self.obs, finished
 
     def act(self, reply: dict[str, np.ndarray], version: int) -> dict | None:
@@ -133,7 +109,7 @@ class RingGroup:
         t, seg = self.t, self.segment
         self._valid = ~self._resetting if self._present is None else ~self._resetting & self._present
         seg["obs"][:, t] = self.obs
-        for name in self.reply_dtypes:
+        for name in self.reply_names:
             if name in seg:
                 seg[name][:, t] = reply[name]
         seg["versions"][:, t] = version
@@ -145,6 +121,11 @@ class RingGroup:
         self.actions = np.asarray(reply["actions"])
         return finished
 
+    @property
+    def env_actions(self) -> np.ndarray:
+        """The actions of the step being taken, as the env takes them (a Box sample into its bounds)."""
+        return self.contract.action.to_env(self.actions)
+
     def observe(self, obs, rewards, terminated, truncated, infos) -> None:
         """The second half: what the envs returned for `self.actions`."""
         t, seg, valid = self.t, self.segment, self._valid
@@ -154,6 +135,10 @@ class RingGroup:
         seg["dones"][:, t] = done
         if "terminated" in seg:
             seg["terminated"][:, t] = terminated
+        if "discounted_returns" in seg:
+            self._discounted = self._discounted * self.gamma + rewards
+            seg["discounted_returns"][:, t] = self._discounted
+            self._discounted[done] = 0.0
         self.valid_steps += int(valid.sum())
         self.episode_return += rewards
         self.episode_length += valid
@@ -163,7 +148,7 @@ class RingGroup:
         self._terminated, self._resetting = np.asarray(terminated, bool), done
         if self.hidden is not None:
             self.hidden[~valid] = 0.0  # that was an auto-reset: the next request is an episode's first
-        self.obs = np.array(obs)  # (a backend may step into the same buffer again; requests and segments keep this)
+        self.obs = np.array(self.contract.obs.pack(obs))  # (a backend may step into the same buffer again)
         self.t += 1
         self._pending = True
 
@@ -190,9 +175,11 @@ class ActorHandler(Handler):
         seed = first_seed(worker.seed * 1_000_003 + index * a.ring_size, a.ring_size)
         per_group = a.ring_size // a.inference_splits
         self.state_size = exp.model.state_size
-        fields, reply = segment_fields(self.spec, self.state_size), dict(self.spec.reply)
+        gamma = getattr(exp.algorithm, "gamma", 0.99)
         logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
                                          exp.env.backend, resolve_backend(exp.env))  # what auto picked
+        self.contracts = [Contract.of(*spaces(exp.env, exp.policies, policy, reads_global_state(exp.algorithm)),
+                                      self.spec, exp) for policy in self.graph.policies()]
         self.team_rows = []  # per ring group, with `policies`: the envs every policy's rows step in
         groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
@@ -200,12 +187,11 @@ class ActorHandler(Handler):
             if exp.policies:
                 rows = make_env_teams(exp.env, per_group, exp.policies, reads_global_state(exp.algorithm))
                 self.team_rows.append(rows)
-                groups.append([RingGroup(None, a.segment_length, group_seed, fields, reply, self.state_size, first)
-                               for first in rows.reset(seed=group_seed)])
+                groups.append([RingGroup(None, a.segment_length, group_seed, self.contracts[p], first, gamma)
+                               for p, first in enumerate(rows.reset(seed=group_seed))])
             else:
                 envs = make_env_group(exp.env, per_group, group_seed, reads_global_state(exp.algorithm))
-                groups.append([RingGroup(envs, a.segment_length, group_seed,
-                                         fields, reply, self.state_size)])
+                groups.append([RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma)])
         self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(self.graph.policies())]
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
@@ -244,8 +230,9 @@ class ActorHandler(Handler):
             return InferenceClient(inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference")))
         obs = link.groups[0].obs
         segment = self.name + (f"-{link.name}" if link.name else "")  # one shared-memory segment per policy
+        contract = link.groups[0].contract
         return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(link.groups), len(obs),
-                                  obs.shape[1:], obs.dtype, reply_fields(self.spec, self.state_size),
+                                  obs.shape[1:], obs.dtype, contract.reply_fields(),
                                   name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation))
 
     def close(self):
@@ -315,7 +302,7 @@ class ActorHandler(Handler):
             return
         if self.team_rows:
             segments = [group.act(reply.arrays, reply.meta["version"]) for group, reply in zip(groups, replies)]
-            for group, result in zip(groups, self.team_rows[g].step([group.actions for group in groups])):
+            for group, result in zip(groups, self.team_rows[g].step([group.env_actions for group in groups])):
                 group.observe(*result)
         else:
             segments = [groups[0].advance(replies[0].arrays, replies[0].meta["version"])[1]]

@@ -32,33 +32,16 @@ from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
 from srl_hpc.algorithms import HIDDEN, spec
 from srl_hpc.envs.backends import agent_count, spaces
-from srl_hpc.handlers.actor import STEP_DTYPES, segment_frames, segment_layout
+from srl_hpc.handlers.actor import segment_frames
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.layout import BATCH, Layout, integer, one_of, within
+from srl_hpc.streams.contract import Contract
+from srl_hpc.streams.layout import BATCH, Layout, integer, within
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
 REPLAYED_STEPS = ("obs", "actions", "rewards", "dones", "terminated", "valid")  # each step of a recurrent sequence
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
-
-
-def replay_layout(obs_shape: tuple[int, ...], actions: int, buffers: list[str], team: int = 0,
-                  sequence: tuple[int, int] | None = None) -> Layout:
-    """A sampled batch as a trainer accepts it (observations of the env's dtype, n-step fields, weights, indices);
-    with `team` agents, each item an env's agents together; with `sequence` (length, state size), sequences."""
-    if sequence is not None:
-        length, state_size = sequence
-        steps = {k: (STEP_DTYPES[k], (BATCH, length)) for k in REPLAYED_STEPS[1:]}
-        return Layout("replay", {"obs": (None, (BATCH, length, *obs_shape)), **steps, HIDDEN: ("<f4", (BATCH, state_size)),
-                                 "weights": ("<f4", (BATCH,)), "indices": ("<i8", (BATCH,))},
-                      {"buffer": one_of(buffers), "incarnation": integer()}, values=within("actions", 0, actions))
-    agents = (team,) if team else ()
-    obs = (None, (BATCH, *agents, *obs_shape))
-    return Layout("replay", {"obs": obs, "next_obs": obs, "actions": ("<i8", (BATCH, *agents)), "returns": ("<f4", (BATCH,)),
-                             "discounts": ("<f4", (BATCH,)), "weights": ("<f4", (BATCH,)),
-                             "indices": ("<i8", (BATCH,))},
-                  {"buffer": one_of(buffers), "incarnation": integer()}, values=within("actions", 0, actions))
 
 
 def priorities_layout(capacity: int) -> Layout:
@@ -120,11 +103,9 @@ class BufferHandler(Handler):
         self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
 
     def bind(self):
-        obs_space, action_space = spaces(self.exp.env)
+        contract = Contract.of(*spaces(self.exp.env), spec(self.exp.algorithm), self.exp)
         actors = [w.name for w in self.graph.hosts("actor")]
-        self.samples = SampleConsumer(self.worker.ctx, segment_layout(
-            spec(self.exp.algorithm), obs_space.shape, action_space.n, self.exp.workers.actor.segment_length, actors,
-            self.state_size))
+        self.samples = SampleConsumer(self.worker.ctx, contract.segment_layout(self.exp.workers.actor.segment_length, actors))
         self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
                                          high_water_mark=16)
         reuse = self.worker.ports  # a replacement's: its predecessor's ports

@@ -17,13 +17,14 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import HIDDEN, reads_global_state, watching_policy
+from srl_hpc.algorithms import HIDDEN, reads_global_state, spec, watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import build_model, resolve_device
 from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
+from srl_hpc.streams.contract import Contract
 
 SEED_OFFSET = 2 ** 30  # evaluation seeds sit this far above the actors' (seed * 1_000_003 + actor envs)
 
@@ -41,6 +42,7 @@ class EvalHandler(Handler):
         obs_space, action_space = spaces(exp.env, global_state=reads_global_state(exp.algorithm))
         device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
+        self.contract = Contract.of(obs_space, action_space, spec(exp.algorithm), exp)
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint)
@@ -78,7 +80,7 @@ class EvalHandler(Handler):
 
     def _begin(self) -> None:
         n = self.cfg.episodes
-        self.obs = np.asarray(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
+        self.obs = self.contract.obs.pack(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
         self.returns, self.lengths = np.zeros(self.rows), np.zeros(self.rows, np.int64)
         self.hidden = np.zeros((self.rows, self.exp.model.state_size), np.float32) if self.exp.model.state_size else None
         self.done = np.zeros(self.rows, bool)
@@ -90,8 +92,8 @@ class EvalHandler(Handler):
     def _step(self) -> None:
         out = self.engine.infer(self.obs, self.explore, self.hidden)
         self.hidden = out.get(HIDDEN)  # a recurrent model's next state (each env plays one episode a round)
-        obs, rewards, terminated, truncated, _ = self.envs.step(out["actions"])
-        self.obs = np.asarray(obs)
+        obs, rewards, terminated, truncated, _ = self.envs.step(self.contract.action.to_env(out["actions"]))
+        self.obs = self.contract.obs.pack(obs)
         playing = ~self.done  # an env past its episode has auto-reset: what it does now is not counted
         self.returns[playing] += rewards[playing]
         self.lengths[playing] += 1

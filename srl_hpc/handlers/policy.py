@@ -13,12 +13,13 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import reads_global_state, reply_fields, spec
+from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
+from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.inference import InferenceServer
 
 
@@ -89,8 +90,9 @@ class PolicyHandler(Handler):
         index = self.graph.worker(self.name).index
         device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
-        self.obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
-        self.engine = InferenceEngine(build_model(exp, self.obs_space, action_space, self.policy), algorithm.load().act, device,
+        obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
+        self.contract = Contract.of(obs_space, action_space, algorithm, exp)
+        self.engine = InferenceEngine(build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device,
                                       worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
@@ -104,9 +106,8 @@ class PolicyHandler(Handler):
         if not self.active:
             return {}
         local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
-        self.server, port = InferenceServer.bind(self.worker.ctx, tuple(self.obs_space.shape), self.explore_keys,
-                                                 reply_fields(spec(self.exp.algorithm), self.exp.model.state_size),
-                                                 local_path=local)
+        self.server, port = InferenceServer.bind(self.worker.ctx, self.contract.obs.shape, self.explore_keys,
+                                                 self.contract.reply_fields(), local_path=local)
         return {"inference": port}
 
     def connect(self, table):

@@ -31,11 +31,11 @@ from torch.nn.parallel import DistributedDataParallel
 from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.handlers.actor import segment_fields, segment_frames, segment_layout
-from srl_hpc.handlers.buffer import replay_layout
+from srl_hpc.handlers.actor import segment_frames
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import LATEST, ParameterPublisher
 from srl_hpc.streams import endpoints, wire
+from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
@@ -190,6 +190,7 @@ class TrainerHandler(Handler):
         self.obs_space, self.action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.model = build_model(exp, self.obs_space, self.action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
+        self.contract = Contract.of(self.obs_space, self.action_space, self.spec, exp)
         self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
                                           total_frames=exp.stop.env_frames)
         agents = getattr(self.model, "agents", 1)  # a centralised critic sees whole envs: batches must hold them
@@ -246,23 +247,22 @@ class TrainerHandler(Handler):
             if self.exp.model.state_size:  # recurrent: sequences of (burn-in,) a segment and the n-step lookahead
                 alg, segment = self.exp.algorithm, self.exp.workers.actor.segment_length
                 sequence = (segment * (2 if alg.burn_in else 1) + alg.n_step, self.exp.model.state_size)
-            self.consumer = SampleConsumer(self.worker.ctx, replay_layout(self.obs_space.shape, self.action_space.n,
-                                                                          buffers, team, sequence), high_water_mark=2)
+            self.consumer = SampleConsumer(self.worker.ctx, self.contract.replay_layout(buffers, team, sequence),
+                                           high_water_mark=2)
             ports["replay"] = self.consumer.bind()
             self.credits = None  # the buffers take what the actors send
             self.source = ReplayReceiver(self.consumer, prepare)
         else:
             actors = [w.name for w in self.graph.hosts("actor")]
-            self.consumer = SampleConsumer(self.worker.ctx, segment_layout(
-                self.spec, self.obs_space.shape, self.action_space.n, self.exp.workers.actor.segment_length, actors,
-                self.exp.model.state_size))
+            self.consumer = SampleConsumer(self.worker.ctx, self.contract.segment_layout(
+                self.exp.workers.actor.segment_length, actors))
             ports["samples"] = self.consumer.bind()
             a = self.exp.workers.actor
             per_message = a.ring_size // a.inference_splits  # env segments in one actor message
             window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
             self.credits = CreditLedger(self.worker.ctx, window, actors)
             ports["credits"] = self.credits.bind()
-            self.source = BatchAssembler(self.consumer, self.credits, segment_fields(self.spec, self.exp.model.state_size), self.cfg.batch_segments,
+            self.source = BatchAssembler(self.consumer, self.credits, self.contract.segment_fields(), self.cfg.batch_segments,
                                          getattr(self.exp.algorithm, "max_policy_lag", None), prepare, lambda: self.version, self.trace,
                                          self.exp.env.frames_per_step)
         if self.leader:

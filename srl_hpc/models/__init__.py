@@ -2,14 +2,20 @@
 trains. Imported by policy and trainer handlers only (never by actors that do not run inference).
 
 Heads (the algorithm's spec names one):
-  actor_critic  forward(obs) -> (action logits (B, A), state values (B,))
+  actor_critic  forward(obs) -> (the policy's distribution parameters (B, width), state values (B,)): logits,
+                masked where a Dict observation has an `action_mask`, or a Gaussian's means and log-stds
+                (srl_hpc/models/distributions.py; `model.action_dist` turns them into the distribution)
   central_critic  forward(obs, state=None) -> as actor_critic, the value over every agent's observation (MAPPO)
   q             forward(obs) -> action values (B, A); dueling: value + centred advantages
 With model.rnn, the actor-critic and q heads sit on a recurrent core (RecurrentActorCritic, RecurrentQ):
 forward(obs, state) also takes and returns the recurrent state, and forward(obs, state, resets) unrolls
 whole segments.
+Observations come as they travel (srl_hpc/streams/contract.py): a Dict observation as packed bytes, which
+ObsDecoder turns back into one tensor per key; DictTorso encodes each key (NatureCNN for images, an MLP
+otherwise) and concatenates. With algorithm.normalize_observations the MLPs normalise their input by
+running statistics the trainer keeps (srl_hpc/models/normalization.py).
 A user's model is `package.module:Class`, built as Class(obs_space, action_space, **model.kwargs); it must
-return what its algorithm's head returns.
+return what its algorithm's head returns (ObsDecoder(obs_space) reads a Dict observation).
 """
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ from torch import nn
 from srl_hpc.algorithms import spec
 from srl_hpc.dotted import load_object
 from srl_hpc.envs.backends import agent_count, global_state_size
+from srl_hpc.models.distributions import MASKED, ActionDistribution
+from srl_hpc.models.normalization import RunningMeanStd
+from srl_hpc.streams.contract import ACTION_MASK, ObsContract
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -38,8 +47,9 @@ class MLP(nn.Module):
     forward calls the layers' functions, not the modules: on a policy worker's CartPole batches each module
     call's own overhead (~2 us here) made up about a third of the model's forward pass."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...]):
+    def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...], normalize: bool = False):
         super().__init__()
+        self.normalize = RunningMeanStd(obs_dim) if normalize else None
         layers, width = [], obs_dim
         for h in hidden_sizes:
             layers += [_init(nn.Linear(width, h), np.sqrt(2)), nn.Tanh()]
@@ -50,6 +60,8 @@ class MLP(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.to(self.linears[0].weight.dtype).flatten(1)  # (bf16 when an engine runs in bf16)
+        if self.normalize is not None:
+            x = self.normalize(x)
         for layer in self.linears:
             x = torch.tanh(nn.functional.linear(x, layer.weight, layer.bias))
         return x
@@ -81,20 +93,91 @@ class NatureCNN(nn.Module):
         return self.fc(self.conv(x))
 
 
-class ActorCritic(nn.Module):
-    """Policy logits and state value over one shared torso, or (critic_torso) the value over its own."""
+class PolicyHead(nn.Module):
+    """Features -> the distribution parameters of `action_dist`: logits (masked by `mask`, where given), or
+    a Gaussian's means beside a state-independent log-std per dimension."""
 
-    def __init__(self, torso: nn.Module, n_actions: int, critic_torso: nn.Module | None = None):
+    def __init__(self, width: int, action_dist: ActionDistribution):
+        super().__init__()
+        self.gaussian = action_dist.gaussian
+        self.logits = _init(nn.Linear(width, action_dist.dims if self.gaussian else action_dist.width), 0.01)
+        self.log_std = nn.Parameter(torch.zeros(action_dist.dims)) if self.gaussian else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.logits(x)
+        if self.gaussian:
+            return torch.cat([out, self.log_std.to(out.dtype).expand_as(out)], -1)
+        return out if mask is None else out.masked_fill(mask == 0, MASKED)
+
+
+class ObsDecoder(nn.Module):
+    """Packed Dict observations (..., nbytes) uint8 -> key -> (..., *shape) tensors of each key's dtype
+    (srl_hpc/streams/contract.py packs them); a Box observation passes through unchanged."""
+
+    def __init__(self, obs_space: gymnasium.Space):
+        super().__init__()
+        contract = ObsContract(obs_space)
+        self.fields = [(key, _torch_dtype(dtype), shape, offset, dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+                       for key, dtype, shape, offset in contract.fields]
+
+    def forward(self, obs: torch.Tensor):
+        if not self.fields:
+            return obs
+        lead = obs.shape[:-1]
+        return {key: obs[..., offset:offset + size].contiguous().view(dtype).reshape(*lead, *shape)
+                for key, dtype, shape, offset, size in self.fields}
+
+    def mask(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The observation's action mask, if it has one."""
+        for key, dtype, shape, offset, size in self.fields:
+            if key == ACTION_MASK:
+                return obs[..., offset:offset + size].contiguous().view(dtype).reshape(*obs.shape[:-1], *shape)
+        return None
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
+class DictTorso(nn.Module):
+    """A Dict observation: an encoder per key (NatureCNN for image keys, uint8 of 3 dimensions; an MLP
+    otherwise), their features concatenated. The action mask is not an input."""
+
+    def __init__(self, obs_space: gymnasium.spaces.Dict, hidden_sizes: tuple[int, ...], normalize: bool):
+        super().__init__()
+        self.decode = ObsDecoder(obs_space)
+        self.encoders = nn.ModuleDict()
+        for key, sub in obs_space.spaces.items():
+            if key == ACTION_MASK:
+                continue
+            image = sub.dtype == np.uint8 and len(sub.shape) == 3
+            self.encoders[key] = NatureCNN(tuple(sub.shape)) if image else MLP(
+                int(np.prod(sub.shape)), hidden_sizes, normalize)
+        self.width = sum(e.width for e in self.encoders.values())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        fields = self.decode(obs)
+        return torch.cat([encoder(fields[key]) for key, encoder in self.encoders.items()], -1)
+
+
+class ActorCritic(nn.Module):
+    """Policy parameters and state value over one shared torso, or (critic_torso) the value over its own."""
+
+    def __init__(self, torso: nn.Module, action_dist: ActionDistribution, critic_torso: nn.Module | None = None,
+                 decoder: ObsDecoder | None = None):
         super().__init__()
         self.torso = torso
         self.critic_torso = critic_torso
-        self.logits = _init(nn.Linear(torso.width, n_actions), 0.01)
+        self.policy = PolicyHead(torso.width, action_dist)
         self.value = _init(nn.Linear((critic_torso or torso).width, 1), 1.0)
+        self.decoder = decoder  # reads the action mask of a Dict observation
+        self.action_dist = action_dist
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.torso(obs)
         v = x if self.critic_torso is None else self.critic_torso(obs)
-        return self.logits(x), self.value(v).squeeze(-1)
+        mask = None if self.decoder is None else self.decoder.mask(obs)
+        return self.policy(x, mask), self.value(v).squeeze(-1)
 
 
 class RecurrentCore(nn.Module):
@@ -136,16 +219,20 @@ class RecurrentCore(nn.Module):
 
 
 class RecurrentActorCritic(RecurrentCore):
-    """The recurrent core -> policy logits and state value: forward(...) -> (logits, values, state)."""
+    """The recurrent core -> policy parameters and state value: forward(...) -> (params, values, state)."""
 
-    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int):
+    def __init__(self, torso: nn.Module, action_dist: ActionDistribution, kind: str, size: int,
+                 decoder: ObsDecoder | None = None):
         super().__init__(torso, kind, size)
-        self.logits = _init(nn.Linear(size, n_actions), 0.01)
+        self.policy = PolicyHead(size, action_dist)
         self.value = _init(nn.Linear(size, 1), 1.0)
+        self.decoder = decoder
+        self.action_dist = action_dist
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
         out, state = self.features(obs, state, resets)
-        return self.logits(out), self.value(out).squeeze(-1), state
+        mask = None if self.decoder is None else self.decoder.mask(obs)
+        return self.policy(out, mask), self.value(out).squeeze(-1), state
 
 
 class RecurrentQ(RecurrentCore):
@@ -213,19 +300,31 @@ def q_values(x: torch.Tensor, advantage: nn.Module, value: nn.Module | None) -> 
 
 
 def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, policy: str = "") -> nn.Module:
-    """The experiment's model (of `policy`, with several) under its algorithm's head. The same seed gives the
-    same initial weights in the trainer and in every policy handler."""
-
-    if not isinstance(action_space, gymnasium.spaces.Discrete):
-        raise ValueError(f"only discrete action spaces are supported, the env has {action_space}")
-    cfg, head, n_actions = exp.model, spec(exp.algorithm).head, int(action_space.n)
+    """The experiment's model (of `policy`, with several) under its algorithm's head, with `action_dist` (its
+    head's distribution). The same seed gives the same initial weights in the trainer and in every policy
+    handler."""
+    cfg, head = exp.model, spec(exp.algorithm).head
+    action_dist = ActionDistribution(action_space)
+    normalize = bool(getattr(exp.algorithm, "normalize_observations", False))
+    dict_obs = isinstance(obs_space, gymnasium.spaces.Dict)
     torch.manual_seed(exp.seed)
     if ":" in cfg.name:
-        return load_object(cfg.name)(obs_space, action_space, **cfg.kwargs)
+        model = load_object(cfg.name)(obs_space, action_space, **cfg.kwargs)
+        model.action_dist = action_dist
+        return model
+    if head != "actor_critic" and (action_dist.kind != "Discrete" or dict_obs):
+        raise ValueError(f"the {head} head needs Discrete actions and Box observations: the env has {action_space} "
+                         f"and {obs_space}")
 
     def torso():
-        return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes) if cfg.name == "mlp" else NatureCNN(tuple(obs_space.shape))
+        if dict_obs:
+            return DictTorso(obs_space, cfg.hidden_sizes, normalize)
+        if cfg.name == "mlp":
+            return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes, normalize)
+        return NatureCNN(tuple(obs_space.shape))
 
+    decoder = ObsDecoder(obs_space) if dict_obs and ACTION_MASK in obs_space.spaces else None
+    n_actions = action_dist.width
     if head == "central_critic":
         agents = agent_count(exp.env, exp.policies, policy)
         if agents < 2:
@@ -237,14 +336,17 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
         state_size = global_state_size(exp.env)  # the env's own state, at the end of each row's observation
         own = int(np.prod(obs_space.shape)) - state_size
         critic = MLP(state_size or agents * own, cfg.hidden_sizes)
-        return CentralisedActorCritic(MLP(own, cfg.hidden_sizes), critic, n_actions, agents, state_size)
-    if head == "actor_critic" and cfg.rnn != "none":
-        return RecurrentActorCritic(torso(), n_actions, cfg.rnn, cfg.rnn_size)
-    if head == "actor_critic":
-        return ActorCritic(torso(), n_actions, torso() if cfg.separate_critic else None)
-    if cfg.rnn != "none":
-        return RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=exp.algorithm.dueling)
-    return QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
+        model = CentralisedActorCritic(MLP(own, cfg.hidden_sizes), critic, n_actions, agents, state_size)
+    elif head == "actor_critic" and cfg.rnn != "none":
+        model = RecurrentActorCritic(torso(), action_dist, cfg.rnn, cfg.rnn_size, decoder)
+    elif head == "actor_critic":
+        model = ActorCritic(torso(), action_dist, torso() if cfg.separate_critic else None, decoder)
+    elif cfg.rnn != "none":
+        model = RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=exp.algorithm.dueling)
+    else:
+        model = QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
+    model.action_dist = action_dist
+    return model
 
 
 def resolve_device(device: str, gpu_index: int, may_share: bool) -> torch.device:
