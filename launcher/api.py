@@ -14,6 +14,8 @@ from pathlib import Path
 from launcher import runs, status
 from launcher import slurm as scheduler
 from srl_hpc import config, graph as wiring
+from srl_hpc.config import spaces_check
+from srl_hpc.config.loader import key_lines
 from srl_hpc.rundir import RunDir
 
 
@@ -68,6 +70,9 @@ def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None
     exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment)
     if overrides:
         exp = config.with_overrides(exp, list(overrides))
+    source = "<experiment>" if isinstance(experiment, config.Experiment) else str(experiment)
+    lines = {} if isinstance(experiment, config.Experiment) else key_lines(experiment)
+    spaces_check.check(exp, source, lines, list(overrides))  # before anything starts or is queued
     if slurm:
         command = f"launcher.submit({experiment!r})"
         path = runs.resolve(exp, run_dir)

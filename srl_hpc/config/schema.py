@@ -183,6 +183,12 @@ class MAPPOConfig(PPOConfig):
     multi-agent env, its value over the env's global state (every agent's observation)."""
     name: Literal["mappo"] = "mappo"
 
+    def check(self) -> list[tuple[str, str]]:
+        problems = super().check()
+        if self.normalize_observations:  # (its centralised critic's torsos keep no statistics)
+            problems.append(("normalize_observations", "is PPO's only; mappo does not normalise observations"))
+        return problems
+
 
 @dataclass(frozen=True)
 class VDNConfig(DQNConfig):

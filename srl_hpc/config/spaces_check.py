@@ -71,10 +71,27 @@ def env_problems(exp) -> list[tuple[str, str]]:
         except Exception as e:  # noqa: BLE001  whatever the env raises: a problem with its key, not a traceback
             return [_build_problem(exp, e)]
         label = f"{env_id} (policy {policy}'s agents)" if policy else env_id
-        for found in space_problems(spec(exp.algorithm), obs_space, action_space, algorithm=exp.algorithm.name,
-                                    env=label):
-            if found not in problems:
-                problems.append(found)
+        found = space_problems(spec(exp.algorithm), obs_space, action_space, algorithm=exp.algorithm.name, env=label)
+        for problem in found or contract_problems(exp, obs_space, action_space, label):
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def contract_problems(exp, obs_space, action_space, env: str) -> list[tuple[str, str]]:
+    """What the message contract cannot carry inside spaces of an accepted class (a Dict of Dicts, a Box of
+    actions that is not one vector, tanh squashing into infinite bounds)."""
+    from srl_hpc.streams.contract import ActionContract, ObsContract, SpaceError
+
+    problems = []
+    try:
+        ObsContract(obs_space)
+    except SpaceError as e:
+        problems.append(("env.id", f"{env}: {e}"))
+    try:
+        ActionContract(action_space, exp.model.action_squash)
+    except SpaceError as e:
+        problems.append(("model.action_squash" if "squash" in str(e) else "env.id", f"{env}: {e}"))
     return problems
 
 
