@@ -26,7 +26,6 @@ class TicTacToe(gymnasium.Env):
             "action_mask": gymnasium.spaces.Box(0, 1, (9,), np.int8)})
         self.action_space = gymnasium.spaces.Discrete(9)
         self.rng = np.random.default_rng()
-        self.masked_actions_refused = 0
 
     def reset(self, seed=None, options=None):
         if seed is not None:
