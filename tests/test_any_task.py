@@ -73,3 +73,31 @@ def test_dict_observations_with_an_action_mask_train_as_one_het_job(tmp_path):
     assert summary["reason"].startswith("target reached"), summary["reason"]
     table = json.loads((run_dir / "workers.json").read_text())
     assert len({w["node"] for w in table.values()}) > 1  # across the local cluster's hosts
+
+
+def test_a_mask_in_the_envs_info_joins_the_observation_and_only_legal_moves_are_chosen():
+    import gymnasium
+    import torch
+
+    from srl_hpc import config
+    from srl_hpc.algorithms import ppo
+    from srl_hpc.envs.backends import make_env, spaces
+    from srl_hpc.models import build_model
+    from srl_hpc.streams.contract import ObsContract
+
+    exp = config.load(EXPERIMENTS / "taxi_masked_ppo.yaml")
+    env = make_env(exp.env)
+    obs, info = env.reset(seed=3)
+    assert np.array_equal(obs["action_mask"], info["action_mask"]) and obs["observation"] == env.unwrapped.s
+    obs_space, action_space = spaces(exp.env)
+    assert isinstance(obs_space, gymnasium.spaces.Dict) and set(obs_space.spaces) == {"observation", "action_mask"}
+    model, contract = build_model(exp, obs_space, action_space), ObsContract(obs_space)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):  # an untrained policy, sampling: every action it picks is legal
+        packed = contract.pack({k: np.asarray(v)[None] for k, v in obs.items()})
+        with torch.inference_mode():
+            action = int(ppo.act(model, torch.from_numpy(packed), {}, generator)["actions"][0])
+        assert obs["action_mask"][action] == 1
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            obs, _ = env.reset()

@@ -111,9 +111,10 @@ def test_requests_and_replies_of_every_space_travel_through_shared_memory(tmp_pa
         ctx.destroy(linger=0)
 
 
-def test_the_model_decodes_a_packed_dict_observation_key_by_key():
+@pytest.mark.parametrize("rows", [1, 4])  # (one row: a slice of it shares the row's storage, at any byte offset)
+def test_the_model_decodes_a_packed_dict_observation_key_by_key(rows):
     space = OBSERVATIONS["dict"]
-    values = batch_of(space, 4)
+    values = batch_of(space, rows)
     decoded = ObsDecoder(space)(torch.from_numpy(ObsContract(space).pack(values)))
     for key, value in values.items():
         assert decoded[key].dtype == torch.from_numpy(value).dtype and torch.equal(decoded[key], torch.from_numpy(value))

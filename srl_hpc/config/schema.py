@@ -51,6 +51,9 @@ class EnvConfig:
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     atari: Optional[AtariConfig] = None  # set (even to {}) for ALE/* ids: standard preprocessing
     backend: EnvBackend = "auto"  # how an actor steps its envs (srl_hpc/envs/backends.py)
+    # the env's info carries the legal actions ("action_mask", as gymnasium's Taxi): they join the observation
+    # as a Dict key, so the policy masks the others (srl_hpc/envs/action_masks.py; the sync backend)
+    action_mask_from_info: bool = False
 
     @property
     def frames_per_step(self) -> int:

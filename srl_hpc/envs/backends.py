@@ -26,6 +26,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
 from srl_hpc.envs import agents, pool
+from srl_hpc.envs.action_masks import MaskFromInfo
 from srl_hpc.dotted import load_object
 
 
@@ -40,6 +41,11 @@ def first_seed(seed: int, num_envs: int) -> int:
 
 def make_env(env_cfg) -> gymnasium.Env:
     """One env, with the gymnasium wrappers (the sync backend's slot)."""
+    env = _make_env(env_cfg)
+    return MaskFromInfo(env) if env_cfg.action_mask_from_info else env
+
+
+def _make_env(env_cfg) -> gymnasium.Env:
     if is_factory(env_cfg.id):
         return load_object(env_cfg.id)(**env_cfg.kwargs)
     if env_cfg.atari is not None:
@@ -84,6 +90,10 @@ def make_env_teams(env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]],
 def resolve_backend(env_cfg) -> str:
     """The backend `env.backend` means for this id; a clear error when the asked one cannot serve it."""
     backend = env_cfg.backend
+    if env_cfg.action_mask_from_info:
+        if backend not in ("auto", "sync"):
+            raise ValueError(f"env.backend is {backend!r} but env.action_mask_from_info wraps each env: use 'sync' or 'auto'")
+        return "sync"
     if is_factory(env_cfg.id):
         if backend not in ("auto", "sync"):
             raise ValueError(f"env.backend is {backend!r} but env.id {env_cfg.id!r} is a factory; use 'sync' or 'auto'")

@@ -124,14 +124,14 @@ class ObsDecoder(nn.Module):
         if not self.fields:
             return obs
         lead = obs.shape[:-1]
-        return {key: obs[..., offset:offset + size].contiguous().view(dtype).reshape(*lead, *shape)
+        return {key: obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format).view(dtype).reshape(*lead, *shape)
                 for key, dtype, shape, offset, size in self.fields}
 
     def mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The observation's action mask, if it has one."""
         for key, dtype, shape, offset, size in self.fields:
             if key == ACTION_MASK:
-                return obs[..., offset:offset + size].contiguous().view(dtype).reshape(*obs.shape[:-1], *shape)
+                return obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format).view(dtype).reshape(*obs.shape[:-1], *shape)
         return None
 
 
@@ -139,9 +139,20 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype)).dtype
 
 
+class OneHot(nn.Module):
+    """A Discrete entry (an index) as n floats, one of them 1, for the MLP after it."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(index.long(), self.n).float()
+
+
 class DictTorso(nn.Module):
     """A Dict observation: an encoder per key (NatureCNN for image keys, uint8 of 3 dimensions; an MLP
-    otherwise), their features concatenated. The action mask is not an input."""
+    otherwise, on a one-hot Discrete entry), their features concatenated. The action mask is not an input."""
 
     def __init__(self, obs_space: gymnasium.spaces.Dict, hidden_sizes: tuple[int, ...], normalize: bool):
         super().__init__()
@@ -150,9 +161,13 @@ class DictTorso(nn.Module):
         for key, sub in obs_space.spaces.items():
             if key == ACTION_MASK:
                 continue
-            image = sub.dtype == np.uint8 and len(sub.shape) == 3
-            self.encoders[key] = NatureCNN(tuple(sub.shape)) if image else MLP(
-                int(np.prod(sub.shape)), hidden_sizes, normalize)
+            if isinstance(sub, gymnasium.spaces.Discrete):
+                self.encoders[key] = nn.Sequential(OneHot(int(sub.n)), MLP(int(sub.n), hidden_sizes))
+                self.encoders[key].width = self.encoders[key][1].width
+            elif sub.dtype == np.uint8 and len(sub.shape) == 3:  # an image
+                self.encoders[key] = NatureCNN(tuple(sub.shape))
+            else:
+                self.encoders[key] = MLP(int(np.prod(sub.shape)), hidden_sizes, normalize)
         self.width = sum(e.width for e in self.encoders.values())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
