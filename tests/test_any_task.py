@@ -101,3 +101,29 @@ def test_a_mask_in_the_envs_info_joins_the_observation_and_only_legal_moves_are_
         obs, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             obs, _ = env.reset()
+
+
+@pytest.mark.parametrize("names, overrides", [
+    (("tictactoe_masked_ppo",), ("workers.placement=impala", "workers.policy.count=0")),
+    (("pendulum_ppo",), ("workers.placement=seed", "workers.policy.count=0")),
+    (("pendulum_ppo", "tictactoe_masked_ppo"), ("workers.actor.inference_transport=zmq",)),
+], ids=["impala", "seed", "zmq"])  # (the srl placement over shared memory: the tests above)
+def test_box_actions_and_masked_dict_observations_run_in_every_placement_and_transport(tmp_path, names, overrides):
+    for name in names:
+        summary = launch(name, tmp_path / name, *overrides, "stop.target_return=null", "stop.wall_time=6")
+        assert summary["policy_version"] > 1 and summary["episodes"] > 0, name
+
+
+def test_data_parallel_trainers_merge_their_observation_statistics_and_stay_identical(tmp_path):
+    import torch
+
+    from srl_hpc.trace.reader import read_run
+
+    run_dir = tmp_path / "run"
+    summary = launch("pendulum_ppo", run_dir, "workers.trainer.count=2", "stop.target_return=null", "stop.wall_time=10")
+    trace = {w.name: w for w in read_run(run_dir).workers}
+    checksums = [trace[t].table("final_parameters")["checksum"][0] for t in ("trainer/0", "trainer/1")]
+    assert checksums[0] == checksums[1]  # weights and statistics, bit for bit
+    model = torch.load(run_dir / "checkpoints" / "latest.pt", map_location="cpu")["model"]
+    # every observation either trainer trained on, once: the statistics of all the data
+    assert model["torso.normalize.count"].item() == model["critic_torso.normalize.count"].item() == summary["frames_consumed"]
