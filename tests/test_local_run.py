@@ -409,8 +409,7 @@ def fuzz_ports(experiment) -> dict[str, Port]:
     from srl_hpc.config import loader
     from srl_hpc.graph import build
     from srl_hpc.envs.backends import spaces
-    from srl_hpc.handlers.buffer import priorities_layout
-    from srl_hpc.streams.contract import Contract
+    from srl_hpc.streams.contract import Contract, priorities_layout
     from srl_hpc.streams.control import is_event
 
     exp = loader.load(experiment)

@@ -24,15 +24,10 @@ from srl_hpc.algorithms import HIDDEN, reads_global_state, spec
 from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.streams import endpoints, inference, unix, wire
-from srl_hpc.streams.contract import Contract
+from srl_hpc.streams.contract import Contract, segment_frames
 from srl_hpc.streams.credits import GatedProducer
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient, shm_name
 from srl_hpc.streams.samples import SampleProducer
-
-
-def segment_frames(segment: dict, frames_per_step: int) -> int:
-    """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
-    return int(segment["valid"].sum()) * frames_per_step
 
 
 class RingGroup:

@@ -32,22 +32,14 @@ from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.handlers import Handler
 from srl_hpc.algorithms import HIDDEN, spec
 from srl_hpc.envs.backends import agent_count, spaces
-from srl_hpc.handlers.actor import segment_frames
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.contract import Contract
-from srl_hpc.streams.layout import BATCH, Layout, integer, within
+from srl_hpc.streams.contract import Contract, priorities_layout, segment_frames
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
 REPLAYED_STEPS = ("obs", "actions", "rewards", "dones", "terminated", "valid")  # each step of a recurrent sequence
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
-
-
-def priorities_layout(capacity: int) -> Layout:
-    """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
-    return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
-                  {"incarnation": integer()}, values=within("indices", 0, capacity))
 
 
 def team_steps(seg: dict[str, np.ndarray], agents: int, actor: str) -> dict[str, np.ndarray]:

@@ -31,11 +31,10 @@ from torch.nn.parallel import DistributedDataParallel
 from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.handlers.actor import segment_frames
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import LATEST, ParameterPublisher
 from srl_hpc.streams import endpoints, wire
-from srl_hpc.streams.contract import Contract
+from srl_hpc.streams.contract import Contract, segment_frames
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
 from srl_hpc.worker import POLL_MS

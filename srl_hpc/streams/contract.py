@@ -23,7 +23,7 @@ import gymnasium
 import numpy as np
 
 from srl_hpc.algorithms import HIDDEN, AlgorithmSpec
-from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of
+from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, within
 
 ACTION_MASK = "action_mask"  # a Dict observation's key: 1 where the action may be chosen
 BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
@@ -198,3 +198,14 @@ class Contract:
         if versions is not None and versions.size and (int(versions.min()) < 0 or int(versions.max()) >= 2 ** 62):
             return False
         return self.action.valid(arrays["actions"])
+
+
+def segment_frames(segment: dict, frames_per_step: int) -> int:
+    """Env frames in segments: their valid steps (an auto-reset step is not a transition) x frame skip."""
+    return int(segment["valid"].sum()) * frames_per_step
+
+
+def priorities_layout(capacity: int) -> Layout:
+    """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
+    return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
+                  {"incarnation": integer()}, values=within("indices", 0, capacity))
