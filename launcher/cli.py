@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import signal
@@ -12,10 +13,11 @@ from launcher import doctor, local, plan, runs, slurm, status, sweep
 from srl_hpc import config, graph as wiring
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
+from srl_hpc import __version__
 from srl_hpc.rundir import RunDir
 
 USAGE = """\
-srl-launch EXPERIMENT.yaml [options]        run every worker on this machine (local mode)
+srl-launch [run] EXPERIMENT.yaml [options]  run every worker on this machine (local mode)
 srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
@@ -28,7 +30,8 @@ srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the c
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
 srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
-srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play"""
+srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play
+srl-launch --version                        the installed version"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -329,17 +332,36 @@ COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # a usage error: what to type, on stderr
+        print(_run_parser().format_help(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(_run_parser().format_help())
+        return 0
+    if argv[0] == "--version":
+        print(f"srl-launch {__version__}")
         return 0
     try:
         if argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
+        if argv[0] == "run":
+            return cmd_run(argv[1:])
+        _refuse_unknown_command(argv[0])
         return cmd_run(argv)
     except (config.ConfigError, plan.PlanError, slurm.SlurmError, UsageError, local.TooBigForThisMachine,
             FileExistsError, FileNotFoundError) as e:
         print(f"srl-launch: {e}", file=sys.stderr)
         return 2
+
+
+def _refuse_unknown_command(word: str) -> None:
+    """A first word that is neither a command nor a file that exists, but close to a command (`valdate`), is a
+    typo: say so, instead of reading it as an experiment file that is not there."""
+    if Path(word).exists() or word.startswith("-") or word.endswith((".yaml", ".yml")):
+        return
+    close = difflib.get_close_matches(word, [*COMMANDS, "run"], n=1, cutoff=0.6)
+    if close:
+        raise UsageError(f"unknown command {word!r}; did you mean {close[0]!r}? (srl-launch --help lists them)")
 
 
 if __name__ == "__main__":

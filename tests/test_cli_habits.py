@@ -1,0 +1,28 @@
+"""srl-launch's habits: --version, a mistyped command named with its correction, usage errors on stderr
+with exit code 2, `run` as an explicit subcommand."""
+from launcher import cli
+from srl_hpc import __version__
+
+
+def test_version_is_the_packages(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"srl-launch {__version__}"
+
+
+def test_a_mistyped_command_is_named_with_its_correction(capsys):
+    assert cli.main(["valdate", "x.yaml"]) == 2
+    assert "unknown command 'valdate'; did you mean 'validate'?" in capsys.readouterr().err
+    assert cli.main(["statsu", "runs/x"]) == 2
+    assert "did you mean 'status'?" in capsys.readouterr().err
+
+
+def test_no_arguments_is_a_usage_error_on_stderr(capsys):
+    assert cli.main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "usage: srl-launch" in out.err
+
+
+def test_run_is_an_explicit_subcommand_too(capsys, tmp_path):
+    missing = tmp_path / "missing.yaml"
+    assert cli.main(["run", str(missing)]) == cli.main([str(missing)]) == 2
+    assert capsys.readouterr().err.count("cannot read") == 2
