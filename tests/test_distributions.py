@@ -85,3 +85,22 @@ def test_rewards_are_scaled_by_the_deviation_of_the_discounted_return_and_clippe
     scale.update(moments(returns))
     assert scale.scale(np.array([-np.sqrt(500.0)]))[0] == pytest.approx(-1.0)
     assert scale.scale(np.array([-1e6]))[0] == -10.0
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_policy_workers_engine_keeps_the_published_statistics_exact_in_any_precision(bf16):
+    from conftest import ROOT
+    from srl_hpc import config
+    from srl_hpc.algorithms import ppo
+    from srl_hpc.envs.backends import spaces
+    from srl_hpc.handlers.policy import InferenceEngine
+    from srl_hpc.models import build_model, load_arrays, state_arrays
+
+    exp = config.load(ROOT / "experiments" / "pendulum_ppo.yaml")
+    trained = build_model(exp, *spaces(exp.env))
+    trained.torso.normalize.merge(moments(torch.tensor([[1000.1, -3.0, 0.5], [1000.3, 5.0, 0.25]], dtype=torch.float64)))
+    engine = InferenceEngine(build_model(exp, *spaces(exp.env)), ppo.act, torch.device("cpu"), seed=0, bf16=bf16)
+    load_arrays(engine.model, state_arrays(trained))  # as a policy worker loads what the trainer published
+    for name in ("mean", "var", "count"):
+        ours, theirs = getattr(engine.model.torso.normalize, name), getattr(trained.torso.normalize, name)
+        assert ours.dtype == torch.float64 and torch.equal(ours, theirs), name

@@ -17,6 +17,7 @@ from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
+from srl_hpc.models.normalization import exact_statistics
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.contract import Contract
@@ -32,7 +33,7 @@ class InferenceEngine:
     def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False):
         # bf16: weights converted once (published fp32 weights are converted as they load): NatureCNN batches
         # of 8-32 run 1.6-1.85x faster on an avx512_bf16 CPU; autocast, which converts on every call, 1.3-1.6x
-        self.model = model.to(device, torch.bfloat16 if bf16 else torch.float32).eval()
+        self.model = exact_statistics(model.to(device, torch.bfloat16 if bf16 else torch.float32)).eval()
         self.act = act
         self.device = device
         self.version = 0  # the seed-identical initial weights are version 0 everywhere

@@ -59,9 +59,10 @@ class MLP(nn.Module):
         self.width = width
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(self.linears[0].weight.dtype).flatten(1)  # (bf16 when an engine runs in bf16)
+        x = obs.flatten(1)
         if self.normalize is not None:
-            x = self.normalize(x)
+            x = self.normalize(x.float())  # in fp32 whatever the model's precision
+        x = x.to(self.linears[0].weight.dtype)  # (bf16 when an engine runs in bf16)
         for layer in self.linears:
             x = torch.tanh(nn.functional.linear(x, layer.weight, layer.bias))
         return x

@@ -48,7 +48,7 @@ class RunningMeanStd(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.collecting:
             self.merge(all_reduced(moments(x.reshape(-1, x.shape[-1]))))
-        mean, std = self.mean.to(x.dtype), (self.var + EPSILON).sqrt().to(x.dtype)
+        mean, std = self.mean.to(x.dtype), (self.var.double() + EPSILON).sqrt().to(x.dtype)
         return ((x - mean) / std).clamp(-CLIP, CLIP)
 
     @torch.no_grad()
@@ -66,6 +66,15 @@ class RunningMeanStd(nn.Module):
         self.mean.copy_(self.mean + delta * n / count)
         self.var.copy_(m2 / count)
         self.count.copy_(count)
+
+
+def exact_statistics(model: nn.Module) -> nn.Module:
+    """The model with its statistics back in float64 after a conversion of the whole model (an inference
+    engine's to bf16 or fp32), so that it normalises as the trainer does."""
+    for m in model.modules():
+        if isinstance(m, RunningMeanStd):
+            m.double()
+    return model
 
 
 @contextlib.contextmanager
