@@ -22,9 +22,9 @@ srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm j
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
 srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
-srl-launch validate EXPERIMENT.yaml         check a file; run nothing
+srl-launch validate EXPERIMENT.yaml...      check files (--seed, --set as for a run); run nothing
 srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
-srl-launch graph EXPERIMENT.yaml            print the workers, their handlers and het groups, and the streams
+srl-launch graph EXPERIMENT.yaml...         print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
@@ -173,23 +173,32 @@ def cmd_validate(argv) -> int:
     p = argparse.ArgumentParser(prog="srl-launch validate",
                                 description="Check an experiment file, and its algorithm against the env's spaces "
                                             "(built once here); run nothing.")
-    p.add_argument("experiment", type=Path)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field before checking, as when running (repeatable)")
+    p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
+    _overrides(p)
     args = p.parse_args(argv)
-    _checked_experiment(args)
-    print(f"{args.experiment}: ok")
+    for path in args.experiments:
+        _checked_experiment(argparse.Namespace(**vars(args), experiment=path))
+        print(f"{path}: ok")
     return 0
 
 
 def cmd_graph(argv) -> int:
     p = argparse.ArgumentParser(prog="srl-launch graph",
                                 description="Print an experiment's workers, task handlers, het groups and streams.")
-    p.add_argument("experiment", type=Path)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
+    _overrides(p)
     args = p.parse_args(argv)
-    print(wiring.describe(wiring.build(_experiment(args))))
+    for i, path in enumerate(args.experiments):
+        header = f"# {path}\n" if len(args.experiments) > 1 else ""
+        print(("\n" if i else "") + header + wiring.describe(wiring.build(_experiment(argparse.Namespace(**vars(args), experiment=path)))))
     return 0
+
+
+def _overrides(p: argparse.ArgumentParser) -> None:
+    """--seed and --set, meaning what they mean for a run."""
+    p.add_argument("--seed", type=int, help="override the experiment's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, as when running (repeatable)")
 
 
 def cmd_status(argv) -> int:

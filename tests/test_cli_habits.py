@@ -26,3 +26,16 @@ def test_run_is_an_explicit_subcommand_too(capsys, tmp_path):
     missing = tmp_path / "missing.yaml"
     assert cli.main(["run", str(missing)]) == cli.main([str(missing)]) == 2
     assert capsys.readouterr().err.count("cannot read") == 2
+
+
+def test_validate_and_graph_take_several_files_and_the_runs_seed_and_overrides(capsys):
+    from conftest import ROOT
+
+    files = [str(ROOT / "experiments" / name) for name in ("cartpole_ppo.yaml", "cartpole_dqn.yaml")]
+    assert cli.main(["validate", *files, "--seed", "3", "--set", "workers.actor.count=3"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{f}: ok" for f in files]
+    assert cli.main(["graph", *files, "--seed", "3", "--set", "workers.actor.count=3"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("# ")] == [f"# {f}" for f in files]
+    assert out.count("actor/2 ") == 2  # both graphs with three actors
+    assert cli.main(["validate", files[0], "--set", "workers.actor.count=0"]) == 2
