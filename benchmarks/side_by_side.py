@@ -5,6 +5,7 @@ and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians a
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --systems ours,ours-impala,ours-sync,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,ours-bf16,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env pong --systems ours,ours@28f88e3,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env halfcheetah --seconds 60 --repeats 3 --systems ours,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --metric time-to-target --seeds 1,2,3,4,5 --systems ours,sample_factory,rllib
 
@@ -45,6 +46,18 @@ value and policy heads each get their own 512 layer on Pong (ours and Sample Fac
 RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
 gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop starts) and a stack of
 4, not RLlib's own 64x64 Atari wrapper.
+
+HalfCheetah (--env halfcheetah: Box actions, experiments/halfcheetah_ppo.yaml): 2 workers x 4 envs, rollout
+256, batch 2048, 10 epochs of minibatch 64, lr 3e-4 (constant for all three), MLP 64-64 tanh with a separate
+critic, a Gaussian policy with a state-independent log-std, gamma 0.99, lambda 0.95, clip 0.2, entropy 0,
+value coefficient 0.5, grad-norm clip 0.5, and two settings on for all three: observation normalisation
+(ours: algorithm.normalize_observations, running statistics the trainer keeps and publishes with the weights;
+Sample Factory: --normalize_input=True; RLlib: the MeanStdFilter env-to-module connector) and reward scaling
+(ours: algorithm.scale_rewards; Sample Factory: --normalize_returns=True; RLlib: gymnasium's NormalizeReward
+wrapper on each env). mujoco 3.3.0 everywhere; Sample Factory's gymnasium 0.29.1 registers HalfCheetah-v4,
+not -v5 (the same model, reward and frame skip). Frames are agent steps (each is 5 MuJoCo physics steps,
+not counted). Not matched: value-loss clipping (see MATCHING). Sample Factory runs a rollout of 64 (its
+minibatches are whole trajectories, so its rollout may not exceed the minibatch of 64; the batch stays 2048).
 
 --metric time-to-target (CartPole): each system runs once per seed (--seeds; seed order outer, systems
 inner) until the mean return of its last 20 episodes reaches 475 (--target-return, --return-window),
@@ -101,15 +114,36 @@ SETTINGS = {
     "cartpole": dict(experiment="experiments/cartpole_ppo.yaml", num_workers=2, envs_per_worker=16, rollout=64,
                      batch_size=2048, epochs=4, minibatch_size=512, hidden=[64, 64], lr=1e-3, gamma=0.99,
                      gae_lambda=0.95, clip=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
-                     separate_critic=False),
+                     separate_critic=False, normalize_observations=False, scale_rewards=False),
     "pong": dict(experiment="experiments/atari_pong_ppo.yaml", num_workers=2, envs_per_worker=8, rollout=128,
                  batch_size=2048, epochs=4, minibatch_size=512, hidden=None, lr=2.5e-4, gamma=0.99,
                  gae_lambda=0.95, clip=0.1, entropy_coef=0.01, value_coef=0.5, max_grad_norm=0.5,
-                 separate_critic=False),
+                 separate_critic=False, normalize_observations=False, scale_rewards=False),
+    # The standard continuous-control PPO recipe (CleanRL's, SB3's) of experiments/halfcheetah_ppo.yaml, with
+    # a constant lr (the baselines do not anneal it the same way) and 2 workers x 4 envs x 256 steps = 2048.
+    "halfcheetah": dict(experiment="experiments/halfcheetah_ppo.yaml", num_workers=2, envs_per_worker=4, rollout=256,
+                        batch_size=2048, epochs=10, minibatch_size=64, hidden=[64, 64], lr=3e-4, gamma=0.99,
+                        gae_lambda=0.95, clip=0.2, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+                        separate_critic=True, normalize_observations=True, scale_rewards=True),
 }
 TARGETS = {"cartpole": 475.0}  # time-to-target: mean return over the last --return-window episodes
 NETWORK = {"cartpole": "MLP {hidden} tanh",
-           "pong": "NatureCNN (32x8/4, 64x4/2, 64x3/1) + fc 512, ReLU"}
+           "pong": "NatureCNN (32x8/4, 64x4/2, 64x3/1) + fc 512, ReLU",
+           "halfcheetah": "MLP {hidden} tanh, Gaussian policy with a state-independent log-std"}
+MATCHING = {  # what the "matching" note of the JSON says about each env
+    "cartpole": "CartPole-v1, same MLP for all three",
+    "pong": "same ALE/Pong-v5 84x84 gray, skip 4 max-pool, stack 4 preprocessing for all three (not RLlib's 64x64 "
+            "wrapper); RLlib has separate 512 heads for pi and vf",
+    "halfcheetah": "HalfCheetah-v5 (Sample Factory: -v4 under its gymnasium 0.29.1, the same model, reward and frame "
+                   "skip), mujoco 3.3.0 for all three; frames = agent steps (MuJoCo's 5 physics steps per agent step "
+                   "not counted); Box actions, Gaussian with a state-independent log-std, actions clipped to the "
+                   "bounds; MLP 64-64 tanh for the policy and a separate one for the critic; observations normalised "
+                   "by running mean/std (ours: trainer statistics; SF: normalize_input; RLlib: MeanStdFilter "
+                   "connector) and rewards scaled by a running std of the discounted return (ours: scale_rewards; "
+                   "SF: normalize_returns, the return targets themselves; RLlib: gymnasium's NormalizeReward per "
+                   "env); value-loss clipping not matched (ours: clipped at clip_coef; SF: ppo_clip_value 1.0 on "
+                   "normalised returns; RLlib: vf_clip_param 10 on the squared error)",
+}
 
 
 def network_of(env: str, s: dict) -> str:
@@ -132,6 +166,9 @@ def our_overrides(s: dict) -> list[str]:
         out.append(f"model.hidden_sizes=[{','.join(map(str, s['hidden']))}]")
     if s["separate_critic"]:  # the experiments share the torso by default (and ours@REV before it lack the key)
         out.append("model.separate_critic=true")
+    for key in ("normalize_observations", "scale_rewards"):  # likewise: only when on (older revisions lack them)
+        if s[key]:
+            out.append(f"algorithm.{key}=true")
     return out
 
 
@@ -146,6 +183,10 @@ def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
         args += ["--hidden", *map(str, s["hidden"])]
     if s["separate_critic"]:
         args.append("--separate-critic")
+    if s["normalize_observations"]:
+        args.append("--normalize-observations")
+    if s["scale_rewards"]:
+        args.append("--scale-rewards")
     return args
 
 
@@ -350,7 +391,7 @@ def main(argv=None) -> int:
         p.add_argument("--" + key.replace("_", "-"), type=int, help="override the matched setting")
     for key in ("lr", "gamma", "gae_lambda", "clip", "entropy_coef", "value_coef", "max_grad_norm"):
         p.add_argument("--" + key.replace("_", "-"), type=float, help="override the matched setting")
-    p.add_argument("--hidden", type=int, nargs="+", help="override the MLP widths (cartpole)")
+    p.add_argument("--hidden", type=int, nargs="+", help="override the MLP widths (cartpole, halfcheetah)")
     p.add_argument("--separate-critic", action="store_true", default=None,
                    help="every system's value head gets a torso of its own (default: shared with the policy)")
     args = p.parse_args(argv)
@@ -370,7 +411,7 @@ def main(argv=None) -> int:
     warmup = args.warmup if args.warmup is not None else min(10.0, args.seconds / 4)
     network = network_of(args.env, s)
     if args.show_settings:
-        print(json.dumps({"env": args.env, "settings": s, "network": network}, indent=1))
+        print(json.dumps({"env": args.env, "settings": s, "network": network, "matching": MATCHING[args.env]}, indent=1))
         for system in OURS:
             print(f"{system}: --set " + " --set ".join(our_overrides(s) + OURS[system] + args.set)
                   + f"  ({s['experiment']})")
@@ -413,10 +454,9 @@ def main(argv=None) -> int:
               "settings": s, "network": network, "systems": {}, "ratios": {}, "ratios_per_repeat": {},
               "notes": {"frames": "env frames consumed by the learner per second over the steady part of each run; "
                                   "Atari frames = agent steps x 4",
-                        "matching": "SF: APPO async, no V-trace/RNN/normalisation; RLlib: sync PPO (new API stack); "
-                                    + ("same ALE/Pong-v5 84x84 gray, skip 4 max-pool, stack 4 preprocessing for all "
-                                       "three (not RLlib's 64x64 wrapper); RLlib has separate 512 heads for pi and vf"
-                                       if args.env == "pong" else "CartPole-v1, same MLP for all three")}}
+                        "matching": "SF: APPO async, no V-trace/RNN"
+                                    + ("" if s["normalize_observations"] else "/normalisation")
+                                    + "; RLlib: sync PPO (new API stack); " + MATCHING[args.env]}}
     for system, rs in runs.items():
         result["systems"][system] = {"median_training_fps": median(r.get("training_fps") for r in rs),
                                      "median_sampling_fps": median(r.get("sampling_fps") for r in rs), "runs": rs}

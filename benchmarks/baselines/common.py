@@ -14,8 +14,10 @@ import signal
 import sys
 import time
 
-ENVS = ("cartpole", "pong")
-FRAME_SKIP = {"cartpole": 1, "pong": 4}  # env frames per agent step (Atari frames = agent steps x 4)
+ENVS = ("cartpole", "pong", "halfcheetah")
+# env frames per agent step (Atari frames = agent steps x 4; a HalfCheetah frame is an agent step, whose 5
+# MuJoCo physics steps are not counted)
+FRAME_SKIP = {"cartpole": 1, "pong": 4, "halfcheetah": 1}
 
 
 def add_matched_args(p: argparse.ArgumentParser) -> None:
@@ -28,9 +30,13 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=2048, help="agent steps per training batch")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--minibatch-size", type=int, default=512, help="agent steps per SGD minibatch")
-    p.add_argument("--hidden", type=int, nargs="+", default=[64, 64], help="MLP widths (cartpole)")
+    p.add_argument("--hidden", type=int, nargs="+", default=[64, 64], help="MLP widths (cartpole, halfcheetah)")
     p.add_argument("--separate-critic", action="store_true",
                    help="the value head over a torso of its own (default: one torso shared with the policy)")
+    p.add_argument("--normalize-observations", action="store_true",
+                   help="normalise observations by running mean/std (each runner says by what)")
+    p.add_argument("--scale-rewards", action="store_true",
+                   help="scale rewards by a running std of the discounted return (each runner says by what)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--gae-lambda", type=float, default=0.95)

@@ -33,6 +33,20 @@ with NatureCNN convolutions (32x8/4, 64x4/2, 64x3/1, valid padding) and a 512 Re
 policy and one for the value (RLlib keeps the two heads separate; the encoder is shared). This is
 our preprocessing, not RLlib's own Atari wrapper (which uses 64x64 frames). Float observations are
 4x the bytes of our uint8 ones between RLlib's env runners and its learner.
+
+HalfCheetah (--env halfcheetah, Box actions): HalfCheetah-v5 (gymnasium 1.2.2, mujoco 3.3.0), registered as
+sbs_halfcheetah; an MLP fcnet_hiddens --hidden (64 64) tanh for the policy and, with --separate-critic,
+vf_share_layers=False (a 64-64 tanh encoder of its own for the value); a diagonal Gaussian whose log-std is
+a free parameter, not an output (free_log_std=True: state-independent, as ours and Sample Factory's);
+RLlib's default normalize_actions=True, which maps the sample from [-1, 1] onto the bounds (here [-1, 1]) and
+clips it there. --normalize-observations: the MeanStdFilter env-to-module connector (RLlib's running
+mean/std of the observations, kept by each env runner and merged across them after every iteration; the
+new API stack's replacement of observation_filter="MeanStdFilter"). --scale-rewards: gymnasium's
+NormalizeReward(gamma) around each env (rewards divided by a running std of that env's discounted
+return; RLlib has no reward scaling of its own). PPO's value loss keeps RLlib's vf_clip_param (10, on the
+squared error) and use_kl_loss is off. A frame is an agent step. RLlib's learner takes 10 epochs x 32
+minibatches of 64 per 2,048-step iteration, so an iteration is long (several seconds here) and a 60 s window
+holds few of them: its figure rests on few counter samples.
 """
 from __future__ import annotations
 
@@ -64,6 +78,23 @@ def make_pong(env_config=None):
     space = gym.spaces.Box(0.0, 1.0, (84, 84, 4), np.float32)
     return gym.wrappers.TransformObservation(
         env, lambda o: np.moveaxis(o, 0, -1).astype(np.float32) * np.float32(1 / 255), space)
+
+
+def make_halfcheetah(env_config=None):
+    """HalfCheetah-v5 (mujoco 3.3.0), rewards scaled by gymnasium's NormalizeReward when asked (--scale-rewards):
+    each reward divided by a running std of this env's discounted return, as our scale_rewards does per batch."""
+    import gymnasium as gym
+    env = gym.make("HalfCheetah-v5")
+    if (env_config or {}).get("scale_rewards"):
+        env = gym.wrappers.NormalizeReward(env, gamma=env_config["gamma"])
+    return env
+
+
+def obs_filter(*_args, **_kwargs):
+    """The env-to-module connector that normalises observations (RLlib's running mean/std filter, its
+    statistics merged across env runners after each iteration)."""
+    from ray.rllib.connectors.env_to_module import MeanStdFilter
+    return MeanStdFilter()
 
 
 def lifetime(result: dict, key: str):
@@ -99,10 +130,18 @@ def main(argv=None) -> int:
              configure_logging=True, logging_level="ERROR")
     algo = None
     try:
+        env_config = {}
         if args.env == "cartpole":
             env = "CartPole-v1"
             model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh",
                                        vf_share_layers=not args.separate_critic)
+        elif args.env == "halfcheetah":
+            env = "sbs_halfcheetah"
+            register_env(env, make_halfcheetah)
+            env_config = {"scale_rewards": args.scale_rewards, "gamma": args.gamma}
+            # free_log_std: a state-independent log-std (as ours and Sample Factory's adaptive_stddev=False)
+            model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh",
+                                       vf_share_layers=not args.separate_critic, free_log_std=True)
         else:
             env = "sbs_pong"
             register_env(env, make_pong)
@@ -111,10 +150,11 @@ def main(argv=None) -> int:
                 head_fcnet_hiddens=[512], head_fcnet_activation="relu", vf_share_layers=not args.separate_critic)
         config = (
             PPOConfig()
-            .environment(env)
+            .environment(env, env_config=env_config)
             .framework("torch")
             .env_runners(num_env_runners=args.num_workers, num_envs_per_env_runner=args.envs_per_worker,
-                         rollout_fragment_length=args.rollout, num_cpus_per_env_runner=1)
+                         rollout_fragment_length=args.rollout, num_cpus_per_env_runner=1,
+                         **({"env_to_module_connector": obs_filter} if args.normalize_observations else {}))
             .learners(num_learners=0)
             .training(train_batch_size_per_learner=args.batch_size, minibatch_size=args.minibatch_size,
                       num_epochs=args.epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
@@ -175,6 +215,12 @@ def main(argv=None) -> int:
     if args.env == "pong":
         notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
                   "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs")
+    if args.env == "halfcheetah":
+        notes += ("; HalfCheetah-v5, MLP fcnet_hiddens %s tanh, vf_share_layers=%s, free_log_std=True, "
+                  "normalize_actions (clipped to the bounds)%s%s" % (
+                      args.hidden, not args.separate_critic,
+                      ", MeanStdFilter connector" if args.normalize_observations else "",
+                      ", NormalizeReward(gamma) per env" if args.scale_rewards else ""))
     if args.target_return is not None:
         r.update(common.reached(progress, t0, args.target_return, args.return_window), startup_s=round(t0 - t_launch, 1))
     common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "work_dir": str(work)})

@@ -21,11 +21,27 @@ inference workers' processed observations (reported every few seconds, so coarse
 
 Settings: APPO, asynchronous (--async_rl True, the default; --sync for synchronous PPO, which needs
 workers x envs x rollout == batch), no V-trace, no RNN (recurrence 1), no input or return
-normalisation, shared actor-critic weights (--separate-critic: not shared), double-buffered sampling (worker_num_splits 2), one
+normalisation (unless --normalize-observations / --scale-rewards), shared actor-critic weights (--separate-critic: not shared), double-buffered sampling (worker_num_splits 2), one
 inference worker, CPU. Sample Factory's batch_size is the minibatch; num_batches_per_epoch = batch /
 minibatch. Envs: CartPole-v1 with an MLP (tanh); ALE/Pong-v5 (sticky actions) + gymnasium
 AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, 30 noop starts) + frame stack 4 with
 Sample Factory's convnet_atari encoder (NatureCNN convs) and a 512 fc layer, ReLU.
+
+HalfCheetah (--env halfcheetah, Box actions), as Sample Factory's own sf_examples/mujoco sets it up where the
+matched settings leave it free: HalfCheetah-v4 (gymnasium 0.29.1, the newest Sample Factory 2.1.1 accepts,
+registers no -v5; -v4 runs the same model, reward and frame skip under mujoco 3.3.0), wrapped in
+gymnasium's ClipAction (Sample Factory passes the Gaussian's samples on unclipped; ours clips them); the
+encoder an MLP --hidden (64 64) tanh, separate actor and critic weights (--separate-critic ->
+--actor_critic_share_weights=False), a Gaussian action head with a state-independent learned std
+(--adaptive_stddev=False, initial std 1, no tanh squashing: --continuous_tanh_scale=0),
+--policy_initialization=torch_default; --normalize-observations -> --normalize_input=True (running mean/std
+of the observations, in the learner's model, updated from each training batch); --scale-rewards ->
+--normalize_returns=True (running mean/std normalisation of the discounted returns the value head is trained
+on: Sample Factory's way of scaling rewards, not a reward wrapper). No reward clipping or scaling beyond that
+(reward_scale 1). Value-loss clipping stays Sample Factory's (--ppo_clip_value 1.0, on normalised returns);
+ours clips at clip_coef. A frame is an agent step. The rollout is 64, not 256: Sample Factory's minibatches
+are whole trajectories, so its rollout may not exceed the minibatch (64); see sf_rollout(). The batch stays
+2048 agent steps (32 trajectories of 64), trained on for 10 epochs of 32 minibatches of 64.
 """
 from __future__ import annotations
 
@@ -37,6 +53,7 @@ except ImportError:  # cartpole still works
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -56,6 +73,10 @@ def make_env(full_env_name, cfg=None, env_config=None, render_mode=None):
     import gymnasium as gym
     if full_env_name == "sbs_cartpole":
         return gym.make("CartPole-v1", render_mode=render_mode)
+    if full_env_name == "sbs_halfcheetah":  # gymnasium 0.29.1 has -v4; -v5 (gymnasium 1.x) has the same dynamics
+        env_id = "HalfCheetah-v5" if "HalfCheetah-v5" in gym.registry else "HalfCheetah-v4"
+        # Sample Factory hands the Gaussian's samples to the env as they are: clipped here, as ours clips them
+        return gym.wrappers.ClipAction(gym.make(env_id, render_mode=render_mode))
     if full_env_name == "sbs_pong":
         from sample_factory.envs.env_wrappers import NumpyObsWrapper
         env = gym.make("ALE/Pong-v5", frameskip=1, render_mode=render_mode)  # v5: sticky actions 0.25
@@ -66,6 +87,13 @@ def make_env(full_env_name, cfg=None, env_config=None, render_mode=None):
     raise ValueError(full_env_name)
 
 
+def sf_rollout(args) -> int:
+    """Sample Factory builds minibatches from whole trajectories (batch_size // rollout of them): a minibatch
+    smaller than the rollout would hold none, and its learner then skips every batch as invalid. So the
+    rollout is cut to the largest length that divides both (HalfCheetah: 256 -> 64, minibatch 64)."""
+    return args.rollout if args.minibatch_size % args.rollout == 0 else math.gcd(args.rollout, args.minibatch_size)
+
+
 def sf_argv(args, train_dir: str) -> list[str]:
     n_mb = args.batch_size // args.minibatch_size
     argv = [
@@ -73,18 +101,22 @@ def sf_argv(args, train_dir: str) -> list[str]:
         "--device=cpu", f"--async_rl={not args.sync}", "--serial_mode=False", "--restart_behavior=overwrite",
         f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.envs_per_worker}",
         f"--worker_num_splits={2 if args.envs_per_worker % 2 == 0 else 1}", "--policy_workers_per_policy=1",
-        f"--rollout={args.rollout}", "--recurrence=1", "--use_rnn=False", "--with_vtrace=False",
+        f"--rollout={sf_rollout(args)}", "--recurrence=1", "--use_rnn=False", "--with_vtrace=False",
         f"--batch_size={args.minibatch_size}", f"--num_batches_per_epoch={n_mb}", f"--num_epochs={args.epochs}",
         "--shuffle_minibatches=True", f"--learning_rate={args.lr}", "--lr_schedule=constant",
         f"--gamma={args.gamma}", f"--gae_lambda={args.gae_lambda}", f"--ppo_clip_ratio={args.clip}",
         f"--exploration_loss_coeff={args.entropy_coef}", f"--value_loss_coeff={args.value_coef}",
-        f"--max_grad_norm={args.max_grad_norm}", "--normalize_input=False", "--normalize_returns=False",
+        f"--max_grad_norm={args.max_grad_norm}", f"--normalize_input={args.normalize_observations}",
+        f"--normalize_returns={args.scale_rewards}",
         f"--actor_critic_share_weights={not args.separate_critic}", "--summaries_use_frameskip=False", "--decorrelate_experience_max_seconds=0",
         "--save_every_sec=1000000", "--save_best_every_sec=1000000", "--with_wandb=False",
         f"--seed={args.seed}", f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
     ]
     if args.env == "cartpole":
         argv += ["--encoder_mlp_layers", *map(str, args.hidden), "--nonlinearity=tanh", "--obs_scale=1.0"]
+    elif args.env == "halfcheetah":  # as sf_examples/mujoco: a state-independent log-std, torch's default init
+        argv += ["--encoder_mlp_layers", *map(str, args.hidden), "--nonlinearity=tanh", "--obs_scale=1.0",
+                 "--adaptive_stddev=False", "--policy_initialization=torch_default", "--continuous_tanh_scale=0"]
     else:
         argv += ["--encoder_conv_architecture=convnet_atari", "--encoder_conv_mlp_layers", "512",
                  "--nonlinearity=relu", "--obs_scale=255.0", "--env_frameskip=1", "--env_framestack=4"]
@@ -187,9 +219,15 @@ def parent(args) -> int:
         return 1
     r = common.rates(samples, start, args.warmup, end, common.FRAME_SKIP[args.env])
     mode = "sync PPO" if args.sync else "APPO async"
-    notes = (f"{mode}, no V-trace/RNN/normalisation; learner env-step counter sampled after each training "
+    notes = (f"{mode}, no V-trace/RNN" + ("" if args.normalize_observations else "/normalisation") + "; learner env-step counter sampled after each training "
              f"iteration, {r.pop('window')}; sampling = inference workers' observation counter; "
              f"start-up {start - t_launch:.1f}s not counted; {how}")
+    if sf_rollout(args) != args.rollout:
+        notes += f"; rollout {sf_rollout(args)} instead of {args.rollout} (its minibatches are whole trajectories)"
+    if args.env == "halfcheetah":
+        notes += (f"; HalfCheetah-v4 + ClipAction, MLP {args.hidden} tanh, share_weights={not args.separate_critic}, "
+                  f"adaptive_stddev=False, normalize_input={args.normalize_observations}, "
+                  f"normalize_returns={args.scale_rewards}")
     if args.env == "pong":
         notes += "; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), convnet_atari+fc512"
     if args.target_return is not None:

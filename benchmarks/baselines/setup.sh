@@ -4,9 +4,14 @@
 #   bash benchmarks/baselines/setup.sh            # both
 #   bash benchmarks/baselines/setup.sh rllib      # only one (sample_factory | rllib)
 #
-#   benchmarks/.venvs/sample_factory : sample-factory 2.1.1 (APPO), gymnasium 0.29.1, numpy 1.26.4,
-#                                      ale-py 0.9.0, opencv-python
-#   benchmarks/.venvs/rllib          : ray[rllib] 2.60.0, gymnasium 1.2.2, ale-py 0.12.1, opencv-python
+#   benchmarks/.venvs/sample_factory : sample-factory 2.1.1 (APPO), gymnasium[mujoco] 0.29.1, numpy 1.26.4,
+#                                      ale-py 0.9.0, opencv-python, mujoco 3.3.0
+#   benchmarks/.venvs/rllib          : ray[rllib] 2.60.0, gymnasium[mujoco] 1.2.2, ale-py 0.12.1, opencv-python,
+#                                      mujoco 3.3.0
+#
+# mujoco==3.3.0 is the version our own venv runs HalfCheetah with. gymnasium 0.29.1 (the newest Sample Factory
+# 2.1.1 accepts) registers HalfCheetah up to -v4, not -v5; its runner uses -v4 there (the same model, reward and
+# frame skip as -v5; see sample_factory_run.py).
 #
 # Both pin torch==2.13.0 (the CPU wheel on this machine's disk; any other version would download GBs of
 # CUDA wheels). Idempotent: a venv whose packages already import at the pinned versions is skipped.
@@ -20,20 +25,23 @@ torch_pin="torch==2.13.0"
 systems=("${@:-sample_factory rllib}")
 systems=(${systems[*]})
 
-sf_pkgs=("$torch_pin" "sample-factory==2.1.1" "gymnasium==0.29.1" "numpy==1.26.4" "ale-py==0.9.0" "opencv-python")
-sf_check='import sample_factory, torch, gymnasium, numpy, ale_py, cv2
+sf_pkgs=("$torch_pin" "sample-factory==2.1.1" "gymnasium[mujoco]==0.29.1" "numpy==1.26.4" "ale-py==0.9.0" "opencv-python"
+          "mujoco==3.3.0")
+sf_check='import sample_factory, torch, gymnasium, numpy, ale_py, cv2, mujoco
+assert mujoco.__version__ == "3.3.0", mujoco.__version__
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 assert gymnasium.__version__ == "0.29.1", gymnasium.__version__
 assert numpy.__version__ == "1.26.4", numpy.__version__
 print("sample_factory", getattr(sample_factory, "__version__", "2.1.1"), "torch", torch.__version__,
-      "gymnasium", gymnasium.__version__, "numpy", numpy.__version__, "ale_py", ale_py.__version__)'
+      "gymnasium", gymnasium.__version__, "numpy", numpy.__version__, "ale_py", ale_py.__version__, "mujoco", mujoco.__version__)'
 
-rl_pkgs=("$torch_pin" "ray[rllib]==2.60.0" "gymnasium==1.2.2" "ale-py==0.12.1" "opencv-python")
-rl_check='import ray, ray.rllib, torch, gymnasium, numpy, ale_py, cv2
+rl_pkgs=("$torch_pin" "ray[rllib]==2.60.0" "gymnasium[mujoco]==1.2.2" "ale-py==0.12.1" "opencv-python" "mujoco==3.3.0")
+rl_check='import ray, ray.rllib, torch, gymnasium, numpy, ale_py, cv2, mujoco
+assert mujoco.__version__ == "3.3.0", mujoco.__version__
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 assert ray.__version__ == "2.60.0", ray.__version__
 print("ray", ray.__version__, "torch", torch.__version__, "gymnasium", gymnasium.__version__,
-      "numpy", numpy.__version__, "ale_py", ale_py.__version__)'
+      "numpy", numpy.__version__, "ale_py", ale_py.__version__, "mujoco", mujoco.__version__)'
 
 setup_one() {  # name check pkgs...
     local name="$1" check="$2"; shift 2
