@@ -39,3 +39,13 @@ def test_validate_and_graph_take_several_files_and_the_runs_seed_and_overrides(c
     assert [line for line in out.splitlines() if line.startswith("# ")] == [f"# {f}" for f in files]
     assert out.count("actor/2 ") == 2  # both graphs with three actors
     assert cli.main(["validate", files[0], "--set", "workers.actor.count=0"]) == 2
+
+
+def test_switching_the_algorithm_with_set_starts_from_its_defaults():
+    from conftest import ROOT
+    from srl_hpc import config
+
+    exp = config.with_overrides(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"),
+                                ["algorithm.name=dqn", "algorithm.n_step=5", "workers.buffer.count=1"])
+    assert exp.algorithm.name == "dqn" and exp.algorithm.n_step == 5
+    assert exp.algorithm.gamma == config.DQNConfig().gamma and exp.workers.actor.ring_size == 16  # the rest as the file

@@ -21,7 +21,8 @@ class ConfigError(ValueError):
     def __init__(self, source: str, problems: list[tuple[str, Optional[int], str]]):
         self.source = source
         self.problems = sorted(problems, key=lambda p: (p[1] is None, p[1] or 0))
-        lines = [f"{source}:{line if line else '?'}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
+        where = (lambda line: source) if source == "--set" else (lambda line: f"{source}:{line if line else '?'}")
+        lines = [f"{where(line)}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
         super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
 
 
@@ -97,7 +98,9 @@ def replace(exp: Experiment, **changes) -> Experiment:
 
 
 def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
-    """Apply 'key.path=value' assignments (value in YAML syntax), e.g. 'workers.actor.ring_size=16'."""
+    """Apply 'key.path=value' assignments (value in YAML syntax), e.g. 'workers.actor.ring_size=16'.
+    'algorithm.name=OTHER' switches to that algorithm's defaults (the old one's settings would be unknown
+    keys); assignments after it set its keys."""
     data = to_dict(exp)
     for assignment in assignments:
         key, sep, raw = assignment.partition("=")
@@ -108,7 +111,10 @@ def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError("--set", [(key, None, f"{part!r} is not a section")])
-        node[parts[-1]] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        if parts == ["algorithm", "name"] and value != node.get("name"):
+            node.clear()
+        node[parts[-1]] = value
     try:
         return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
     except ConfigError as e:  # lines of the regenerated YAML would mislead: the key path says it all
