@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SLURM  := scripts/local_slurm.sh
 
-.PHONY: demo test install test-install venv slurm-install slurm-up slurm-down slurm-status unit bench clean
+.PHONY: demo test install test-install venv slurm-install slurm-up slurm-down slurm-status unit bench docs clean
 
 demo: install            ## install, then train PPO on CartPole with every worker on this machine
 	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
@@ -27,6 +27,13 @@ test-install: install $(VENV)/.extras
 
 $(VENV)/.extras: setup.cfg constraints.txt   # the optional env backend (env.backend: envpool) and multi-agent envs, so that their tests run too
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,envpool,multiagent]'
+	touch $@
+
+docs: install $(VENV)/.docs  ## the documentation site (mkdocs.yml) into build/site; strict: a broken link or anchor fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+$(VENV)/.docs: setup.cfg constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[docs]'
 	touch $@
 
 venv: $(BIN)/python
