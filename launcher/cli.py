@@ -31,7 +31,11 @@ srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; 
 srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
 srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play
-srl-launch --version                        the installed version"""
+srl-launch --version                        the installed version
+
+exit codes: 0 done (status: the run succeeded, or is pending or running); 1 the run failed, was cancelled or
+timed out; 2 a usage error; 3 the experiment is invalid or too big for this machine; 4 Slurm refused or did
+not answer; 5 a file or run directory is missing or already exists"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -209,12 +213,20 @@ def cmd_status(argv) -> int:
         members = sweep.members_of(args.run_dir)
         states = slurm.job_states([m["job_id"] for m in members])  # one squeue for the whole sweep
         for member in members:
+            codes = []
+        for member in members:
             state, report = status.describe(RunDir(member["run_dir"]), states[member["job_id"]])
             print(f"== seed {member['seed']}: {state}\n{report}\n")
-        return 0
+            codes.append(_state_code(state))
+        return max(codes, default=0)
     state, report = status.describe(args.run_dir)
     print(f"state: {state}\n{report}")
-    return 0
+    return _state_code(state)
+
+
+def _state_code(state: str) -> int:
+    """status's exit code: 1 for a run that ended without success, else 0 (succeeded, pending, running, unknown)."""
+    return 1 if state in ("failed", "cancelled", "timeout") else 0
 
 
 def cmd_logs(argv) -> int:
@@ -339,6 +351,10 @@ COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph
             "resume": cmd_resume, "enjoy": cmd_enjoy, "doctor": doctor.cmd_doctor}
 
 
+EXIT_CODES = {UsageError: 2, config.ConfigError: 3, plan.PlanError: 3, local.TooBigForThisMachine: 3,
+              slurm.SlurmError: 4, FileNotFoundError: 5, FileExistsError: 5}  # (USAGE lists them)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:  # a usage error: what to type, on stderr
@@ -357,10 +373,9 @@ def main(argv=None) -> int:
             return cmd_run(argv[1:])
         _refuse_unknown_command(argv[0])
         return cmd_run(argv)
-    except (config.ConfigError, plan.PlanError, slurm.SlurmError, UsageError, local.TooBigForThisMachine,
-            FileExistsError, FileNotFoundError) as e:
+    except tuple(EXIT_CODES) as e:
         print(f"srl-launch: {e}", file=sys.stderr)
-        return 2
+        return next(code for kind, code in EXIT_CODES.items() if isinstance(e, kind))
 
 
 def _refuse_unknown_command(word: str) -> None:

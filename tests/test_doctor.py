@@ -170,14 +170,14 @@ def test_refused_locks_are_a_warning_that_says_traces_do_not_need_them(tmp_path,
     assert code == 0 and not any(x.startswith("FAIL") for x in lines), "\n".join(lines)
 
 
-def test_set_needs_an_experiment_and_a_bad_experiment_is_a_usage_error(tmp_path):
+def test_set_needs_an_experiment_and_a_bad_experiment_is_refused(tmp_path):
     proc = subprocess.run([script("srl-launch"), "doctor", "--set", "slurm.mpi=none"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "--set needs an experiment file" in proc.stderr
     (tmp_path / "bad.yaml").write_text("stop: {wall_time: 60}\nslurm: {netwrk: ib0}\n")
     proc = subprocess.run([script("srl-launch"), "doctor", str(tmp_path / "bad.yaml")], capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 2 and "netwrk" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == 3 and "netwrk" in proc.stderr and proc.stdout == ""  # an invalid experiment
 
 
 # ------------------------------------------------------------------------ on a node of the local Slurm
