@@ -49,3 +49,13 @@ def test_switching_the_algorithm_with_set_starts_from_its_defaults():
                                 ["algorithm.name=dqn", "algorithm.n_step=5", "workers.buffer.count=1"])
     assert exp.algorithm.name == "dqn" and exp.algorithm.n_step == 5
     assert exp.algorithm.gamma == config.DQNConfig().gamma and exp.workers.actor.ring_size == 16  # the rest as the file
+
+
+def test_srl_trace_has_explicit_subcommands_and_a_version(capsys, tmp_path):
+    from srl_hpc.trace import cli as trace_cli
+
+    assert trace_cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"srl-trace {__version__}"
+    (tmp_path / "compare").mkdir()  # a run directory called "compare", without traces
+    assert trace_cli.main(["summary", str(tmp_path / "compare")]) == 2
+    assert "no trace files under" in capsys.readouterr().err  # read as a run directory, not as the command

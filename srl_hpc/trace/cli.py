@@ -10,16 +10,25 @@ from srl_hpc.trace import analysis
 from srl_hpc.trace.reader import TraceError, read_run
 
 USAGE = """\
-srl-trace RUN_DIR [--json] [--plot DIR]     summary of one run (a run directory named 'compare': ./compare)
-srl-trace compare RUN_A RUN_B [--json]      two runs side by side
+srl-trace [summary] RUN_DIR [--json] [--plot DIR]   summary of one run
+srl-trace compare RUN_A RUN_B [--json]              two runs side by side
+srl-trace --version
 """
+COMMANDS = ("summary", "compare")
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        from srl_hpc import __version__
+
+        print(f"srl-trace {__version__}")
+        return 0
     try:
         if argv and argv[0] == "compare":
             return cmd_compare(argv[1:])
+        if argv and argv[0] == "summary":  # (explicit: a run directory may be called "compare")
+            return cmd_summary(argv[1:])
         return cmd_summary(argv)
     except TraceError as e:
         print(f"srl-trace: {e}", file=sys.stderr)
