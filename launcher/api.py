@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,9 +66,11 @@ class Run:
 
 
 def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None,
-           overrides: list[str] = ()) -> Run:
-    """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm."""
-    exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment)
+           overrides: list[str] = (), cluster: str | Path | None = None) -> Run:
+    """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm.
+    `cluster`: a cluster settings file (default: $SRL_CLUSTER, if set) under a YAML path's own slurm: keys."""
+    cluster = cluster or os.environ.get("SRL_CLUSTER")
+    exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment, cluster=cluster)
     if overrides:
         exp = config.with_overrides(exp, list(overrides))
     source = "<experiment>" if isinstance(experiment, config.Experiment) else str(experiment)

@@ -11,7 +11,7 @@ from typing import Optional
 import yaml
 
 from srl_hpc.algorithms import AlgorithmSpec
-from srl_hpc.config.schema import Experiment
+from srl_hpc.config.schema import Experiment, SlurmConfig
 from srl_hpc.dotted import load_object
 
 
@@ -26,35 +26,74 @@ class ConfigError(ValueError):
         super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
 
 
-def load(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; raises ConfigError listing every problem."""
-    path = Path(path)
+def load(path: str | Path, cluster: str | Path | None = None) -> Experiment:
+    """Read and validate an experiment file; raises ConfigError listing every problem. `cluster`: a cluster
+    settings file (its `slurm:` section is the base that the experiment's own `slurm:` keys override)."""
+    return loads(_read(path), source=str(path), cluster=None if cluster is None else cluster_settings(cluster))
+
+
+def _read(path: str | Path) -> str:
     try:
-        text = path.read_text()
+        return Path(path).read_text()
     except OSError as e:
         raise ConfigError(str(path), [("", None, f"cannot read: {e.strerror}")]) from None
-    return loads(text, source=str(path))
 
 
-def loads(text: str, source: str = "<string>") -> Experiment:
+def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
+    """A YAML mapping as plain data, the line of each key path, and its problems so far."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError(source, [("", mark.line + 1 if mark else None, f"invalid YAML: {getattr(e, 'problem', e)}")]) from None
-    problems: list[tuple[str, Optional[int], str]] = []
     if node is None or not isinstance(node, yaml.MappingNode):
         raise ConfigError(source, [("", node.start_mark.line + 1 if node else None, "the file must be a mapping of sections")])
+    problems: list[tuple[str, Optional[int], str]] = []
     lines: dict[str, int] = {}
-    value = _to_python(node, "", lines, problems)
+    return _to_python(node, "", lines, problems), lines, problems
+
+
+def cluster_settings(path: str | Path) -> tuple[str, dict]:
+    """(path, its `slurm:` section) of a cluster settings file, the keys one cluster's experiments share
+    (partitions, network, MPI, account, container...), checked on their own with the file's lines."""
+    value, lines, problems = _compose(_read(path), str(path))
+    problems += [(key, lines.get(key), "a cluster settings file holds a `slurm:` section only")
+                 for key in value if key != "slurm"]
+    slurm = value.get("slurm")
+    if not isinstance(slurm, dict):
+        problems.append(("slurm", lines.get("slurm"), "must be a mapping of Slurm settings"))
+    else:
+        built = _build(SlurmConfig, slurm, "slurm", lines, problems)
+        if built is not None:
+            _collect_checks(built, "slurm", lines, problems)
+    if problems:
+        raise ConfigError(str(path), problems)
+    return str(path), slurm
+
+
+def loads(text: str, source: str = "<string>", cluster: tuple[str, dict] | None = None) -> Experiment:
+    value, lines, problems = _compose(text, source)
     if isinstance(value, dict) and "name" not in value and source.endswith((".yaml", ".yml")):
         value["name"] = Path(source).stem
+    if cluster is not None:
+        value["slurm"] = _merged(cluster[1], value.get("slurm") or {})
     exp = _build(Experiment, value, "", lines, problems)
     if exp is not None:  # value checks too, so one run reports type and value problems together
         _collect_checks(exp, "", lines, problems)
     if problems:
+        if cluster is not None:  # a key only the cluster file sets has no line here: say where it came from
+            problems = [(path, line, msg if line or not path.startswith("slurm") else f"{msg} (slurm settings of "
+                         f"{cluster[0]})") for path, line, msg in problems]
         raise ConfigError(source, problems)
     return exp
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, section by section (a key of `over` wins; a section merges with base's)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def key_lines(path: str | Path) -> dict[str, int]:
