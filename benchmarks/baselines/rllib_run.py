@@ -45,8 +45,9 @@ new API stack's replacement of observation_filter="MeanStdFilter"). --scale-rewa
 NormalizeReward(gamma) around each env (rewards divided by a running std of that env's discounted
 return; RLlib has no reward scaling of its own). PPO's value loss keeps RLlib's vf_clip_param (10, on the
 squared error) and use_kl_loss is off. A frame is an agent step. RLlib's learner takes 10 epochs x 32
-minibatches of 64 per 2,048-step iteration, so an iteration is long (several seconds here) and a 60 s window
-holds few of them: its figure rests on few counter samples.
+minibatches of 64 per 2,048-step iteration: about 1.1 s an iteration on the 2-core machine when nothing else
+runs (45-52 of them in a 60 s window, 2026-12-03), but 10-25 s when it shares the cores, and a window that
+holds only a few iterations gives a coarse figure.
 """
 from __future__ import annotations
 
