@@ -14,6 +14,8 @@ def test_categorical_log_probs_entropy_and_sampling_match_torch():
     dist, ref = ActionDistribution(spaces.Discrete(5))(logits), torch.distributions.Categorical(logits=logits)
     actions = dist.sample(torch.Generator().manual_seed(1))
     assert torch.allclose(dist.log_prob(actions), ref.log_prob(actions), atol=1e-6)
+    again, logp = dist.sample_with_log_prob(torch.Generator().manual_seed(1))  # the policy worker's one pass
+    assert torch.equal(again, actions) and torch.allclose(logp, ref.log_prob(actions), atol=1e-6)
     assert torch.allclose(dist.entropy(), ref.entropy(), atol=1e-6)
     assert torch.equal(dist.mode(), logits.argmax(-1))
 

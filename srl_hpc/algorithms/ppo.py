@@ -28,9 +28,8 @@ def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Gen
     """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
     policy's, recorded in segments); a recurrent model takes each row's state and returns the next."""
     params, values, *state = model(obs, *hidden)
-    dist = model.action_dist(params)
-    actions = dist.sample(generator)
-    out = {"actions": actions, "logp": dist.log_prob(actions), "values": values.float()}
+    actions, logp = model.action_dist(params).sample_with_log_prob(generator)
+    out = {"actions": actions, "logp": logp, "values": values.float()}
     return out | ({HIDDEN: state[0].float()} if state else {})
 
 

@@ -25,8 +25,13 @@ class Categorical:
         self.logp_all = logits.float().log_softmax(-1)
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
+        return self.sample_with_log_prob(generator)[0]
+
+    def sample_with_log_prob(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions, their log-probabilities) in one pass: what a policy worker needs per request."""
         noise = torch.empty_like(self.logp_all).exponential_(generator=generator).log()
-        return (self.logp_all - noise).argmax(-1)
+        actions = (self.logp_all - noise).argmax(-1, keepdim=True)
+        return actions.squeeze(-1), self.logp_all.gather(-1, actions).squeeze(-1)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -45,6 +50,10 @@ class MultiCategorical:
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         return torch.stack([head.sample(generator) for head in self.heads], -1)
 
+    def sample_with_log_prob(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = self.sample(generator)
+        return actions, self.log_prob(actions)
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return sum(head.log_prob(actions[..., i]) for i, head in enumerate(self.heads))
 
@@ -62,6 +71,10 @@ class DiagGaussian:
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         noise = torch.empty_like(self.mean).normal_(generator=generator)
         return self.mean + self.log_std.exp() * noise
+
+    def sample_with_log_prob(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = self.sample(generator)
+        return actions, self.log_prob(actions)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         z = (actions.float() - self.mean) * (-self.log_std).exp()
