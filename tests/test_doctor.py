@@ -177,7 +177,7 @@ def test_set_needs_an_experiment_and_a_bad_experiment_is_refused(tmp_path):
     (tmp_path / "bad.yaml").write_text("stop: {wall_time: 60}\nslurm: {netwrk: ib0}\n")
     proc = subprocess.run([script("srl-launch"), "doctor", str(tmp_path / "bad.yaml")], capture_output=True,
                           text=True, timeout=60)
-    assert proc.returncode == 3 and "netwrk" in proc.stderr and proc.stdout == ""  # an invalid experiment
+    assert proc.returncode == 2 and "netwrk" in proc.stderr and proc.stdout == ""  # an invalid experiment
 
 
 # ------------------------------------------------------------------------ on a node of the local Slurm

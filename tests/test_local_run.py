@@ -247,7 +247,7 @@ def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_pa
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
                            "--set", "workers.actor.count=50000"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3
+    assert proc.returncode == 2
     assert "local mode would start 50,003 worker processes" in proc.stderr and "--slurm" in proc.stderr
     assert "lower workers.actor.count" in proc.stderr
     assert not run_dir.exists()
@@ -674,7 +674,7 @@ def test_resume_needs_a_checkpoint(tmp_path):
     run_dir.mkdir()
     (run_dir / "experiment.yaml").write_text("name: x\n")
     proc = subprocess.run([script("srl-launch"), "resume", str(run_dir)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 5 and "no checkpoint to resume from" in proc.stderr
+    assert proc.returncode == 2 and "no checkpoint to resume from" in proc.stderr
     assert not (run_dir / "attempt").exists()
 
 
@@ -696,10 +696,10 @@ def test_validate_reports_key_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nstop: {wall_time: 5}\nworkers:\n  actor:\n    ring_size: 0\n")
     proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True)
-    assert proc.returncode == 3
+    assert proc.returncode == 2
     assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
     proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 3 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)
+    assert proc.returncode == 2 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)
 
 
 def child_pid(run_dir, worker):

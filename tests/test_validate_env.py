@@ -71,7 +71,7 @@ def test_a_users_algorithm_spec_is_read_like_a_shipped_one(monkeypatch):
 def test_validate_refuses_pendulum_with_dqn_naming_key_line_and_space(tmp_path, capsys):
     path = experiment(tmp_path, "Pendulum-v1", "dqn")
     code, out, err = validate(capsys, path)
-    assert code == 3 and "ok" not in out
+    assert code == 2 and "ok" not in out
     assert (f"{path}:7: algorithm.name: algorithm dqn needs discrete actions (Discrete); "
             f"Pendulum-v1 has Box(-2.0, 2.0, (1,), float32)") in err
 
@@ -79,7 +79,7 @@ def test_validate_refuses_pendulum_with_dqn_naming_key_line_and_space(tmp_path, 
 def test_validate_refuses_an_unknown_env_id_and_suggests_close_ones(tmp_path, capsys):
     path = experiment(tmp_path, "CartPol-v1")
     code, _, err = validate(capsys, path)
-    assert code == 3
+    assert code == 2
     assert f"{path}:5: env.id: unknown env id 'CartPol-v1'; did you mean CartPole-v1?" in err
 
 
@@ -93,16 +93,16 @@ def test_overrides_are_applied_before_the_check(tmp_path, capsys):
     dqn = ROOT / "experiments" / "cartpole_dqn.yaml"
     code, _, err = validate(capsys, dqn, "--set", "env.id=Pendulum-v1")
     line = next(i for i, text in enumerate(dqn.read_text().splitlines(), 1) if text.strip() == "name: dqn")
-    assert code == 3 and f"{dqn}:{line}: algorithm.name: algorithm dqn needs discrete actions" in err
+    assert code == 2 and f"{dqn}:{line}: algorithm.name: algorithm dqn needs discrete actions" in err
     code, _, err = validate(capsys, experiment(tmp_path, "Pendulum-v1"), "--set", "algorithm={name: dqn}",
                             "--set", "workers.buffer.count=1")
-    assert code == 3 and "--set: algorithm.name: algorithm dqn needs discrete actions" in err  # no line of a --set
+    assert code == 2 and "--set: algorithm.name: algorithm dqn needs discrete actions" in err  # no line of a --set
 
 
 def test_a_factory_that_does_not_import_names_env_id(tmp_path, capsys):
     path = experiment(tmp_path, "no_such_module_here.envs:make")
     code, _, err = validate(capsys, path)
-    assert code == 3
+    assert code == 2
     assert f"{path}:5: env.id: cannot import 'no_such_module_here.envs' for factory" in err
 
 
@@ -113,7 +113,7 @@ def test_a_missing_package_is_named_with_what_to_install(tmp_path, capsys, monke
     monkeypatch.syspath_prepend(str(tmp_path))
     path = experiment(tmp_path, "needs_mujoco:make")
     code, _, err = validate(capsys, path)
-    assert code == 3 and "Traceback" not in err
+    assert code == 2 and "Traceback" not in err
     assert (f"{path}:5: env.id: needs_mujoco:make needs a package that is not installed: "
             f"MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`") in err
 
@@ -126,9 +126,9 @@ def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys,
         raise AssertionError("got past the check")
     monkeypatch.setattr(cli.local, "run", started)  # were the check gone: a failure here, not a real run
     monkeypatch.setattr(cli.slurm, "prepare", started)
-    assert cli.main([str(path)]) == 3
-    assert cli.main([str(path), "--slurm", "--dry-run"]) == 3
-    assert cli.main(["prepare", str(path), "--run-dir", str(tmp_path / "r")]) == 3
+    assert cli.main([str(path)]) == 2
+    assert cli.main([str(path), "--slurm", "--dry-run"]) == 2
+    assert cli.main(["prepare", str(path), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count(f"{path}:7: algorithm.name: algorithm dqn needs discrete actions") == 3
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
