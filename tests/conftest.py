@@ -1,10 +1,13 @@
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,99 @@ def python():
 
 def script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
+
+
+def wait_until(condition, timeout: float, what: str, diagnose=None, interval: float = 0.05):
+    """Call `condition` until it returns something true, and return that; past `timeout` seconds (set well below
+    pytest's own limit, so that this message is the one a hang leaves) fail, naming `what` was waited for and,
+    when given, what `diagnose()` says of the state it was in. `interval`: the pause between two calls (0 for a
+    condition that does the work it waits for, such as serving a socket)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            detail = f"\n{diagnose()}" if diagnose is not None else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        if interval:
+            time.sleep(interval)
+
+
+class Output:
+    """The output of a process started with stdout=PIPE (stderr=STDOUT, text=True), read by a thread line by
+    line, so that waiting for a line, or for the process's end, is bounded; every line read is in `seen`."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.seen, self._lines = proc, [], queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)  # the end of the output
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.seen)
+
+    def next_matching(self, test, timeout: float, what: str = "") -> str:
+        """The next line for which `test(line)` is true, read within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line {what} within {timeout:g}s; the output so far:\n"
+                                     f"{self.text[-6000:]}") from None
+            if line is None:
+                self._lines.put(None)  # ended for every later call too
+                raise AssertionError(f"the process ended (exit {self.proc.wait()}) before printing a line {what}:\n"
+                                     f"{self.text[-6000:]}")
+            self.seen.append(line)
+            if test(line):
+                return line
+
+    def line_with(self, text: str, timeout: float) -> str:
+        """The next line that contains `text`."""
+        return self.next_matching(lambda line: text in line, timeout, f"with {text!r}")
+
+    def finish(self, timeout: float) -> str:
+        """Wait for the process's end (at most `timeout` seconds), then return all its output."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the process ran past {timeout:g}s; its output so far:\n"
+                                 f"{self.text[-6000:]}") from None
+        self._reader.join(timeout=30)
+        while not self._lines.empty():
+            line = self._lines.get()
+            if line is not None:
+                self.seen.append(line)
+        return self.text
+
+
+def run_local(experiment, run_dir: Path, *overrides: str, timeout: float = 180, returncode: int = 0, env=None):
+    """`srl-launch EXPERIMENT --run-dir RUN_DIR --set OVERRIDE ...` to its end, within `timeout` seconds (a run
+    that outlives it fails the test with its output); asserts its exit code. Returns (process, summary)."""
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    command = [script("srl-launch"), str(experiment), "--run-dir", str(run_dir), *sets]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise AssertionError(f"{' '.join(command)} ran past {timeout:g}s; its output:\n{out[-6000:]}") from None
+    assert proc.returncode == returncode, proc.stdout[-6000:] + proc.stderr[-6000:]
+    return proc, json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_every_frame_accounted_for(summary: dict) -> None:
+    """Frames flowed, every frame an actor sent was received, and every one received was consumed or
+    dropped (and counted as such)."""
+    assert summary["frames_sent"] > 0, summary
+    assert summary["frames_sent"] == summary["frames_received"], summary
+    assert summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"], summary
 
 
 def tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:

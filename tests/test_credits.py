@@ -1,19 +1,16 @@
 """Flow control on the sample stream over real ZMQ sockets (loopback): a trainer's leave bounds what its actors
 send, whatever their number."""
-import time
-
 import zmq
+
+from conftest import wait_until
 
 from srl_hpc.streams import credits, wire
 from srl_hpc.streams.credits import CreditLedger, GatedProducer
 
 
 def until(condition, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-    raise AssertionError(f"timed out waiting for {what}")
+    """Each condition here serves the ledger's socket itself: called again without a pause."""
+    wait_until(condition, timeout, what, interval=0)
 
 
 def loopback(sock) -> str:
