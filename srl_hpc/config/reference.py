@@ -22,7 +22,6 @@ import textwrap
 import tokenize
 import types
 import typing
-from collections import Counter
 from typing import Any, Literal, Union
 
 from srl_hpc.config.schema import Experiment
@@ -288,6 +287,8 @@ def _is_union_member(section: Section) -> bool:
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["--undocumented"]:
-        print("\n".join(undocumented()))
+        missing = undocumented()
+        if missing:  # nothing at all when every field has its doc
+            print("\n".join(missing))
     else:
         sys.stdout.write(render())

@@ -31,10 +31,10 @@ ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 class AtariConfig:
     """The standard Atari pipeline (ale-py): frame skip with max-pooling, grayscale resize, frame stack."""
     frame_skip: int = 4  # a training "frame" count is agent steps x frame_skip
-    screen_size: int = 84
-    frame_stack: int = 4
-    noop_max: int = 30
-    terminal_on_life_loss: bool = False
+    screen_size: int = 84  # pixels: frames are resized to screen_size x screen_size grayscale
+    frame_stack: int = 4  # the last this many frames make one observation (what the policy sees of motion)
+    noop_max: int = 30  # at most this many random no-op actions after each reset (varied starts)
+    terminal_on_life_loss: bool = False  # true: an episode ends at each lost life, not only at game over
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("frame_skip", "screen_size", "frame_stack"))
@@ -64,6 +64,7 @@ class EnvConfig:
 class ModelConfig:
     """The network: a built-in torso ("mlp" for vector observations, "nature_cnn" for stacked Atari frames)
     under the head the algorithm needs, or "package.module:Class", a user's nn.Module (srl_hpc/models)."""
+    # "mlp", "nature_cnn", or a user's "package.module:Class", built as Class(obs_space, action_space, **kwargs)
     name: str = "mlp"
     hidden_sizes: tuple[int, ...] = (64, 64)  # mlp only
     # actor-critic heads: the value over a torso of its own. Where returns are large (Acrobot's -500) the
@@ -73,7 +74,7 @@ class ModelConfig:
     # a recurrent core between torso and heads, for tasks one observation does not tell (its state travels
     # with the inference requests and is stored at segment starts: srl_hpc/models)
     rnn: Recurrence = "none"
-    rnn_size: int = 64
+    rnn_size: int = 64  # units of the GRU or LSTM cell (model.rnn); an LSTM's state per env is twice this
     # Box actions: the policy samples a Gaussian; the env gets the sample clipped to its bounds, or squashed
     # by tanh and rescaled into them (srl_hpc/streams/contract.py). Either way the trainer scores the sample
     action_squash: ActionSquash = "clip"
@@ -93,7 +94,8 @@ class ModelConfig:
         if self.kwargs and ":" not in self.name:
             problems.append(("kwargs", "only a user's model (name 'package.module:Class') takes kwargs"))
         if self.separate_critic and ":" in self.name:
-            problems.append(("separate_critic", "applies to the built-in models only; a user's model has its own heads"))
+            problems.append(("separate_critic", "applies to the built-in models only; "
+                                                "a user's model has its own heads"))
         if self.rnn != "none" and ":" in self.name:
             problems.append(("rnn", "applies to the built-in models only"))
         if self.rnn != "none" and self.separate_critic:
@@ -107,18 +109,18 @@ BUILTIN_MODELS = ("mlp", "nature_cnn")
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO (clipped surrogate, GAE): srl_hpc/algorithms/ppo.py. Actors send segments to the trainers."""
-    name: Literal["ppo"] = "ppo"
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    lr: float = 2.5e-4
+    name: Literal["ppo"] = "ppo"  # selects PPO; `--set algorithm.name=X` switches to X's defaults
+    gamma: float = 0.99  # discount per agent step, in GAE and in the discounted returns scale_rewards divides by
+    gae_lambda: float = 0.95  # GAE's lambda: 1 gives Monte-Carlo returns (less bias), 0 one-step TD (less variance)
+    lr: float = 2.5e-4  # Adam's learning rate (eps 1e-5)
     anneal_lr: bool = False  # linear decay to 0 over stop.env_frames
-    clip_coef: float = 0.2
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    epochs: int = 4
-    minibatches: int = 4
-    normalize_advantages: bool = True
+    clip_coef: float = 0.2  # the probability ratio's clip range, [1 - clip_coef, 1 + clip_coef]
+    value_coef: float = 0.5  # weight of the value loss (half the squared error) in the loss
+    entropy_coef: float = 0.01  # weight of the entropy bonus subtracted from the loss: raise it for more exploration
+    max_grad_norm: float = 0.5  # each SGD step's gradient is clipped to this global L2 norm
+    epochs: int = 4  # passes over each batch
+    minibatches: int = 4  # SGD steps per pass: the shuffled batch cut into this many (recurrent: whole segments)
+    normalize_advantages: bool = True  # per minibatch: to mean 0 and standard deviation 1
     # the value loss of the standard continuous-control recipe: a new value may not leave the old by more
     # than clip_coef unpenalised
     clip_value_loss: bool = False
@@ -142,21 +144,21 @@ class PPOConfig:
 class DQNConfig:
     """Ape-X DQN: srl_hpc/algorithms/dqn.py. Actors send segments to buffer workers (prioritised replay,
     n-step returns); buffers send sampled batches to the trainers, trainers send TD-error priorities back."""
-    name: Literal["dqn"] = "dqn"
-    gamma: float = 0.99
-    n_step: int = 3
-    lr: float = 2.5e-4
+    name: Literal["dqn"] = "dqn"  # selects Ape-X DQN; `--set algorithm.name=X` switches to X's defaults
+    gamma: float = 0.99  # discount per agent step, in the n-step returns and their bootstrap
+    n_step: int = 3  # steps of reward summed before bootstrapping from the target network (< segment_length)
+    lr: float = 2.5e-4  # Adam's learning rate (eps 1.5e-4)
     batch_size: int = 256  # transitions per update
     double: bool = True  # double Q-learning: the online net picks the next action, the target net values it
     dueling: bool = True  # value + advantage heads
     target_update_interval: int = 500  # updates between target-network copies
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = 10.0  # each update's gradient is clipped to this global L2 norm
     replay_capacity: int = 100_000  # transitions per buffer worker
     learning_starts: int = 2_000  # transitions a buffer holds before it sends batches
-    priority_alpha: float = 0.6
+    priority_alpha: float = 0.6  # items are sampled in proportion to (|TD error| + 1e-6) ** this; 0: uniformly
     priority_beta: float = 0.4  # importance-sampling exponent
     epsilon: float = 0.4  # Ape-X: actor i of N explores with epsilon ** (1 + epsilon_alpha * i / (N - 1))
-    epsilon_alpha: float = 7.0
+    epsilon_alpha: float = 7.0  # how far the actors' epsilons spread (see epsilon); 0: every actor uses epsilon
     max_replay_ratio: float = 8.0  # transitions trained per transition stored; buffers wait above it
     # with a recurrent model (model.rnn), where replay items are sequences (an env's segment, so batch_size,
     # replay_capacity and learning_starts count sequences): unroll the segment before each one first, from the
@@ -170,7 +172,8 @@ class DQNConfig:
         if self.epsilon_alpha < 0:
             problems.append(("epsilon_alpha", f"must be >= 0, got {self.epsilon_alpha}"))
         if self.learning_starts < self.batch_size:
-            problems.append(("learning_starts", f"must be >= batch_size ({self.batch_size}), got {self.learning_starts}"))
+            problems.append(("learning_starts",
+                             f"must be >= batch_size ({self.batch_size}), got {self.learning_starts}"))
         if self.learning_starts > self.replay_capacity:
             problems.append(("learning_starts", f"must be <= replay_capacity ({self.replay_capacity})"))
         return problems
@@ -184,7 +187,7 @@ class DQNConfig:
 class MAPPOConfig(PPOConfig):
     """MAPPO (srl_hpc/algorithms/mappo.py): PPO's objective and settings, one policy for every agent of a
     multi-agent env, its value over the env's global state (every agent's observation)."""
-    name: Literal["mappo"] = "mappo"
+    name: Literal["mappo"] = "mappo"  # selects MAPPO; `--set algorithm.name=X` switches to X's defaults
 
     def check(self) -> list[tuple[str, str]]:
         problems = super().check()
@@ -197,7 +200,7 @@ class MAPPOConfig(PPOConfig):
 class VDNConfig(DQNConfig):
     """VDN (srl_hpc/algorithms/vdn.py): Ape-X DQN's replay, settings and exploration, with the team's value
     the sum of its agents' (a multi-agent env whose agents all play every step)."""
-    name: Literal["vdn"] = "vdn"
+    name: Literal["vdn"] = "vdn"  # selects VDN; `--set algorithm.name=X` switches to X's defaults
 
 
 AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig, VDNConfig]  # chosen by `name`; the first is the default
@@ -205,7 +208,7 @@ AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig, VDNConfig]  # chosen 
 
 @dataclass(frozen=True)
 class ActorConfig:
-    count: int = 2
+    count: int = 2  # actor worker processes; the run's envs are count x ring_size
     ring_size: int = 8  # environments per actor worker, stepped round-robin
     inference_splits: int = 2  # the ring is cut into this many parts, one inference request each
     segment_length: int = 64  # steps per trajectory segment on the sample stream
@@ -224,7 +227,8 @@ class ActorConfig:
         if self.max_restarts < 0:
             problems.append(("max_restarts", f"must be >= 0, got {self.max_restarts}"))
         if not problems and self.ring_size % self.inference_splits:
-            problems.append(("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
+            problems.append(("inference_splits",
+                             f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
         return problems
 
 
@@ -232,10 +236,12 @@ class ActorConfig:
 class PolicyWorkerConfig:
     """Inference. Policy worker processes in the SRL placement; its settings (but count, which must then
     be 0) also apply to inference inside actors (impala) or on the trainer (seed)."""
-    count: int = 1
+    count: int = 1  # policy worker processes (per policy): >= 1 with placement "srl", at most actor.count; else 0
     max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
+    # "cpu", "cuda" (each CUDA worker of a node takes its next GPU) or "cuda:N"; impala: the actors' inference;
+    # seed: must be trainer.device
     device: str = "cpu"
-    torch_threads: int = 1
+    torch_threads: int = 1  # torch.set_num_threads where inference runs (impala: each actor); see slurm.policy
     precision: Precision = "fp32"  # "bf16": inference with the weights in bf16 (CPUs with avx512_bf16/AMX, GPUs)
 
     def check(self) -> list[tuple[str, str]]:
@@ -249,8 +255,8 @@ class PolicyWorkerConfig:
 class TrainerConfig:
     count: int = 1  # several: data-parallel training (torch DDP; gloo on CPU, nccl on GPU), in lockstep
     batch_segments: int = 16  # PPO: segments per training batch (batch frames = this x actor.segment_length)
-    device: str = "cpu"
-    torch_threads: int = 1
+    device: str = "cpu"  # "cpu", "cuda" (each CUDA worker of a node takes its next GPU) or "cuda:N"
+    torch_threads: int = 1  # torch.set_num_threads of each trainer; slurm.trainer.cpus_per_task at least this
     prefetch: bool = True  # a thread assembles the next batch while the current one trains
     precision: Precision = "fp32"  # "bf16": forward passes under bf16 autocast; weights, optimizer and losses stay fp32
     train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
@@ -261,7 +267,8 @@ class TrainerConfig:
     queue_batches: int = 2
 
     def check(self) -> list[tuple[str, str]]:
-        problems = _check_counts(self, ("count", "batch_segments", "torch_threads", "queue_batches")) + _check_device(self.device)
+        problems = _check_counts(self, ("count", "batch_segments", "torch_threads", "queue_batches"))
+        problems += _check_device(self.device)
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))
         return problems
@@ -270,7 +277,7 @@ class TrainerConfig:
 @dataclass(frozen=True)
 class BufferConfig:
     """Replay buffer workers (off-policy algorithms): actors spread their segments over them."""
-    count: int = 0
+    count: int = 0  # buffer worker processes: >= 1 for dqn and vdn (at most actor.count), 0 for ppo and mappo
     # a buffer worker that dies or hangs is replaced (on the same ports, with an empty replay that the
     # actors refill), at most this many times per buffer; once more and the run stops, naming it and why
     max_restarts: int = 3
@@ -283,7 +290,7 @@ class BufferConfig:
 class EvalConfig:
     """Evaluation workers: whole episodes with the newest published weights, for a score a researcher can
     report (training returns mix policy versions and exploration)."""
-    count: int = 0
+    count: int = 0  # evaluation worker processes, each playing its own rounds; 0: no evaluation
     interval: float = 30.0  # seconds from the start of one evaluation round to the start of the next (at least)
     episodes: int = 10  # per round: one episode on each of this many envs, with seeds no actor uses
     # the most likely action (PPO: argmax of the logits; DQN: of the Q values); false: actions as the least
@@ -306,11 +313,11 @@ class WorkersConfig:
     # the most workers any one worker sends each weight version to: with more subscribers (the impala
     # placement's every actor) they pass the weights on to each other in a tree (srl_hpc.graph, relay handlers)
     parameter_fanout: int = 16
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    buffer: BufferConfig = field(default_factory=BufferConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)  # actor workers: they step the envs
+    policy: PolicyWorkerConfig = field(default_factory=PolicyWorkerConfig)  # inference, wherever it runs
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # trainer workers: they update the model
+    buffer: BufferConfig = field(default_factory=BufferConfig)  # replay buffer workers (dqn, vdn)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # evaluation workers (none by default)
 
     def check(self) -> list[tuple[str, str]]:
         if self.parameter_fanout < 2:
@@ -339,7 +346,7 @@ class StopConfig:
     env_frames: Optional[int] = None  # frames stepped by all actors
     wall_time: Optional[float] = None  # seconds
     target_return: Optional[float] = None  # mean return of the last `return_window` episodes
-    return_window: int = 20
+    return_window: int = 20  # the training mean return (target_return's, progress lines') is of this many episodes
     target_eval_return: Optional[float] = None  # mean return of an evaluation round (needs workers.eval.count >= 1)
 
     def check(self) -> list[tuple[str, str]]:
@@ -359,8 +366,10 @@ class StopConfig:
 class WandbConfig:
     """Weights & Biases, beside TensorBoard: the same scalars, in a W&B run (offline by default: `wandb sync
     RUN/wandb/offline-run-*` uploads it later, e.g. from a login node when compute nodes have no internet)."""
-    project: str
-    entity: Optional[str] = None
+    project: str  # the W&B project the run logs to
+    entity: Optional[str] = None  # the W&B user or team that owns the project; default: wandb's own default
+    # "offline": written under RUN/wandb/ for a later `wandb sync`; "online": uploaded as the run goes
+    # (the controller's node needs internet access)
     mode: Literal["offline", "online"] = "offline"
 
     def check(self) -> list[tuple[str, str]]:
@@ -372,7 +381,8 @@ class WandbConfig:
 @dataclass(frozen=True)
 class MonitorConfig:
     status_interval: float = 5.0  # seconds between progress lines (and metrics.csv rows)
-    heartbeat_timeout: float = 60.0  # a worker silent this long is declared dead and the run stops (a hung actor is replaced at half)
+    # seconds: a worker silent this long is declared dead and the run stops (a hung actor is replaced at half)
+    heartbeat_timeout: float = 60.0
     trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
     tensorboard: bool = True  # the controller writes every progress line's scalars to RUN/tb/ (tensorboard --logdir)
     wandb: Optional[WandbConfig] = None  # e.g. {project: my-project}: the same scalars to Weights & Biases too
@@ -386,16 +396,16 @@ class MonitorConfig:
 class SlurmGroupConfig:
     """Resources of one heterogeneous group: every task of the group gets the same."""
     partition: Optional[str] = None  # default: the cluster's default partition
-    cpus_per_task: int = 1
+    cpus_per_task: int = 1  # --cpus-per-task of each worker; the plan wants >= its workers.<group>.torch_threads
     mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
     tasks_per_node: int = 1  # how many of the group's workers share a node (sets the node count)
     constraint: Optional[str] = None  # --constraint, e.g. a GPU model
     # GPUs asked per node; default: one per CUDA worker the plan puts on the node. Fewer makes workers share
     # a GPU, which the plan refuses unless share_gpu (SRL ran several policy workers on one GPU)
     gpus_per_node: Optional[int] = None
-    share_gpu: bool = False
+    share_gpu: bool = False  # true: CUDA workers may outnumber a node's GPUs and share them round-robin
     account: Optional[str] = None  # this group's own, instead of slurm.account (e.g. a GPU allocation)
-    qos: Optional[str] = None
+    qos: Optional[str] = None  # this group's own --qos, instead of slurm.qos
     sbatch_options: tuple[str, ...] = ()  # "#SBATCH" options for this group only, e.g. ["--gpus-per-task=1"]
 
     def check(self) -> list[tuple[str, str]]:
@@ -410,11 +420,11 @@ class SlurmGroupConfig:
 @dataclass(frozen=True)
 class SweepResources:
     """One node for one whole run of a sweep (submitit job array, each task a local-mode run)."""
-    partition: Optional[str] = None
-    cpus: int = 4
-    mem: str = "8G"
-    gpus: int = 0
-    time: str = "01:00:00"
+    partition: Optional[str] = None  # default: the cluster's default partition
+    cpus: int = 4  # CPUs of each run (its array task's --cpus-per-task): all of its workers share them
+    mem: str = "8G"  # memory of each run, in Slurm size syntax (512M, 2G)
+    gpus: int = 0  # GPUs per run's node (0: none); the workers' device settings say which workers use them
+    time: str = "01:00:00"  # each run's time limit, in Slurm time syntax (instead of slurm.time)
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("cpus",))
@@ -433,7 +443,8 @@ class RequeueConfig:
     the job, the run stops cleanly (the trainer checkpoints) and the job requeues itself, up to
     `max_requeues` times; a requeued job (also one requeued by `scontrol requeue` or preemption) resumes
     the same run directory from the checkpoint."""
-    signal_seconds: int = 120
+    signal_seconds: int = 120  # seconds before the limit; raise it where stopping and checkpointing take longer
+    # the job requeues itself at its time limit while it has been requeued (for any cause) fewer times than this
     max_requeues: int = 3
 
     def check(self) -> list[tuple[str, str]]:
@@ -448,7 +459,7 @@ class ContainerConfig:
     """Every worker runs in this image: `apptainer exec` / `singularity exec` before python on each srun
     line (with --nv where the group has GPUs), or pyxis/enroot's `srun --container-image`."""
     image: str  # a .sif file or docker:// URI (apptainer, singularity); an enroot image or registry URI (pyxis)
-    runtime: ContainerRuntime = "apptainer"
+    runtime: ContainerRuntime = "apptainer"  # the `exec` command before python, or "pyxis": srun's --container-image
     binds: tuple[str, ...] = ()  # "SRC[:DST]"; the run directory is bound by itself
     options: tuple[str, ...] = ()  # more options for `exec` or srun, e.g. ["--cleanenv"]
 
@@ -460,15 +471,15 @@ class ContainerConfig:
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
     buffer, actor, eval), and for sweeps."""
-    time: str = "01:00:00"
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    # one per het group of srl_hpc.graph (a group is a field here)
-    trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
-    policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
-    buffer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
-    actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))
-    eval: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)
+    time: str = "01:00:00"  # the job's --time, in Slurm time syntax: 30, 1:00:00, 1-00:00:00 (sweeps: sweep.time)
+    account: Optional[str] = None  # --account of every group (unless the group has its own) and of sweeps
+    qos: Optional[str] = None  # --qos of every group (unless the group has its own) and of sweeps
+    # one per het group of srl_hpc.graph (a group is a field here):
+    trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the trainers and the controller
+    policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the policy workers
+    buffer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the replay buffer workers
+    actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))  # the actor workers
+    eval: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the evaluation workers
     sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
     srun_options: tuple[str, ...] = ()  # extra options on every group's srun line, e.g. ["--cpu-bind=cores"]
     setup: tuple[str, ...] = ()  # shell lines the batch script runs first: module load, conda activate
@@ -476,7 +487,7 @@ class SlurmConfig:
     env: dict = field(default_factory=dict)  # environment variables for every worker
     # python on the compute nodes; default: the one running srl-launch. Several words are a command
     python: Optional[str] = None
-    container: Optional[ContainerConfig] = None
+    container: Optional[ContainerConfig] = None  # e.g. {image: train.sif}: run every worker in a container
     # the interface (ib0) or network (10.1.0.0/16) workers bind and advertise on, resolved on each node;
     # default: the address the node's hostname resolves to (refused if loopback)
     network: Optional[str] = None
@@ -485,7 +496,7 @@ class SlurmConfig:
     # workers meet through files in the run directory instead, and no MPI is loaded
     mpi: str = "pmix"
     template: Optional[str] = None  # a job template of your own (job_templates/README.md lists its variables)
-    sweep: SweepResources = field(default_factory=SweepResources)
+    sweep: SweepResources = field(default_factory=SweepResources)  # resources of each run of `--seeds` with --slurm
     requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
 
     def check(self) -> list[tuple[str, str]]:
@@ -574,28 +585,30 @@ def parse_minutes(text: str) -> Optional[float]:
 @dataclass(frozen=True)
 class Experiment:
     name: str = "experiment"  # default: the file name without .yaml
+    # seeds the initial weights and (offset per worker and attempt) every env and sampler; srl-launch --seed sets it
     seed: int = 1
     run_dir: Optional[str] = None  # default: runs/<name>-<timestamp>
     # every socket encrypted and authenticated with the run's CURVE keys; off only to measure its cost on
     # a machine of your own (a Slurm run's ports are reachable from every node, so --slurm refuses it off)
     curve: bool = True
-    env: EnvConfig = field(default_factory=EnvConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)  # the environment the actors and evaluation workers step
     # several policies in one run (a multi-agent env): name -> the agents it acts for, as fnmatch patterns
     # of the env's agent names ({predator: ["adversary_*"], prey: ["agent_*"]}); every agent must match
     # exactly one. Each policy has its own workers.policy.count policy workers, workers.trainer.count
     # trainers, checkpoint and parameter tag (its name). Empty: one policy acts for every agent.
     policies: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    algorithm: AlgorithmConfig = field(default_factory=PPOConfig)
-    workers: WorkersConfig = field(default_factory=WorkersConfig)
-    stop: StopConfig = field(default_factory=StopConfig)
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # the network that acts and trains
+    algorithm: AlgorithmConfig = field(default_factory=PPOConfig)  # what trains it, chosen by algorithm.name
+    workers: WorkersConfig = field(default_factory=WorkersConfig)  # how many workers of each kind, and how they run
+    stop: StopConfig = field(default_factory=StopConfig)  # when the run ends: the first of the set conditions met
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # progress output, failure detection, metrics
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)  # what srl-launch --slurm asks of Slurm
 
     def check(self) -> list[tuple[str, str]]:
         problems = []
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
-            problems.append(("name", f"must be non-empty and use only letters, digits, '-', '_', '.'; got {self.name!r}"))
+            problems.append(("name", "must be non-empty and use only letters, digits, '-', '_', '.'; "
+                                     f"got {self.name!r}"))
         alg, workers = self.algorithm, self.workers
         if isinstance(alg, PPOConfig):
             if alg.anneal_lr and self.stop.env_frames is None:
@@ -608,8 +621,8 @@ class Experiment:
         if not spec(alg).replay and workers.buffer.count:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
         if self.model.separate_critic and spec(alg).head != "actor_critic":
-            problems.append(("model.separate_critic", f"{alg.name}'s model has no shared torso to separate a critic from "
-                                                      f"(its head is {spec(alg).head})"))
+            problems.append(("model.separate_critic", f"{alg.name}'s model has no shared torso to separate a "
+                                                      f"critic from (its head is {spec(alg).head})"))
         if self.model.rnn != "none" and not spec(alg).recurrent:
             problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo and dqn do)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
@@ -625,14 +638,14 @@ class Experiment:
         """What named policies support so far: their own policy workers and trainers, on-policy, no evaluation."""
         if not self.policies:
             return []
-        problems = [(f"policies.{name}", "must list at least one agent pattern") for name, patterns in self.policies.items()
-                    if not patterns]
+        problems = [(f"policies.{name}", "must list at least one agent pattern")
+                    for name, patterns in self.policies.items() if not patterns]
         problems += [(f"policies.{name}", "a policy's name is its parameter tag and file name: use only letters, "
                                           "digits, '-', '_'") for name in self.policies
                      if not name or not all(c.isalnum() or c in "-_" for c in name)]
         needs = {"workers.placement": (self.workers.placement != "srl", "policy workers of their own: set 'srl'"),
-                 "workers.buffer.count": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; several "
-                                          "policies train on-policy algorithms only (ppo, mappo)"),
+                 "workers.buffer.count": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
+                                          "several policies train on-policy algorithms only (ppo, mappo)"),
                  "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
                  "stop.target_return": (self.stop.target_return is not None, "one target for several policies' "
                                         "returns is ambiguous: stop by env_frames or wall_time")}
