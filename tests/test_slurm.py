@@ -7,13 +7,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import launcher
-from conftest import ROOT, processes_mentioning, script, tensorboard_scalars
+from conftest import (ROOT, assert_every_frame_accounted_for, processes_mentioning, script, tensorboard_scalars,
+                      wait_until)
 from launcher import slurm
 from srl_hpc.trace.reader import read_run
 
@@ -68,9 +68,9 @@ def where_it_hangs(run_dir: Path) -> str:
         if "srl_hpc.worker" in cmd:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGABRT)
-    stacks_written = time.monotonic() + 5
-    while time.monotonic() < stacks_written and any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))):
-        time.sleep(0.2)
+    with contextlib.suppress(AssertionError):  # workers whose stacks take longer are reported as still there
+        wait_until(lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))), 5,
+                   "the workers to write their stacks and end", interval=0.2)
     if job_id is not None:  # after the stacks: a scancel would first wind the workers down
         subprocess.run(["scancel", job_id])
     for log in sorted((run_dir / "logs").glob("*.log")):
@@ -80,24 +80,24 @@ def where_it_hangs(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def wait_for_the_end(run, timeout):
+    """The state a job of `run` ended in, within `timeout` seconds (below pytest's limit, so that a hang is
+    reported with where it was, not cut short by pytest's timeout)."""
+    try:
+        return run.wait(timeout=timeout)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{where_it_hangs(run.run_dir)}") from None
+
+
 def het_nodes(job_id):
     out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
     return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
 
 
-def wait_for(condition, timeout, what, details=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} {details()}")
-
-
 def no_process_left(run_dir, timeout=30):
     """Every process of the job ends; if one does not, the failure lists the ones left (pid, command line)."""
-    wait_for(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
-             lambda: f"(still running: {processes_mentioning(str(run_dir))})")
+    wait_until(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
+               lambda: f"still running: {processes_mentioning(str(run_dir))}", interval=0.5)
 
 
 def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_path):
@@ -124,11 +124,11 @@ def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_pat
 
 def test_status_and_cancel_a_running_job(tmp_path):
     run = launcher.submit(experiment(tmp_path, wall_time=600), slurm=True, run_dir=tmp_path / "run")
-    wait_for(lambda: "| sample" in run.logs(), 90, "training progress in the controller log")
+    wait_until(lambda: "| sample" in run.logs(), 90, "training progress in the controller log", interval=0.5)
     proc = srl("status", run.run_dir)
     assert proc.returncode == 0 and "state: running" in proc.stdout and "last progress" in proc.stdout
     assert srl("cancel", run.run_dir).returncode == 0
-    assert run.wait(timeout=60) == "cancelled"
+    assert wait_for_the_end(run, 60) == "cancelled"
     no_process_left(run.run_dir)
     assert (run.run_dir / "checkpoints" / "latest.pt").exists()
     assert "state: cancelled" in srl("status", run.run_dir).stdout
@@ -152,7 +152,8 @@ def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names
     """The other workers wait for it at a barrier of files, not inside MPI: its exit tells them to stop."""
     run_dir = tmp_path / "run"
     # the CPU build of torch cannot give the trainer a GPU: it fails while building its model
-    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "workers.trainer.device=cuda")
+    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir,
+               "--set", "workers.trainer.device=cuda")
     assert proc.returncode == 1
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
     assert slurm.job_state(job_id)[0] == "failed"
@@ -169,7 +170,8 @@ start=$(date +%s)
 srun sleep 12 &  # a step Slurm runs: the guard must leave its stand-in alone while it exists
 sleep 600 &  # stands in for srun hung after its step: Slurm 22.05's hang cannot be caused on demand
 stand_in=$!
-{python} -m srl_hpc.srun_guard {run} "$stand_in" --grace 1 --interval 1; echo "guard exit $? after $(($(date +%s) - start))s"
+{python} -m srl_hpc.srun_guard {run} "$stand_in" --grace 1 --interval 1
+echo "guard exit $? after $(($(date +%s) - start))s"
 wait "$stand_in"; echo "stand-in exit $?"
 sleep 1 & {python} -m srl_hpc.srun_guard {run} $! --grace 1 --interval 1; echo "guard exit $? on an srun that ended"
 """
@@ -181,8 +183,10 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
     (run / "summary.json").write_text('{"status": "succeeded"}')  # the run has ended: the guard is on watch
     job = tmp_path / "guarded.sh"
     job.write_text(GUARDED.format(out=tmp_path / "out", python=sys.executable, run=run))
-    job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True).stdout.strip()
-    wait_for(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end")
+    job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True,
+                            timeout=60).stdout.strip()
+    wait_until(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end",
+               lambda: slurm.job_state(job_id), interval=0.5)
     out = (tmp_path / "out").read_text()
     assert "has no step left (a known Slurm 22.05 hang after a het step); ending it" in out, out
     guard_exit, after = re.search(r"guard exit (\d+) after (\d+)s", out).groups()
@@ -211,7 +215,8 @@ def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submit
     sweep_dir = tmp_path / "sweep"
     # submitit's USR2 comes 45 s before the 2-minute limit (Slurm checks every 30 s); an 80 s budget of the
     # whole run's wall time is reached by a resumed attempt only
-    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--seeds", "1", "--follow", "--run-dir", sweep_dir,
+    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--seeds", "1", "--follow",
+               "--run-dir", sweep_dir,
                "--set", 'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:02:00"}',
                "--set", "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
                "--set", "stop.target_return=null", "--set", "stop.wall_time=80", timeout=540)
@@ -236,18 +241,18 @@ def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 4
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["no_final_report"] == []
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert_every_frame_accounted_for(summary)
     assert summary["counters"]["transitions_trained"] > 0 and summary["policy_version"] > 0
     table = json.loads((run_dir / "workers.json").read_text())
     assert table["buffer/0"]["node"] != table["actor/0"]["node"]  # its own het group, its own node
 
 
-@pytest.mark.parametrize("experiment, overrides", [
-    ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"]),
+@pytest.mark.parametrize("experiment, overrides, policies", [
+    ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"], []),
     ("mpe_spread_mappo.yaml", ["workers.actor.ring_size=4", "workers.trainer.batch_segments=12", "env.kwargs.N=4",
                                "policies={left: [agent_0, agent_1], right: [agent_2, agent_3]}",
-                               "slurm.policy.tasks_per_node=2"])])
-def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, experiment, overrides):
+                               "slurm.policy.tasks_per_node=2"], ["left", "right"])])
+def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, experiment, overrides, policies):
     """A GRU's state and MAPPO's agent rows cross nodes as any run's data does: trainer, policy worker and
     actors in their het groups; with two policies (MAPPO for each pair of spread's four agents), each policy's
     trainer and policy worker in the trainer and policy groups."""
@@ -258,14 +263,16 @@ def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, exper
     assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 3
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["policy_version"] > 1 and summary["episodes"] > 0
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
-    for policy in summary.get("policies", {}):  # each trained, beside the other
+    assert_every_frame_accounted_for(summary)
+    if not policies:  # one policy: nothing kept apart
+        assert "policies" not in summary, summary
+        return
+    assert sorted(summary["policies"]) == policies, summary
+    for policy in policies:  # each trained, beside the other
         assert summary["policies"][policy]["version"] > 1 and summary["policies"][policy]["mean_return"] is not None
-    if "policies" in summary:
-        table = json.loads((run_dir / "workers.json").read_text())
-        assert sorted(summary["policies"]) == ["left", "right"]
-        assert "# group policy: policy/0-1" in (run_dir / "job.sbatch").read_text()
-        assert len({table[w]["node"] for w in ("trainer/0", "trainer/1", "policy/1")}) == 3  # a node each
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert "# group policy: policy/0-1" in (run_dir / "job.sbatch").read_text()
+    assert len({table[w]["node"] for w in ("trainer/0", "trainer/1", "policy/1")}) == 3  # a node each
 
 
 def requeue_run(tmp_path):
@@ -275,13 +282,13 @@ def requeue_run(tmp_path):
                           overrides=["stop.target_return=null", "stop.wall_time=30",
                                      "slurm.requeue={signal_seconds: 60, max_requeues: 2}",
                                      "workers.trainer.checkpoint_interval=5"])
-    wait_for(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
-             "a few trained versions in the controller log")
+    wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
+               "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
     return run
 
 
 def assert_resumed_to_the_end(run):
-    assert run.wait(timeout=400) == "completed"
+    assert wait_for_the_end(run, 400) == "completed"
     first = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert first["status"] == "cancelled" and first["policy_version"] > 0  # stopped cleanly, checkpointed
@@ -302,7 +309,7 @@ def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its
                           overrides=['slurm.time="00:02:00"', "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
                                      "stop.target_return=null", "stop.wall_time=80",
                                      "workers.trainer.checkpoint_interval=10"])
-    assert run.wait(timeout=540) == "completed"
+    assert wait_for_the_end(run, 540) == "completed"
     job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
     show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
     assert "Restarts=0" not in show and "TimeLimit=00:02:00" in show  # Slurm requeued it
@@ -339,10 +346,11 @@ def test_a_killed_actor_is_replaced_inside_its_slurm_task_and_the_job_runs_to_it
     # test's (test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target)
     run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
                           overrides=["monitor.status_interval=1", "stop.target_return=null", "stop.wall_time=30"])
-    wait_for(lambda: " version " in run.logs() and (run.run_dir / "workers.json").exists(), 120, "training under way")
+    wait_until(lambda: " version " in run.logs() and (run.run_dir / "workers.json").exists(), 120, "training under way",
+               lambda: run.logs()[-3000:], interval=0.5)
     victim = json.loads((run.run_dir / "workers.json").read_text())["actor/1"]["pid"]  # the worker, not its task
     os.kill(victim, signal.SIGKILL)  # the local Slurm's nodes are this machine
-    assert run.wait(timeout=400) == "completed"
+    assert wait_for_the_end(run, 400) == "completed"
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time"), summary
     assert [r["error"] for r in summary["restarts"]["actor/1"]] == ["was killed by SIGKILL"]
@@ -359,11 +367,10 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
                           overrides=["workers.actor.count=64", "stop.wall_time=12",
                                      "slurm.actor.sbatch_options=[--overcommit]",
                                      "slurm.srun_options=[--overcommit, --cpu-bind=none]"])
-    assert run.wait(timeout=600) == "completed", run.logs()
+    assert wait_for_the_end(run, 420) == "completed", run.logs()
     summary = run.summary()
     assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1
-    assert summary["frames_sent"] > 0
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert_every_frame_accounted_for(summary)
     trace = read_run(run.run_dir)
     assert len(trace.workers) == 68 and not trace.problems
     assert all(w.table("rendezvous")["workers"].tolist() == [68] for w in trace.workers)

@@ -8,14 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, script, wait_until
 from srl_hpc import config
 from srl_hpc import graph
 from srl_hpc.streams.inference import shm_name
@@ -71,7 +70,8 @@ def trainer_worker(rows: int, wait: float, compute: float, publish: float = 0.0)
     t = 100.0 + cycle * np.arange(1, rows + 1)
     table = {"t": t, "wait_seconds": np.full(rows, wait), "compute_seconds": np.full(rows, compute),
              "publish_seconds": np.full(rows, publish), "frames": np.full(rows, 1000)}
-    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table}, handlers=("trainer",))
+    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table},
+                       handlers=("trainer",))
 
 
 def test_busy_fraction_and_throughput_of_a_constructed_trainer():
@@ -226,14 +226,15 @@ def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
                              "--set", "workers.actor.max_restarts=0"],  # not replaced: the run fails
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim = run_dir / "traces" / "actor-0.h5"
-    rows, deadline = 0, time.monotonic() + 60
+
+    def flushed():  # a few flushes in: the first one holds a single row
+        assert proc.poll() is None, "the run ended before the actor flushed 100 env steps"
+        worker = reader.read_file(victim)[0] if victim.exists() else None  # a read racing a flush may fail
+        return worker if worker is not None and len(worker.table("env_step")["t"]) >= 100 else None
+
     try:
-        while rows < 100:  # a few flushes in: the first one holds a single row
-            assert time.monotonic() < deadline and proc.poll() is None, "the actor never flushed 100 env steps"
-            time.sleep(0.2)
-            if victim.exists():
-                worker, _ = reader.read_file(victim)  # a read racing a flush may fail: try again
-                rows = len(worker.table("env_step")["t"]) if worker else 0
+        worker = wait_until(flushed, 60, "the actor to flush 100 env steps", interval=0.2)
+        rows = len(worker.table("env_step")["t"])
         os.kill(worker.attrs["pid"], signal.SIGKILL)
         out, _ = proc.communicate(timeout=90)
     finally:
