@@ -83,7 +83,8 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
         if interrupted:  # a second Ctrl-C: no more patience
             _signal_all(procs, signal.SIGKILL)
         interrupted.append(signum)
-        print(f"\n{signal.Signals(signum).name}: stopping the run (checkpoint kept); again to kill", file=out, flush=True)
+        print(f"\n{signal.Signals(signum).name}: stopping the run (checkpoint kept); again to kill",
+              file=out, flush=True)
         _signal_all(procs, signal.SIGTERM)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -123,8 +123,8 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
                             f"CPUs the threads would share them; ask for as many CPUs as threads")
     if problems:
         raise PlanError(problems)
-    return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python, time=s.time,
-                account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
+    return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python,
+                time=s.time, account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
                 setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
                 requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
                 mpi=s.mpi, srun_options=s.srun_options, node_setup=s.node_setup, container=s.container,
@@ -191,7 +191,8 @@ def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
             problems.append(f"{label}: {where} does not exist or has no nodes")
             continue
         used_nodes |= {n.name for n in nodes}
-        wants = {"CPUs": g.cpus_per_task if g.overcommit else g.tasks_per_node * g.cpus_per_task, "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
+        wants = {"CPUs": g.cpus_per_task if g.overcommit else g.tasks_per_node * g.cpus_per_task,
+                 "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
         have = {"CPUs": max(n.cpus for n in nodes), "MB of memory": max(n.mem_mb for n in nodes),
                 "GPUs": max(n.gpus for n in nodes)}
         for resource, amount in wants.items():

@@ -58,7 +58,8 @@ def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired:
         raise SlurmError(no_answer(cmd, TIMEOUT)) from None
     if check and proc.returncode != 0:
-        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        output = proc.stderr.strip() or proc.stdout.strip()
+        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {output}")
     return proc
 
 

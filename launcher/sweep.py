@@ -124,7 +124,8 @@ def make_executor(exp: config.Experiment, folder: Path, members: int) -> submiti
 def submit(exp: config.Experiment, seeds: list[int], sweep_dir: Path) -> list[submitit.Job]:
     """Create each member's run directory and submit them as one job array."""
     sweep = RunDir(Path(sweep_dir).resolve())
-    executor_settings(exp, len(seeds), sweep.root)  # (an sbatch option submitit cannot take: an error before any directory)
+    # (an sbatch option submitit cannot take: an error before any directory)
+    executor_settings(exp, len(seeds), sweep.root)
     members = [run for _, run in create_members(exp, seeds, sweep.root)]
     executor = make_executor(exp, sweep.root / "submitit", len(seeds))
     jobs = executor.map_array(Member(), [str(m.root) for m in members])

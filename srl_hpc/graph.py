@@ -120,7 +120,8 @@ class Graph:
 
 def build(exp: Experiment) -> Graph:
     w = exp.workers
-    policies = list(exp.policies) or [""]  # several: each has workers.trainer.count trainers, policy.count policy workers
+    # several policies: each has workers.trainer.count trainers, policy.count policy workers
+    policies = list(exp.policies) or [""]
     trainers = {p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
                 for k, p in enumerate(policies)}
     servers = {p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)]

@@ -6,8 +6,9 @@ becomes a small supervisor that does the task's rendezvous once (MPI or files) a
 child process. A child that dies (an error, a kill) or hangs (alive, but no heartbeat for half the
 monitor's heartbeat_timeout) is replaced by a new incarnation that gets the same rendezvous table and
 binds the ports its predecessor bound (so every peer reaches it at the address it already has), up to
-`workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller the worker failed and why, and the run
-stops cleanly. The controller hears of each restart too (it keeps the lost incarnation's counters).
+`workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller the worker failed and
+why, and the run stops cleanly. The controller hears of each restart too (it keeps the lost incarnation's
+counters).
 
 Child and supervisor talk over two pipes, one JSON line at a time: the child's rendezvous entry up and
 the table down (ChildLink stands in for the rendezvous inside the child), then a line per heartbeat,

@@ -20,8 +20,8 @@ A user's algorithm lives in their own module: a frozen config dataclass (a `name
 hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
 YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore, generator, hidden=None)`
 for policy handlers, optionally `greedy(model, obs, hidden=None)` for evaluation workers (workers.eval.greedy),
-both returning arrays by name (with "hidden", the next recurrent state, when given one), and `prepare`, `update`, `state_dict`, `load_state_dict` for
-trainer handlers.
+both returning arrays by name (with "hidden", the next recurrent state, when given one), and `prepare`, `update`,
+`state_dict`, `load_state_dict` for trainer handlers.
 """
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ SPECS = {
     "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
                          segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True,
                          actions=("Discrete", "MultiDiscrete", "Box"), observations=("Box", "Dict")),
-    "mappo": AlgorithmSpec("srl_hpc.algorithms.mappo:MAPPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
+    "mappo": AlgorithmSpec("srl_hpc.algorithms.mappo:MAPPO",
+                           reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
                            segment=("logp", "values", "next_values"), head="central_critic"),
     "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
                          explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True,

@@ -36,7 +36,8 @@ def q_and_state(model: nn.Module, obs: torch.Tensor, hidden: tuple) -> tuple[tor
     return q.float(), {HIDDEN: state.float()}
 
 
-def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator, *hidden) -> dict[str, torch.Tensor]:
+def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator,
+        *hidden) -> dict[str, torch.Tensor]:
     """Epsilon-greedy on the action values: each row explores with its actor's epsilon (the Ape-X schedule)."""
     q, state = q_and_state(model, obs, hidden)
     greedy = q.argmax(-1)
@@ -74,7 +75,8 @@ class DQN:
     act = staticmethod(act)
     greedy = staticmethod(greedy)
 
-    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None):
+    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False,
+                 total_frames: int | None = None):
         self.model = model  # the trainer may swap in its DDP wrapper
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.cfg = cfg
@@ -115,7 +117,8 @@ class DQN:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
             q = self.model(batch["obs"]).float()
         q_taken = q.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        targets = td_targets(self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"], cfg.double)
+        targets = td_targets(self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"],
+                             cfg.double)
         return self._step(q_taken, targets, batch["weights"])
 
     def sequence_update(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], dict]:
@@ -125,7 +128,10 @@ class DQN:
         burn_in = obs.shape[1] - count - self.cfg.n_step
         trained = slice(burn_in, None)  # the trained steps and their lookahead
         with torch.no_grad():
-            _, state = self.model(obs[:, :burn_in], batch[HIDDEN], resets[:, :burn_in]) if burn_in else (None, batch[HIDDEN])
+            if burn_in:
+                _, state = self.model(obs[:, :burn_in], batch[HIDDEN], resets[:, :burn_in])
+            else:
+                state = batch[HIDDEN]
             target_q, _ = self.target(obs, batch[HIDDEN], resets)
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
             q, _ = self.model(obs[:, trained], state, resets[:, trained])
@@ -159,7 +165,8 @@ class DQN:
             self.target.load_state_dict(_unwrapped(self.model).state_dict())
         return float(grad_norm)
 
-    def _step(self, q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> tuple[dict[str, float], dict]:
+    def _step(self, q_taken: torch.Tensor, targets: torch.Tensor,
+              weights: torch.Tensor) -> tuple[dict[str, float], dict]:
         """The gradient step on the Huber loss, and the new priorities."""
         loss, td = dqn_loss(q_taken, targets, weights)
         grad_norm = self._descend(loss)

@@ -87,13 +87,15 @@ class PPO:
     act = staticmethod(act)
     greedy = staticmethod(greedy)
 
-    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None):
+    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False,
+                 total_frames: int | None = None):
         self.model = model  # the trainer may swap in its DDP wrapper
         self.cfg = cfg
         self.total_frames = total_frames  # the horizon for learning-rate annealing
         self.device = device
         self.bf16 = bf16  # forward under bf16 autocast: ~1.3x faster NatureCNN updates on an avx512_bf16 CPU
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)  # ~10% faster updates on CPU
+        # fused: ~10% faster updates on CPU
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)
         self.action_dist = model.action_dist  # (before the trainer may wrap the model for DDP)
         self.return_scale = ReturnScale() if cfg.scale_rewards else None
 
@@ -167,9 +169,10 @@ class PPO:
                 if cfg.normalize_advantages and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 dist = self.action_dist(params)
-                losses = ppo_losses(dist.log_prob(mb["actions"]), mb["logp"], adv, values, mb["returns"], dist.entropy(),
-                                    cfg.clip_coef, mb["values"] if cfg.clip_value_loss else None)
-                loss = losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
+                losses = ppo_losses(dist.log_prob(mb["actions"]), mb["logp"], adv, values, mb["returns"],
+                                    dist.entropy(), cfg.clip_coef, mb["values"] if cfg.clip_value_loss else None)
+                loss = (losses["policy_loss"] + cfg.value_coef * losses["value_loss"]
+                        - cfg.entropy_coef * losses["entropy"])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)

@@ -40,7 +40,9 @@ def is_parallel_env(env) -> bool:
 def state_size(env) -> int:
     """Floats of the env's own global state (PettingZoo's state() and state_space), or 0 if it has none."""
     space = getattr(env, "state_space", None)
-    return int(np.prod(space.shape)) if isinstance(space, gymnasium.spaces.Box) and callable(getattr(env, "state", None)) else 0
+    if isinstance(space, gymnasium.spaces.Box) and callable(getattr(env, "state", None)):
+        return int(np.prod(space.shape))
+    return 0
 
 
 def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
@@ -51,11 +53,13 @@ def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dic
     for agent in agents:
         owners = [name for name, members in teams.items() if agent in members]
         if len(owners) != 1:
-            raise ValueError(f"agent {agent!r} matches {'no policy' if not owners else 'policies ' + ', '.join(owners)} "
+            matches = "no policy" if not owners else "policies " + ", ".join(owners)
+            raise ValueError(f"agent {agent!r} matches {matches} "
                              f"(policies: {dict(policies)}; the env's agents: {agents})")
     for name, members in teams.items():
         if not members:
-            raise ValueError(f"policy {name!r} matches none of the env's agents {agents} (patterns {list(policies[name])})")
+            raise ValueError(f"policy {name!r} matches none of the env's agents {agents} "
+                             f"(patterns {list(policies[name])})")
     return teams
 
 
@@ -158,7 +162,8 @@ class AgentRows(VectorEnv):
         self.rows = TeamRows(envs, [list(envs[0].possible_agents)], global_state)
         (team,) = self.rows.teams
         self.envs, self.agents, self.k, self.num_envs = envs, team.agents, team.k, team.num_envs
-        self.single_observation_space, self.single_action_space = team.single_observation_space, team.single_action_space
+        self.single_observation_space = team.single_observation_space
+        self.single_action_space = team.single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}

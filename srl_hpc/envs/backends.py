@@ -92,7 +92,8 @@ def resolve_backend(env_cfg) -> str:
     backend = env_cfg.backend
     if env_cfg.action_mask_from_info:
         if backend not in ("auto", "sync"):
-            raise ValueError(f"env.backend is {backend!r} but env.action_mask_from_info wraps each env: use 'sync' or 'auto'")
+            raise ValueError(f"env.backend is {backend!r} but env.action_mask_from_info wraps each env: "
+                             "use 'sync' or 'auto'")
         return "sync"
     if is_factory(env_cfg.id):
         if backend not in ("auto", "sync"):

@@ -50,4 +50,5 @@ class TicTacToe(gymnasium.Env):
 
     def _observation(self) -> dict:
         obs = self.game.observe(self.me)
-        return {"observation": np.asarray(obs["observation"], np.int8), "action_mask": np.asarray(obs["action_mask"], np.int8)}
+        return {"observation": np.asarray(obs["observation"], np.int8),
+                "action_mask": np.asarray(obs["action_mask"], np.int8)}

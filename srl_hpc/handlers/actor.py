@@ -215,14 +215,16 @@ class ActorHandler(Handler):
                 link.samples = GatedProducer(self.worker.ctx, self.name, [
                     (endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers])
             else:  # buffers: any of them, as fast as they take it
-                link.samples = SampleProducer(self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers])
+                link.samples = SampleProducer(self.worker.ctx,
+                                              [endpoints.address(table, b, "samples") for b in servers])
 
     def _client(self, table: dict, stream, link: PolicyLink) -> InferenceClient | ShmInferenceClient:
         same_node = endpoints.same_node(table, stream.server, self.name)
         if stream.transport == "shm" and not same_node:
             raise RuntimeError("inference_transport 'shm' needs the inference server on this node; it is not")
         if stream.transport == "zmq" or not same_node:
-            return InferenceClient(inference.connect(self.worker.ctx, endpoints.address(table, stream.server, "inference")))
+            address = endpoints.address(table, stream.server, "inference")
+            return InferenceClient(inference.connect(self.worker.ctx, address))
         obs = link.groups[0].obs
         segment = self.name + (f"-{link.name}" if link.name else "")  # one shared-memory segment per policy
         contract = link.groups[0].contract
@@ -357,5 +359,6 @@ class ActorHandler(Handler):
 
     def stats(self) -> dict:
         returns, self._returns = self._returns, []
-        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent, "frames_discarded": self.frames_discarded,
-                "episodes": self.episodes, ("policy_returns" if self.team_rows else "returns"): returns}
+        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent,
+                "frames_discarded": self.frames_discarded, "episodes": self.episodes,
+                ("policy_returns" if self.team_rows else "returns"): returns}

@@ -97,7 +97,8 @@ class BufferHandler(Handler):
     def bind(self):
         contract = Contract.of(*spaces(self.exp.env), spec(self.exp.algorithm), self.exp)
         actors = [w.name for w in self.graph.hosts("actor")]
-        self.samples = SampleConsumer(self.worker.ctx, contract.segment_layout(self.exp.workers.actor.segment_length, actors))
+        self.samples = SampleConsumer(self.worker.ctx,
+                                      contract.segment_layout(self.exp.workers.actor.segment_length, actors))
         self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
                                          high_water_mark=16)
         reuse = self.worker.ports  # a replacement's: its predecessor's ports
@@ -171,7 +172,8 @@ class BufferHandler(Handler):
             return 0
         items = sequences(previous, last, seg, self.cfg.n_step, self.cfg.burn_in)
         if self.replay is None:
-            self.replay = PrioritizedReplay(self.cfg.replay_capacity, {k: (v.shape[1:], v.dtype) for k, v in items.items()},
+            fields = {k: (v.shape[1:], v.dtype) for k, v in items.items()}
+            self.replay = PrioritizedReplay(self.cfg.replay_capacity, fields,
                                             alpha=self.cfg.priority_alpha, seed=self.rng_seed)
         self.replay.add(items)
         return int(last["valid"].sum())

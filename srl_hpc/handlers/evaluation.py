@@ -82,7 +82,8 @@ class EvalHandler(Handler):
         n = self.cfg.episodes
         self.obs = self.contract.obs.pack(self.envs.reset(seed=first_seed(self.seed + self.rounds * n, n))[0])
         self.returns, self.lengths = np.zeros(self.rows), np.zeros(self.rows, np.int64)
-        self.hidden = np.zeros((self.rows, self.exp.model.state_size), np.float32) if self.exp.model.state_size else None
+        state_size = self.exp.model.state_size
+        self.hidden = np.zeros((self.rows, state_size), np.float32) if state_size else None
         self.done = np.zeros(self.rows, bool)
         self.version = self.evaluated_version = self.engine.version
         self.started = time.monotonic()

@@ -127,14 +127,16 @@ class ObsDecoder(nn.Module):
         if not self.fields:
             return obs
         lead = obs.shape[:-1]
-        return {key: obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format).view(dtype).reshape(*lead, *shape)
+        return {key: obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format)
+                .view(dtype).reshape(*lead, *shape)
                 for key, dtype, shape, offset, size in self.fields}
 
     def mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The observation's action mask, if it has one."""
         for key, dtype, shape, offset, size in self.fields:
             if key == ACTION_MASK:
-                return obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format).view(dtype).reshape(*obs.shape[:-1], *shape)
+                return (obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format)
+                        .view(dtype).reshape(*obs.shape[:-1], *shape))
         return None
 
 

@@ -100,7 +100,8 @@ class ActionContract:
                 raise SpaceError(f"action space {space}: Box actions must be one vector")
             self.dtype, self.shape = np.dtype(np.float32), tuple(space.shape)
             if squash == "tanh" and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
-                raise SpaceError(f"action space {space}: tanh squashing needs finite bounds (use model.action_squash: clip)")
+                raise SpaceError(f"action space {space}: tanh squashing needs finite bounds "
+                                 "(use model.action_squash: clip)")
         else:
             raise SpaceError(f"action space {space}: actions must be one of {', '.join(ACTION_SPACES)} "
                              "(a Tuple or Dict of them is not supported)")
@@ -142,7 +143,7 @@ class Contract:
         return fields + (((HIDDEN, "<f4", (self.state_size,)),) if self.state_size else ())
 
     def segment_fields(self) -> tuple[str, ...]:
-        """The arrays of a segment: BASE_FIELDS, the algorithm's, and a recurrent model's state at the segment's start."""
+        """The arrays of a segment: BASE_FIELDS, the algorithm's, and a recurrent model's state at its start."""
         extra = ("discounted_returns",) if self.scale_rewards else ()
         return BASE_FIELDS + self.algorithm.segment + extra + ((HIDDEN,) if self.state_size else ())
 
@@ -178,12 +179,14 @@ class Contract:
         if sequence is not None:
             length, state_size = sequence
             steps = {k: (STEP_DTYPES[k], (BATCH, length)) for k in ("rewards", "dones", "terminated", "valid")}
-            return Layout("replay", {"obs": (obs[0], (BATCH, length, *obs[1])), "actions": (a_dtype, (BATCH, length, *a_shape)),
-                                     **steps, HIDDEN: ("<f4", (BATCH, state_size)), "weights": ("<f4", (BATCH,)),
+            return Layout("replay", {"obs": (obs[0], (BATCH, length, *obs[1])),
+                                     "actions": (a_dtype, (BATCH, length, *a_shape)), **steps,
+                                     HIDDEN: ("<f4", (BATCH, state_size)), "weights": ("<f4", (BATCH,)),
                                      "indices": ("<i8", (BATCH,))}, meta, values=self._values)
         agents = (team,) if team else ()
         obs_array = (obs[0], (BATCH, *agents, *obs[1]))
-        return Layout("replay", {"obs": obs_array, "next_obs": obs_array, "actions": (a_dtype, (BATCH, *agents, *a_shape)),
+        return Layout("replay", {"obs": obs_array, "next_obs": obs_array,
+                                 "actions": (a_dtype, (BATCH, *agents, *a_shape)),
                                  "returns": ("<f4", (BATCH,)), "discounts": ("<f4", (BATCH,)),
                                  "weights": ("<f4", (BATCH,)), "indices": ("<i8", (BATCH,))}, meta, values=self._values)
 

@@ -11,9 +11,10 @@ the time as waiting for leave), so with too many actors they slow down instead o
 
 The window starts at a queue's worth (`base`: the trainer's queue_batches) and follows the trainer:
 after an update it waited for, the window grows by half a queue's worth; after one it did not wait for,
-it shrinks as much, never below `base`. So it settles where the trainer waits for every other update. Where envs are slow and a segment takes seconds to fill, a fixed
-window idled every actor beyond it (64 actors of 100 ms steps sent what 16 did); where the trainer is the
-bound, the window stays a queue's worth and the data stays fresh.
+it shrinks as much, never below `base`. So it settles where the trainer waits for every other update. Where
+envs are slow and a segment takes seconds to fill, a fixed window idled every actor beyond it (64 actors of
+100 ms steps sent what 16 did); where the trainer is the bound, the window stays a queue's worth and the data
+stays fresh.
 
 The grants of an actor that was replaced are taken back when its replacement first asks (a new
 connection under the same name). Any other grant not used within GRANT_TIMEOUT seconds (an actor that

@@ -186,8 +186,10 @@ class InferenceServer:
             raise wire.WireError(f"not an inference request: {msg.kind!r}")
 
     def _checked(self, obs: np.ndarray) -> np.ndarray:
-        if obs.ndim < 1 or obs.dtype.kind not in "biuf" or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape):
-            raise wire.WireError(f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, expected {self.obs_shape}")
+        if (obs.ndim < 1 or obs.dtype.kind not in "biuf"
+                or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape)):
+            raise wire.WireError(f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, "
+                                 f"expected {self.obs_shape}")
         if obs.dtype.kind == "f" and not np.isfinite(obs).all():
             raise wire.WireError("observations that are not finite")
         return obs
@@ -208,7 +210,8 @@ class InferenceServer:
         if reply.keys() != fields.keys() or any([reply[k][1], tuple(reply[k][2])] != [dt, shape]
                                                 for k, (dt, shape) in fields.items()):
             raise wire.WireError("reply slots for other fields than this policy answers")
-        return {k: np.ndarray((rows, *shape), dt, buffer=shm.buf, offset=reply[k][0]) for k, (dt, shape) in fields.items()}
+        return {k: np.ndarray((rows, *shape), dt, buffer=shm.buf, offset=reply[k][0])
+                for k, (dt, shape) in fields.items()}
 
     def _attach(self, name: str) -> shared_memory.SharedMemory:
         if name not in self._attached:
@@ -315,8 +318,9 @@ class ShmInferenceClient(ReplyBuffer):
         views = self._views.get((group, rows))
         if views is None:
             _, reply = self._layouts[group]
-            views = self._views[(group, rows)] = {name: np.ndarray((rows, *shape), dt, buffer=self.shm.buf, offset=offset)
-                                                  for name, (offset, dt, shape) in reply.items()}
+            views = self._views[(group, rows)] = {
+                name: np.ndarray((rows, *shape), dt, buffer=self.shm.buf, offset=offset)
+                for name, (offset, dt, shape) in reply.items()}
         msg.arrays = views
         return msg
 

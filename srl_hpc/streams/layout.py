@@ -56,7 +56,8 @@ def number(value) -> bool:
 
 def integer(low: int = 0, high: int | None = None) -> Callable[[object], bool]:
     def valid(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value < high)
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+                and (high is None or value < high))
     return valid
 
 

@@ -36,7 +36,8 @@ ACTIVITIES = {
                ("sampling", "buffer_step", "sample_seconds", ())],
 }
 ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "stepping envs",
-                   "sending": "blocked sending samples", "waiting_leave": "waiting for leave to sample", "pulling_params": "loading weights",
+                   "sending": "blocked sending samples", "waiting_leave": "waiting for leave to sample",
+                   "pulling_params": "loading weights",
                    "computing": "computing", "replying": "replying", "waiting": "waiting for data",
                    "publishing": "publishing weights", "storing": "storing transitions",
                    "updating_priorities": "updating priorities", "sampling": "sampling batches", "other": "other"}
@@ -407,7 +408,8 @@ def summarize(run: RunTrace) -> dict:
         "traced_seconds": max(ends) if ends else 0.0,
         "attempts": max((w.attempts for w in run.workers), default=1),  # a resumed run's spans hold the gaps
         "restarts": {w.name: w.restarts for w in run.workers if w.restarts},  # replaced workers, read as one each
-        "workers": [{"name": w.name, "policy": w.policy, "file": w.path.name, "host": w.attrs.get("host"), "pid": w.attrs.get("pid"),
+        "workers": [{"name": w.name, "policy": w.policy, "file": w.path.name, "host": w.attrs.get("host"),
+                     "pid": w.attrs.get("pid"),
                      "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}
                     for w in run.workers],
         "problems": [{"file": p.path.name, "reason": p.reason} for p in run.problems],

@@ -146,7 +146,9 @@ def _returns(run: RunTrace, title):
         policy = np.concatenate([tab["policy"] if run.policies else np.zeros(len(tab["t"]), int) for tab in tabs])
         order = np.argsort(t)
         t, r, policy = t[order], r[order], policy[order]
-        frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"]) if progress and len(progress[0]["t"]) else None
+        frames = None
+        if progress and len(progress[0]["t"]):
+            frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"])
         for k, name in enumerate(run.policies or [""]):  # several policies: each one's episodes and mean apart
             mine = policy == k
             window = min(analysis.RETURN_WINDOW, int(mine.sum()))
