@@ -27,7 +27,8 @@ from srl_hpc import config  # noqa: E402
 from srl_hpc.envs.backends import resolve_backend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = {"acrobot": ROOT / "experiments" / "acrobot_ppo.yaml", "cartpole": ROOT / "experiments" / "cartpole_ppo.yaml"}
+EXPERIMENTS = {"acrobot": ROOT / "experiments" / "acrobot_ppo.yaml",
+               "cartpole": ROOT / "experiments" / "cartpole_ppo.yaml"}
 
 
 def median(values):
@@ -61,10 +62,12 @@ def main(argv=None) -> int:
             r = run_seed(exp, seed, out / name / backend)
             runs.append(r)
             if r["seconds"] is None:
-                print(f"{name} {backend} ({resolved}) seed {seed}: FAILED (exit code {r['exit_code']}), see {r['run_dir']}", flush=True)
+                print(f"{name} {backend} ({resolved}) seed {seed}: FAILED (exit code {r['exit_code']}), "
+                      f"see {r['run_dir']}", flush=True)
             else:
                 print(f"{name} {backend} ({resolved}) seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in "
-                      f"{r['seconds']}s, {r['env_frames']:,} env frames, mean return at stop {r['mean_return_at_stop']}", flush=True)
+                      f"{r['seconds']}s, {r['env_frames']:,} env frames, "
+                      f"mean return at stop {r['mean_return_at_stop']}", flush=True)
         reached = [r for r in runs if r["reached"]]
         results.append({"env": exp.env.id, "backend": backend, "resolved": resolved, "target": exp.stop.target_return,
                         "reached": len(reached), "seeds": len(seeds),
@@ -75,7 +78,8 @@ def main(argv=None) -> int:
     for r in results:
         s = "-" if r["median_seconds"] is None else f"{r['median_seconds']:.1f}"
         f = "-" if r["median_env_frames"] is None else f"{r['median_env_frames']:,.0f}"
-        print(f"{r['env']:<12} {r['backend'] + ' (' + r['resolved'] + ')':<16} {r['reached']:>4}/{r['seeds']:<3} {s:>9} {f:>14}")
+        backend = f"{r['backend']} ({r['resolved']})"
+        print(f"{r['env']:<12} {backend:<16} {r['reached']:>4}/{r['seeds']:<3} {s:>9} {f:>14}")
     print(json.dumps({"benchmark": "backend_parity", "wall_time_limit": args.wall_time, "overrides": args.set,
                       "results": results}))
     return 0

@@ -34,8 +34,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
     out = []
     for row in rows:
         try:
+            mean_return = float(row["mean_return"]) if row.get("mean_return") not in (None, "") else math.nan
             out.append({"wall_time": float(row["wall_time"]), "env_frames": int(float(row["env_frames"])),
-                        "mean_return": float(row["mean_return"]) if row.get("mean_return") not in (None, "") else math.nan})
+                        "mean_return": mean_return})
         except (KeyError, ValueError):
             continue
     return out

@@ -4,8 +4,9 @@
     python benchmarks/scale.py --actors 16,64,128,256
 
 The local Slurm's virtual nodes, in its shared mode (one host, its loopback: slurm.network lo), declare more
-CPUs than the machine has (160 each), so hundreds of actors share its cores; `experiments/scale_synthetic.yaml` steps a synthetic env that waits instead of computing, so
-what is measured is the system's own cost. Per actor count N it prints, from the run's traces and summary:
+CPUs than the machine has (160 each), so hundreds of actors share its cores; `experiments/scale_synthetic.yaml`
+steps a synthetic env that waits instead of computing, so what is measured is the system's own cost. Per actor
+count N it prints, from the run's traces and summary:
 - seconds from the first worker process start to rendezvous done (the last worker out of the MPI
   allgather), to the trainer's first segment, to its first update;
 - the controller's CPU share of one core and the events it takes in per second, while training;

@@ -1,13 +1,16 @@
-"""Side by side: the same env and matched PPO settings through our system, Sample Factory 2.1.1 (APPO)
+r"""Side by side: the same env and matched PPO settings through our system, Sample Factory 2.1.1 (APPO)
 and RLlib PPO (ray 2.60.0), back to back in ONE invocation, N repeats, medians and ratios.
 
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --seconds 60 --repeats 3
     .venv/bin/python benchmarks/side_by_side.py --env cartpole --systems ours,ours-impala,ours-sync,sample_factory,rllib
-    .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 --systems ours,ours-bf16,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env pong --seconds 120 --repeats 3 \
+        --systems ours,ours-bf16,sample_factory,rllib
     .venv/bin/python benchmarks/side_by_side.py --env pong --systems ours,ours@28f88e3,sample_factory,rllib
-    .venv/bin/python benchmarks/side_by_side.py --env halfcheetah --seconds 60 --repeats 3 --systems ours,sample_factory,rllib
-    .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings   # print the matched settings, run nothing
-    .venv/bin/python benchmarks/side_by_side.py --env cartpole --metric time-to-target --seeds 1,2,3,4,5 --systems ours,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env halfcheetah --seconds 60 --repeats 3 \
+        --systems ours,sample_factory,rllib
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --show-settings  # the matched settings; runs nothing
+    .venv/bin/python benchmarks/side_by_side.py --env cartpole --metric time-to-target --seeds 1,2,3,4,5 \
+        --systems ours,sample_factory,rllib
 
 The baselines run in their own virtualenvs, benchmarks/.venvs/{sample_factory,rllib}, which this
 script creates on first use with benchmarks/baselines/setup.sh (torch==2.13.0 there too; about 2 min
@@ -28,10 +31,10 @@ Matched settings (SETTINGS below, any of them can be overridden by flag): 2 samp
 envs per process, rollout (our segment length), batch (agent steps per training batch), epochs,
 minibatch size, network (and whether the value head shares the policy's torso: --separate-critic gives
 each system's critic a torso of its own, our model.separate_critic, Sample Factory's
---actor_critic_share_weights=False, RLlib's vf_share_layers=False), lr, gamma, GAE lambda, clip, entropy and value coefficients, grad-norm clip.
-They translate into our overrides (workers.actor.count, .ring_size, .segment_length,
-workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches = batch /
-minibatch, model.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
+--actor_critic_share_weights=False, RLlib's vf_share_layers=False), lr, gamma, GAE lambda, clip, entropy and
+value coefficients, grad-norm clip. They translate into our overrides (workers.actor.count, .ring_size,
+.segment_length, workers.trainer.batch_segments = batch / rollout, algorithm.epochs, algorithm.minibatches =
+batch / minibatch, model.hidden_sizes, algorithm.*) and into each runner's flags. Our system runs as
 2 actor processes + 1 policy worker + 1 trainer + 1 controller ("ours"), or as one of the variants in
 OURS: choices of our system that leave the matched settings alone: "ours-impala" (inference inside the
 actors, no policy worker), "ours-bf16" (forward passes under bf16 autocast; the baselines run fp32),
@@ -40,9 +43,10 @@ uses env.backend=auto, i.e. gymnasium's numpy CartPoleVectorEnv or ALE's C++ Ata
 same preprocessing settings). Each variant is compared with each baseline. "ours@REV" is our system as
 it was at git revision REV (a worktree under benchmarks/.worktrees, run by that revision's own
 benchmarks/throughput.py with the same overrides), so a change is measured against the code before it
-and against the baselines in the same invocation; the ratio "ours/ours@REV" says what the change did. What cannot be matched exactly:
-Sample Factory is asynchronous APPO (ours is asynchronous too; RLlib's PPO is synchronous); RLlib's
-value and policy heads each get their own 512 layer on Pong (ours and Sample Factory's share one);
+and against the baselines in the same invocation; the ratio "ours/ours@REV" says what the change did. What
+cannot be matched exactly: Sample Factory is asynchronous APPO (ours is asynchronous too; RLlib's PPO is
+synchronous); RLlib's value and policy heads each get their own 512 layer on Pong (ours and Sample Factory's
+share one);
 RLlib's default CNN does not scale pixels. On Pong all three use ALE/Pong-v5 (sticky actions) with
 gymnasium's AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, noop starts) and a stack of
 4, not RLlib's own 64x64 Atari wrapper.
@@ -226,9 +230,10 @@ def run_ours_to_target(system: str, env: str, s: dict, seed: int, target: tuple[
     exp = config.with_overrides(config.load(ROOT / s["experiment"]), overrides)
     r = time_to_target.run_seed(exp, seed, out)
     return {"system": system, "env": env, "seed": seed, "seconds_to_target": r["seconds"] if r["reached"] else None,
-            "steps_to_target": r["env_frames"] if r["reached"] else None, "mean_return_at_stop": r["mean_return_at_stop"],
-            "run_dir": r["run_dir"], "notes": "seconds: the controller's wall time from rendezvous to the stop decision; "
-                                              "overrides: " + " ".join(overrides)}
+            "steps_to_target": r["env_frames"] if r["reached"] else None,
+            "mean_return_at_stop": r["mean_return_at_stop"], "run_dir": r["run_dir"],
+            "notes": "seconds: the controller's wall time from rendezvous to the stop decision; "
+                     "overrides: " + " ".join(overrides)}
 
 
 def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
@@ -253,7 +258,8 @@ def run_ours_at(system: str, env: str, s: dict, seconds: float, warmup: float, o
 
         r.update(throughput.from_traces(Path(r["run_dir"]), warmup))
     return {"system": system, "env": env, "training_fps": steady if steady is not None else r["training_fps"],
-            "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"], "whole_run_training_fps": r["training_fps"],
+            "sampling_fps": r.get("steady_sampling_fps") or r["sampling_fps"],
+            "whole_run_training_fps": r["training_fps"],
             "seconds": r["seconds"], "run_dir": r["run_dir"], "frames_dropped": r.get("frames_dropped"),
             **policy_figures(r), "notes": f"revision {rev} in {tree}; overrides: " + " ".join(overrides)}
 
@@ -300,8 +306,9 @@ def ensure_venvs(systems: list[str]) -> None:
 
 
 def describe(s: dict, network: str) -> str:
-    return (f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, batch {s['batch_size']}, "
-            f"{s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, lr {s['lr']:g}")
+    return (f"{s['num_workers']} workers x {s['envs_per_worker']} envs, rollout {s['rollout']}, "
+            f"batch {s['batch_size']}, {s['epochs']} epochs x minibatch {s['minibatch_size']}, {network}, "
+            f"lr {s['lr']:g}")
 
 
 def median(xs):
@@ -325,7 +332,8 @@ def compare_time_to_target(args, systems: list[str], s: dict, network: str, out:
             where = out / f"{system}-seed{seed}"
             t = time.time()
             if system in OURS:
-                r = run_ours_to_target(system, args.env, s, seed, (target, args.return_window), args.seconds, where, args.set)
+                r = run_ours_to_target(system, args.env, s, seed, (target, args.return_window), args.seconds, where,
+                                       args.set)
             else:
                 r = run_baseline(system, args.env, s, args.seconds, 0.0, where,
                                  ["--seed", str(seed), "--target-return", str(target),
@@ -333,8 +341,9 @@ def compare_time_to_target(args, systems: list[str], s: dict, network: str, out:
             r.setdefault("seed", seed)
             runs[system].append(r)
             took = r.get("seconds_to_target")
-            common.log(f"seed {seed}: {system}: " + (f"target in {took:.1f}s" if took is not None else
-                       f"NOT reached within {args.seconds:g}s {r.get('error', '')[:300]}") + f" ({time.time() - t:.0f}s wall)")
+            outcome = (f"target in {took:.1f}s" if took is not None else
+                       f"NOT reached within {args.seconds:g}s {r.get('error', '')[:300]}")
+            common.log(f"seed {seed}: {system}: {outcome} ({time.time() - t:.0f}s wall)")
             time.sleep(2.0)  # let the last run's processes go before the next one starts
 
     def seconds(r):  # a run that missed the target took longer than the budget
@@ -386,7 +395,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, help="keep run directories and logs here (default: a temporary directory)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra override for OUR experiment only (not matched in the baselines)")
-    p.add_argument("--show-settings", action="store_true", help="print the matched settings and each command, run nothing")
+    p.add_argument("--show-settings", action="store_true",
+                   help="print the matched settings and each command, run nothing")
     for key in ("num_workers", "envs_per_worker", "rollout", "batch_size", "epochs", "minibatch_size"):
         p.add_argument("--" + key.replace("_", "-"), type=int, help="override the matched setting")
     for key in ("lr", "gamma", "gae_lambda", "clip", "entropy_coef", "value_coef", "max_grad_norm"):
@@ -411,7 +421,8 @@ def main(argv=None) -> int:
     warmup = args.warmup if args.warmup is not None else min(10.0, args.seconds / 4)
     network = network_of(args.env, s)
     if args.show_settings:
-        print(json.dumps({"env": args.env, "settings": s, "network": network, "matching": MATCHING[args.env]}, indent=1))
+        print(json.dumps({"env": args.env, "settings": s, "network": network, "matching": MATCHING[args.env]},
+                         indent=1))
         for system in OURS:
             print(f"{system}: --set " + " --set ".join(our_overrides(s) + OURS[system] + args.set)
                   + f"  ({s['experiment']})")
@@ -474,7 +485,8 @@ def main(argv=None) -> int:
             else None for a, b in zip(runs[mine], runs[other])]
 
     # the table (stderr keeps stdout to the one JSON line... plus this table, which people read)
-    print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), {describe(s, network)}")
+    print(f"\nside by side: {args.env}, {args.repeats} x {args.seconds:g}s (warmup {warmup:g}s), "
+          f"{describe(s, network)}")
     print(f"{'system':<16}{'median train fps':>18}{'median sample fps':>19}  per repeat (train fps)")
     for system in systems:
         d = result["systems"][system]

@@ -29,7 +29,8 @@ from srl_hpc.trace import analysis, reader
 
 def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir: Path | None = None) -> dict:
     stop = dataclasses.replace(exp.stop, wall_time=seconds, target_return=None)  # env_frames: the lr horizon
-    exp = config.replace(exp, stop=stop, monitor=dataclasses.replace(exp.monitor, status_interval=min(5.0, seconds / 4)))
+    monitor = dataclasses.replace(exp.monitor, status_interval=min(5.0, seconds / 4))
+    exp = config.replace(exp, stop=stop, monitor=monitor)
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"bench-{exp.name}-"))
     exp, run = runs.create(exp, run_dir / "run")
     run_dir = run.root
@@ -56,7 +57,8 @@ def _steady(metrics: Path, warmup: float) -> dict:
         return {"steady_training_fps": None, "steady_sampling_fps": None}
     dt = float(rows[-1]["wall_time"]) - float(rows[0]["wall_time"])
     delta = lambda key: (int(rows[-1][key]) - int(rows[0][key])) / dt  # noqa: E731
-    return {"steady_training_fps": round(delta("frames_consumed"), 1), "steady_sampling_fps": round(delta("env_frames"), 1)}
+    return {"steady_training_fps": round(delta("frames_consumed"), 1),
+            "steady_sampling_fps": round(delta("env_frames"), 1)}
 
 
 def from_traces(run_dir: Path, warmup: float) -> dict:

@@ -29,7 +29,8 @@ def run_seed(exp: config.Experiment, seed: int, out: Path) -> dict:
     code = local.run(exp, run, out=io.StringIO())
     summary = json.loads(run.summary.read_text()) if run.summary.exists() else {}
     reached = summary.get("reason", "").startswith("target reached")
-    return {"seed": seed, "backend": exp.env.backend, "reached": reached, "seconds": summary.get("wall_time"), "env_frames": summary.get("env_frames"),
+    return {"seed": seed, "backend": exp.env.backend, "reached": reached, "seconds": summary.get("wall_time"),
+            "env_frames": summary.get("env_frames"),
             "mean_return_at_stop": summary.get("mean_return_at_stop"), "exit_code": code, "run_dir": str(run.root)}
 
 

@@ -84,7 +84,8 @@ def reached(progress: list[tuple[float, int, float | None, int]], t0: float, tar
             continue
         best = mean if best is None else max(best, mean)
         if mean >= target:
-            return {"seconds_to_target": round(t - t0, 2), "steps_to_target": steps, "mean_return_at_target": round(mean, 1)}
+            return {"seconds_to_target": round(t - t0, 2), "steps_to_target": steps,
+                    "mean_return_at_target": round(mean, 1)}
     return {"seconds_to_target": None, "steps_to_target": None, "best_mean_return": best}
 
 

@@ -223,7 +223,8 @@ def main(argv=None) -> int:
                       ", MeanStdFilter connector" if args.normalize_observations else "",
                       ", NormalizeReward(gamma) per env" if args.scale_rewards else ""))
     if args.target_return is not None:
-        r.update(common.reached(progress, t0, args.target_return, args.return_window), startup_s=round(t0 - t_launch, 1))
+        r.update(common.reached(progress, t0, args.target_return, args.return_window),
+                 startup_s=round(t0 - t_launch, 1))
     common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "work_dir": str(work)})
     return 0
 

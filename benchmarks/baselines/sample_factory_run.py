@@ -21,11 +21,12 @@ inference workers' processed observations (reported every few seconds, so coarse
 
 Settings: APPO, asynchronous (--async_rl True, the default; --sync for synchronous PPO, which needs
 workers x envs x rollout == batch), no V-trace, no RNN (recurrence 1), no input or return
-normalisation (unless --normalize-observations / --scale-rewards), shared actor-critic weights (--separate-critic: not shared), double-buffered sampling (worker_num_splits 2), one
-inference worker, CPU. Sample Factory's batch_size is the minibatch; num_batches_per_epoch = batch /
-minibatch. Envs: CartPole-v1 with an MLP (tanh); ALE/Pong-v5 (sticky actions) + gymnasium
-AtariPreprocessing (frame skip 4 with max-pool, 84x84 gray, 30 noop starts) + frame stack 4 with
-Sample Factory's convnet_atari encoder (NatureCNN convs) and a 512 fc layer, ReLU.
+normalisation (unless --normalize-observations / --scale-rewards), shared actor-critic weights
+(--separate-critic: not shared), double-buffered sampling (worker_num_splits 2), one inference worker, CPU.
+Sample Factory's batch_size is the minibatch; num_batches_per_epoch = batch / minibatch. Envs: CartPole-v1
+with an MLP (tanh); ALE/Pong-v5 (sticky actions) + gymnasium AtariPreprocessing (frame skip 4 with max-pool,
+84x84 gray, 30 noop starts) + frame stack 4 with Sample Factory's convnet_atari encoder (NatureCNN convs) and
+a 512 fc layer, ReLU.
 
 HalfCheetah (--env halfcheetah, Box actions), as Sample Factory's own sf_examples/mujoco sets it up where the
 matched settings leave it free: HalfCheetah-v4 (gymnasium 0.29.1, the newest Sample Factory 2.1.1 accepts,
@@ -97,7 +98,8 @@ def sf_rollout(args) -> int:
 def sf_argv(args, train_dir: str) -> list[str]:
     n_mb = args.batch_size // args.minibatch_size
     argv = [
-        "--algo=APPO", f"--env=sbs_{args.env}", f"--experiment=sbs_{args.env}_{os.getpid()}", f"--train_dir={train_dir}",
+        "--algo=APPO", f"--env=sbs_{args.env}", f"--experiment=sbs_{args.env}_{os.getpid()}",
+        f"--train_dir={train_dir}",
         "--device=cpu", f"--async_rl={not args.sync}", "--serial_mode=False", "--restart_behavior=overwrite",
         f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.envs_per_worker}",
         f"--worker_num_splits={2 if args.envs_per_worker % 2 == 0 else 1}", "--policy_workers_per_policy=1",
@@ -108,7 +110,8 @@ def sf_argv(args, train_dir: str) -> list[str]:
         f"--exploration_loss_coeff={args.entropy_coef}", f"--value_loss_coeff={args.value_coef}",
         f"--max_grad_norm={args.max_grad_norm}", f"--normalize_input={args.normalize_observations}",
         f"--normalize_returns={args.scale_rewards}",
-        f"--actor_critic_share_weights={not args.separate_critic}", "--summaries_use_frameskip=False", "--decorrelate_experience_max_seconds=0",
+        f"--actor_critic_share_weights={not args.separate_critic}", "--summaries_use_frameskip=False",
+        "--decorrelate_experience_max_seconds=0",
         "--save_every_sec=1000000", "--save_best_every_sec=1000000", "--with_wandb=False",
         f"--seed={args.seed}", f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
     ]
@@ -204,9 +207,11 @@ def parent(args) -> int:
             end = start + args.seconds
             while time.time() < end and proc.poll() is None:
                 time.sleep(min(0.5, max(0.0, end - time.time())))
-                if args.target_return is not None and common.reached(
-                        read_samples(samples_path)[2], start, args.target_return, args.return_window)["seconds_to_target"] is not None:
-                    break
+                if args.target_return is not None:
+                    progress = read_samples(samples_path)[2]
+                    if common.reached(progress, start, args.target_return,
+                                      args.return_window)["seconds_to_target"] is not None:
+                        break
         end = time.time()
     finally:
         how = common.stop_group(pgid, proc)
@@ -219,7 +224,8 @@ def parent(args) -> int:
         return 1
     r = common.rates(samples, start, args.warmup, end, common.FRAME_SKIP[args.env])
     mode = "sync PPO" if args.sync else "APPO async"
-    notes = (f"{mode}, no V-trace/RNN" + ("" if args.normalize_observations else "/normalisation") + "; learner env-step counter sampled after each training "
+    notes = (f"{mode}, no V-trace/RNN" + ("" if args.normalize_observations else "/normalisation")
+             + "; learner env-step counter sampled after each training "
              f"iteration, {r.pop('window')}; sampling = inference workers' observation counter; "
              f"start-up {start - t_launch:.1f}s not counted; {how}")
     if sf_rollout(args) != args.rollout:
@@ -229,9 +235,11 @@ def parent(args) -> int:
                   f"adaptive_stddev=False, normalize_input={args.normalize_observations}, "
                   f"normalize_returns={args.scale_rewards}")
     if args.env == "pong":
-        notes += "; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), convnet_atari+fc512"
+        notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), "
+                  "convnet_atari+fc512")
     if args.target_return is not None:
-        r.update(common.reached(progress, start, args.target_return, args.return_window), startup_s=round(start - t_launch, 1))
+        r.update(common.reached(progress, start, args.target_return, args.return_window),
+                 startup_s=round(start - t_launch, 1))
     common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "log": str(log_path)})
     return 0
 
