@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from launcher import runs, status
+from launcher.settings import profile_files
 from launcher import slurm as scheduler
 from srl_hpc import config, graph as wiring
 from srl_hpc.config import spaces_check
@@ -66,11 +66,11 @@ class Run:
 
 
 def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None,
-           overrides: list[str] = (), cluster: str | Path | None = None) -> Run:
+           overrides: list[str] = (), profiles: list[str | Path] = ()) -> Run:
     """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm.
-    `cluster`: a cluster settings file (default: $SRL_CLUSTER, if set) under a YAML path's own slurm: keys."""
-    cluster = cluster or os.environ.get("SRL_CLUSTER")
-    exp = experiment if isinstance(experiment, config.Experiment) else config.load(experiment, cluster=cluster)
+    `profiles`: as --profile (default: $SRL_PROFILE's), composed under a YAML path's own keys."""
+    exp = (experiment if isinstance(experiment, config.Experiment)
+           else config.load(experiment, profiles=profile_files(profiles)))
     if overrides:
         exp = config.with_overrides(exp, list(overrides))
     source = "<experiment>" if isinstance(experiment, config.Experiment) else str(experiment)

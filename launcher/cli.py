@@ -13,7 +13,7 @@ from launcher import doctor, local, plan, runs, slurm, status, sweep
 from srl_hpc import config, graph as wiring
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
-from launcher.settings import add_cluster_option, cluster_file
+from launcher.settings import add_profile_option, profile_files
 from srl_hpc import __version__
 from srl_hpc.rundir import RunDir
 
@@ -50,12 +50,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
-    add_cluster_option(p)
+    add_profile_option(p)
     return p
 
 
 def _experiment(args):
-    exp = config.load(args.experiment, cluster=cluster_file(args))
+    exp = config.load(args.experiment, profiles=profile_files(args.profile))
     if getattr(args, "seed", None) is not None:
         exp = config.replace(exp, seed=args.seed)
     if args.set:
@@ -161,7 +161,7 @@ def cmd_prepare(argv) -> int:
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_cluster_option(p)
+    add_profile_option(p)
     args = p.parse_args(argv)
     exp = _checked_experiment(args)
     command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
@@ -206,7 +206,7 @@ def _overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, as when running (repeatable)")
-    add_cluster_option(p)
+    add_profile_option(p)
 
 
 def cmd_status(argv) -> int:

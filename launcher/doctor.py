@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from launcher import slurm
-from launcher.settings import add_cluster_option, cluster_file
+from launcher.settings import add_profile_option, profile_files
 from srl_hpc import config
 from srl_hpc.services import network
 
@@ -306,15 +306,15 @@ def cmd_doctor(argv) -> int:
                    help="the experiment to check for (its slurm.mpi, slurm.network, run_dir, devices); "
                         "default: the defaults (slurm.mpi pmix, the hostname's address, ./runs)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_cluster_option(p)
+    add_profile_option(p)
     args = p.parse_args(argv)
     if args.set and not args.experiment:
         p.error("--set needs an experiment file to override")
-    cluster = cluster_file(args)
+    profiles = profile_files(args.profile)
     if args.experiment:
-        exp = config.load(args.experiment, cluster=cluster)
-    elif cluster is not None:  # the defaults, on this cluster's settings
-        exp = config.loads("stop: {wall_time: 60}\n", cluster=config.cluster_settings(cluster))
+        exp = config.load(args.experiment, profiles=profiles)
+    elif profiles:  # the defaults, under the profiles (a cluster's settings)
+        exp = config.loads("stop: {wall_time: 60}\n", profiles=profiles)
     else:
         exp = config.Experiment()
     if args.set:

@@ -1,19 +1,28 @@
-"""A cluster's settings, kept in one file and shared by every experiment run there: its `slurm:` section
-(partitions, network, MPI, account, container...) is the base that an experiment's own `slurm:` keys
-override (srl_hpc.config.loader.cluster_settings). Named by --cluster or $SRL_CLUSTER."""
+"""Profiles: parts of an experiment kept in files of their own and composed under it, such as a cluster's
+`slurm:` keys (partitions, network, MPI, account, container...) shared by every experiment run there
+(srl_hpc.config.loader.loads says the order). Named by --profile (repeatable) or $SRL_PROFILE."""
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
+from typing import Sequence
+
+from srl_hpc.config import ConfigError
 
 
-def add_cluster_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cluster", type=Path, metavar="FILE", help="a cluster settings file: its slurm: section is the "
-                   "base the experiment's own slurm: keys override (default: $SRL_CLUSTER, if set)")
+def add_profile_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, action="append", default=[], metavar="FILE",
+                   help="a profile: experiment keys the experiment's own keys win over, e.g. a cluster's slurm: "
+                        "section (repeatable, a later file wins; default: $SRL_PROFILE, files separated by ':')")
 
 
-def cluster_file(args) -> Path | None:
-    """--cluster, else $SRL_CLUSTER, else none."""
-    chosen = getattr(args, "cluster", None) or os.environ.get("SRL_CLUSTER")
-    return Path(chosen) if chosen else None
+def profile_files(given: Sequence[str | Path] = ()) -> list[Path]:
+    """The files given (--profile), else those of $SRL_PROFILE; a missing one is named with where it was given,
+    the flag or the variable, since it has no line in any file."""
+    source = "--profile" if given else "$SRL_PROFILE"
+    files = [Path(f) for f in given] or [Path(f) for f in os.environ.get("SRL_PROFILE", "").split(os.pathsep) if f]
+    missing = [(str(f), None, "no such file") for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(source, missing)
+    return files

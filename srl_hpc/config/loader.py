@@ -3,33 +3,53 @@ its key path and YAML line, before any process starts. Unknown keys are errors."
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import yaml
 
 from srl_hpc.algorithms import AlgorithmSpec
-from srl_hpc.config.schema import Experiment, SlurmConfig
+from srl_hpc.config.schema import Experiment
 from srl_hpc.dotted import load_object
 
 
 class ConfigError(ValueError):
-    """All problems of one experiment file; str() lists one per line as 'FILE:LINE: key.path: message'."""
+    """All problems of one experiment file; str() lists one per line as 'FILE:LINE: key.path: message', FILE
+    being a profile's where the key came from one. A flag or variable ("--set", "$SRL_PROFILE") has no lines."""
 
     def __init__(self, source: str, problems: list[tuple[str, Optional[int], str]]):
         self.source = source
-        self.problems = sorted(problems, key=lambda p: (p[1] is None, p[1] or 0))
-        where = (lambda line: source) if source == "--set" else (lambda line: f"{source}:{line if line else '?'}")
+        self.problems = sorted(problems, key=lambda p: (p[1] is None, _file(p[1], source) != source,
+                                                        _file(p[1], source), p[1] or 0))
+
+        def where(line):
+            if line is None and source.startswith(("--", "$")):
+                return source
+            return f"{_file(line, source)}:{line if line else '?'}"
         lines = [f"{where(line)}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
         super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
 
 
-def load(path: str | Path, cluster: str | Path | None = None) -> Experiment:
-    """Read and validate an experiment file; raises ConfigError listing every problem. `cluster`: a cluster
-    settings file (its `slurm:` section is the base that the experiment's own `slurm:` keys override)."""
-    return loads(_read(path), source=str(path), cluster=None if cluster is None else cluster_settings(cluster))
+class Line(int):
+    """A line number that knows its file: a composed experiment's keys come from several files."""
+
+    def __new__(cls, number: int, file: str):
+        line = super().__new__(cls, number)
+        line.file = file
+        return line
+
+
+def _file(line, source: str) -> str:
+    return getattr(line, "file", source)
+
+
+def load(path: str | Path, profiles: Sequence[str | Path] = ()) -> Experiment:
+    """Read and validate an experiment file; raises ConfigError listing every problem. `profiles`: files of
+    experiment keys composed under the file's own (after those its `defaults:` names; see loads)."""
+    return loads(_read(path), source=str(path), profiles=profiles)
 
 
 def _read(path: str | Path) -> str:
@@ -45,51 +65,68 @@ def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise ConfigError(source, [("", mark.line + 1 if mark else None, f"invalid YAML: {getattr(e, 'problem', e)}")]) from None
+        problem = ("", mark.line + 1 if mark else None, f"invalid YAML: {getattr(e, 'problem', e)}")
+        raise ConfigError(source, [problem]) from None
     if node is None or not isinstance(node, yaml.MappingNode):
-        raise ConfigError(source, [("", node.start_mark.line + 1 if node else None, "the file must be a mapping of sections")])
+        line = node.start_mark.line + 1 if node else None
+        raise ConfigError(source, [("", line, "the file must be a mapping of sections")])
     problems: list[tuple[str, Optional[int], str]] = []
     lines: dict[str, int] = {}
-    return _to_python(node, "", lines, problems), lines, problems
+    value = _to_python(node, "", lines, problems)
+    return (value, {key: Line(line, source) for key, line in lines.items()},
+            [(key, Line(line, source), msg) for key, line, msg in problems])
 
 
-def cluster_settings(path: str | Path) -> tuple[str, dict]:
-    """(path, its `slurm:` section) of a cluster settings file, the keys one cluster's experiments share
-    (partitions, network, MPI, account, container...), checked on their own with the file's lines."""
-    value, lines, problems = _compose(_read(path), str(path))
-    problems += [(key, lines.get(key), "a cluster settings file holds a `slurm:` section only")
-                 for key in value if key != "slurm"]
-    slurm = value.get("slurm")
-    if not isinstance(slurm, dict):
-        problems.append(("slurm", lines.get("slurm"), "must be a mapping of Slurm settings"))
-    else:
-        built = _build(SlurmConfig, slurm, "slurm", lines, problems)
-        if built is not None:
-            _collect_checks(built, "slurm", lines, problems)
-    if problems:
-        raise ConfigError(str(path), problems)
-    return str(path), slurm
-
-
-def loads(text: str, source: str = "<string>", cluster: tuple[str, dict] | None = None) -> Experiment:
-    value, lines, problems = _compose(text, source)
-    if isinstance(value, dict) and "name" not in value and source.endswith((".yaml", ".yml")):
+def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = ()) -> Experiment:
+    """Validate an experiment composed of, in order: the profiles its `defaults:` list names (paths relative
+    to `source`), then `profiles`, then its own keys; a later layer's keys win (see _merged)."""
+    problems: list[tuple[str, Optional[int], str]] = []
+    base, own = _layers(Path(source), text, (Path(source),), problems)
+    for profile in profiles:
+        base = _on(base, _on(*_layers(Path(profile), _read(profile), (Path(profile),), problems)))
+    value, lines = _on(base, own)
+    if "name" not in value and source.endswith((".yaml", ".yml")):
         value["name"] = Path(source).stem
-    if cluster is not None:
-        value["slurm"] = _merged(cluster[1], value.get("slurm") or {})
     exp = _build(Experiment, value, "", lines, problems)
     if exp is not None:  # value checks too, so one run reports type and value problems together
         _collect_checks(exp, "", lines, problems)
     if problems:
-        if cluster is not None:  # a key only the cluster file sets has no line here: say where it came from
-            problems = [(path, line, msg if line or not path.startswith("slurm") else f"{msg} (slurm settings of "
-                         f"{cluster[0]})") for path, line, msg in problems]
         raise ConfigError(source, problems)
     return exp
 
 
+Layer = tuple[dict, dict]  # a file's plain data, and the Line of each key path
+
+
+def _layers(path: Path, text: str, chain: tuple[Path, ...], problems: list) -> tuple[Layer, Layer]:
+    """(the base composed of the profiles a file's `defaults:` names, each with its own defaults; the file's
+    own keys). `defaults` is a directive, so it is in neither: a resolved experiment has no such key."""
+    value, lines, found = _compose(text, str(path))
+    problems += found
+    entries = value.pop("defaults", [])
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ConfigError(str(path), problems + [("defaults", lines["defaults"], "must be a list of profile files "
+                                                                                  "(paths relative to this file)")])
+    base: Layer = ({}, {})
+    for i, entry in enumerate(entries):
+        key, profile = f"defaults[{i}]", path.parent / Path(entry).expanduser()
+        if profile.resolve() in {p.resolve() for p in chain}:
+            cycle = " -> ".join(str(p) for p in (*chain, profile))
+            raise ConfigError(str(path), problems + [(key, lines[key], f"a cycle of defaults: {cycle}")])
+        if not profile.is_file():
+            raise ConfigError(str(path), problems + [(key, lines[key], f"no such file: {profile}")])
+        base = _on(base, _on(*_layers(profile, _read(profile), (*chain, profile), problems)))
+    own = {key: line for key, line in lines.items() if key != "defaults" and not key.startswith("defaults[")}
+    return base, (value, own)
+
+
+def _on(base: Layer, over: Layer) -> Layer:
+    """`over` composed on `base`: merged data, and each key's line from the file that set it last."""
+    return _merged(base[0], over[0]), {**base[1], **over[1]}
+
+
 def _merged(base: dict, over: dict) -> dict:
-    """`over` on top of `base`, section by section (a key of `over` wins; a section merges with base's)."""
+    """`over` on top of `base`: mappings merge key by key, `over`'s values win; lists and scalars replace."""
     out = dict(base)
     for key, value in over.items():
         out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
@@ -97,16 +134,13 @@ def _merged(base: dict, over: dict) -> dict:
 
 
 def key_lines(path: str | Path) -> dict[str, int]:
-    """The YAML line of every key path of an experiment file ("env.id" -> 7, "algorithm" -> 9), for checks made
-    after loading (srl_hpc/config/spaces_check.py); {} where the file cannot be read or parsed."""
+    """The YAML line of every key path of an experiment file ("env.id" -> 7, "algorithm" -> 9; a key from a
+    profile its `defaults:` names, that profile's Line), for checks made after loading
+    (srl_hpc/config/spaces_check.py); {} where a file cannot be read or parsed."""
     try:
-        node = yaml.compose(Path(path).read_text(), Loader=yaml.SafeLoader)
-    except (OSError, yaml.YAMLError):
+        return _on(*_layers(Path(path), Path(path).read_text(), (Path(path),), []))[1]
+    except (OSError, ConfigError):
         return {}
-    lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        _to_python(node, "", lines, [])
-    return lines
 
 
 def to_dict(exp: Experiment) -> dict:
@@ -190,7 +224,9 @@ def _build(cls, value, path, lines, problems):
     for key in value:
         if key not in names:
             sub = f"{path}.{key}" if path else str(key)
-            problems.append((sub, lines.get(sub), f"unknown key; known keys here: {', '.join(sorted(names))}"))
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append((sub, lines.get(sub), f"unknown key; {hint}known keys here: {', '.join(sorted(names))}"))
     kwargs = {}
     for f in dataclasses.fields(cls):
         sub = f"{path}.{f.name}" if path else f.name
