@@ -95,14 +95,21 @@ def test_backends_that_auto_may_pick_play_the_same_task_as_gymnasium(env_id):
     under a fixed policy and a random one."""
     others = [b for b in ("vector", "envpool") if b == "vector" and backends._vector_entry_point(env_id) or
               b == "envpool" and pool.unavailable(config.EnvConfig(id=env_id)) is None]
-    assert others or not HAS_ENVPOOL
+    if not others:  # nothing to compare gymnasium's env with: say so rather than pass having compared nothing
+        assert not HAS_ENVPOOL, f"envpool is installed but serves no {env_id}"
+        pytest.skip(f"no other backend for {env_id} here (envpool is not installed, and gymnasium has no vector "
+                    "entry point for it)")
     n_actions = spaces(config.EnvConfig(id=env_id))[1].n
-    for name, policy in (("fixed", FIXED_POLICIES[env_id]), ("random", lambda obs, rng: rng.integers(0, n_actions, len(obs)))):
+    def random(obs, rng):
+        return rng.integers(0, n_actions, len(obs))
+
+    for name, policy in (("fixed", FIXED_POLICIES[env_id]), ("random", random)):
         reference = play(env_id, "sync", policy)
         for backend in others:
             got = play(env_id, backend, policy)
             where = f"{env_id} {backend} vs gymnasium, {name} policy"
-            # (the same task differs here by up to 7% in lengths, 0.16 std in means, 10% in stds; another task by far more)
+            # (the same task differs here by up to 7% in lengths, 0.16 std in means, 10% in stds; another task
+            # by far more)
             assert got["length"] == pytest.approx(reference["length"], rel=0.15), where
             assert got["return"] == pytest.approx(reference["return"], rel=0.15, abs=1.0), where
             assert np.all(np.abs(got["obs_mean"] - reference["obs_mean"]) <= 0.25 * reference["obs_std"] + 0.01), where
@@ -152,8 +159,9 @@ def test_acrobot_with_backend_auto_reaches_its_target(tmp_path):
     """The task auto picks (envpool when installed, gymnasium's own env otherwise) is learnable: the shipped
     experiment reaches -100 (in about 11 s here; the limit leaves room for a loaded machine)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"), "--run-dir", str(run_dir),
-                           "--set", "stop.wall_time=180"], capture_output=True, text=True, timeout=400)
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"),
+                           "--run-dir", str(run_dir), "--set", "stop.wall_time=180"],
+                          capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached"), summary
