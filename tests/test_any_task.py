@@ -23,7 +23,8 @@ def launch(name: str, run_dir, *overrides: str, slurm: bool = False, timeout: in
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded", summary
-    assert summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    assert (summary["frames_sent"] == summary["frames_received"]
+            == summary["frames_consumed"] + summary["frames_dropped"])
     return summary
 
 
@@ -126,4 +127,5 @@ def test_data_parallel_trainers_merge_their_observation_statistics_and_stay_iden
     assert checksums[0] == checksums[1]  # weights and statistics, bit for bit
     model = torch.load(run_dir / "checkpoints" / "latest.pt", map_location="cpu")["model"]
     # every observation either trainer trained on, once: the statistics of all the data
-    assert model["torso.normalize.count"].item() == model["critic_torso.normalize.count"].item() == summary["frames_consumed"]
+    assert (model["torso.normalize.count"].item() == model["critic_torso.normalize.count"].item()
+            == summary["frames_consumed"])

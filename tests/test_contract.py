@@ -17,8 +17,9 @@ from srl_hpc.streams.inference import InferenceServer, ShmInferenceClient
 OBSERVATIONS = {
     "box": spaces.Box(-1, 1, (3,), np.float64),
     "image": spaces.Box(0, 255, (2, 6, 6), np.uint8),
-    "dict": spaces.Dict({"image": spaces.Box(0, 255, (2, 6, 6), np.uint8), "vector": spaces.Box(-5, 5, (3,), np.float32),
-                         "count": spaces.Discrete(7), "action_mask": spaces.Box(0, 1, (4,), np.int8)}),
+    "dict": spaces.Dict({"image": spaces.Box(0, 255, (2, 6, 6), np.uint8),
+                         "vector": spaces.Box(-5, 5, (3,), np.float32), "count": spaces.Discrete(7),
+                         "action_mask": spaces.Box(0, 1, (4,), np.int8)}),
 }
 ACTIONS = {
     "discrete": spaces.Discrete(4),
@@ -117,7 +118,8 @@ def test_the_model_decodes_a_packed_dict_observation_key_by_key(rows):
     values = batch_of(space, rows)
     decoded = ObsDecoder(space)(torch.from_numpy(ObsContract(space).pack(values)))
     for key, value in values.items():
-        assert decoded[key].dtype == torch.from_numpy(value).dtype and torch.equal(decoded[key], torch.from_numpy(value))
+        expected = torch.from_numpy(value)
+        assert decoded[key].dtype == expected.dtype and torch.equal(decoded[key], expected)
     mask = ObsDecoder(space).mask(torch.from_numpy(ObsContract(space).pack(values)))
     assert torch.equal(mask, torch.from_numpy(values["action_mask"]))
 

@@ -59,7 +59,8 @@ def test_masked_actions_are_never_sampled_and_carry_no_entropy():
 
 def test_statistics_merged_batch_by_batch_and_across_actors_equal_those_of_all_the_data():
     rng = np.random.default_rng(0)
-    parts = [rng.normal(loc, scale, size=(n, 3)) for loc, scale, n in ((5, 2, 100), (-3, 0.5, 7), (0, 10, 1000), (1, 1, 1))]
+    parts = [rng.normal(loc, scale, size=(n, 3))
+             for loc, scale, n in ((5, 2, 100), (-3, 0.5, 7), (0, 10, 1000), (1, 1, 1))]
     stats = RunningMeanStd(3)
     for part in parts:  # as batches reach the trainer, from different actors
         stats.merge(moments(torch.from_numpy(part)))
@@ -67,7 +68,8 @@ def test_statistics_merged_batch_by_batch_and_across_actors_equal_those_of_all_t
     assert stats.count.item() == len(everything)
     assert np.allclose(stats.mean.numpy(), everything.mean(0)) and np.allclose(stats.var.numpy(), everything.var(0))
     grouped = RunningMeanStd(3)  # another grouping (two trainers' batches summed first) gives the same
-    grouped.merge(moments(torch.from_numpy(np.concatenate(parts[:2]))) + moments(torch.from_numpy(np.concatenate(parts[2:]))))
+    grouped.merge(moments(torch.from_numpy(np.concatenate(parts[:2])))
+                  + moments(torch.from_numpy(np.concatenate(parts[2:]))))
     assert np.allclose(grouped.mean.numpy(), stats.mean.numpy()) and np.allclose(grouped.var.numpy(), stats.var.numpy())
 
 
@@ -100,7 +102,8 @@ def test_a_policy_workers_engine_keeps_the_published_statistics_exact_in_any_pre
 
     exp = config.load(ROOT / "experiments" / "pendulum_ppo.yaml")
     trained = build_model(exp, *spaces(exp.env))
-    trained.torso.normalize.merge(moments(torch.tensor([[1000.1, -3.0, 0.5], [1000.3, 5.0, 0.25]], dtype=torch.float64)))
+    batch = torch.tensor([[1000.1, -3.0, 0.5], [1000.3, 5.0, 0.25]], dtype=torch.float64)
+    trained.torso.normalize.merge(moments(batch))
     engine = InferenceEngine(build_model(exp, *spaces(exp.env)), ppo.act, torch.device("cpu"), seed=0, bf16=bf16)
     load_arrays(engine.model, state_arrays(trained))  # as a policy worker loads what the trainer published
     for name in ("mean", "var", "count"):

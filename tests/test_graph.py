@@ -78,7 +78,8 @@ def test_replay_puts_buffers_between_actors_and_trainers():
               "workers: {actor: {count: 3}, buffer: {count: 2}, trainer: {count: 2}}\n")
     assert [name for name, _ in g.groups()] == ["trainer", "policy", "buffer", "actor"]
     assert g.served_by("samples", "buffer/0").clients == ("actor/0", "actor/2")
-    assert g.servers_for("replay", "buffer/1") == [g.served_by("replay", "trainer/0"), g.served_by("replay", "trainer/1")]
+    assert g.servers_for("replay", "buffer/1") == [g.served_by("replay", "trainer/0"),
+                                                   g.served_by("replay", "trainer/1")]
     assert [w for w in g.names if g.drains(w)] == ["buffer/0", "buffer/1"]  # trainers no longer drain frames
     groups = {grp.name: grp for grp in plan.make_plan(config.loads(
         "algorithm: {name: dqn}\nstop: {wall_time: 1}\nworkers: {buffer: {count: 2}}\n"

@@ -178,7 +178,7 @@ def test_trainers_that_would_share_a_gpu_are_refused_unless_declared():
     assert [len(node) for node in shared.layout] == [3, 3] and shared.gpus_per_node == 2
 
 
-def test_without_gpus_per_node_the_plan_asks_for_what_the_fullest_node_needs_and_the_cluster_check_says_if_none_has_it():
+def test_without_gpus_per_node_the_plan_asks_for_what_the_fullest_node_needs_and_the_cluster_check_says_if_none_can():
     group = trainers(5, 4).groups[0]  # controller + 5 trainers over 2 nodes: 3 CUDA workers on the second
     assert group.gpus_per_node == 3
     with pytest.raises(plan.PlanError, match="'trainer'.*3 GPUs per node.*has 2"):
@@ -235,7 +235,8 @@ def test_apptainer_prefix_with_nv_only_where_the_group_has_gpus_and_the_run_dire
     assert prefix in lines[0] and prefix in lines[1]  # trainer, policy: GPUs
     assert "apptainer exec --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m" in lines[2]
     text = render.render(p, "cmd")
-    assert "apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m srl_hpc.srun_guard" in text
+    assert ("apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif "
+            "/opt/venv/bin/python -m srl_hpc.srun_guard") in text
 
 
 PYXIS_GOLDEN = Path(__file__).parent / "golden" / "pyxis_srun_lines.txt"

@@ -84,7 +84,8 @@ def test_update_moves_policy_towards_advantaged_action():
     n = 64
     seg = {"obs": np.zeros((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
            "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
-           "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
+           "next_values": np.zeros((1, n), np.float32),
+           "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
            "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
     stats, _ = ppo.update(ppo.prepare(seg), frames_done=0)
     probs = torch.softmax(model.logits, 0)
@@ -129,7 +130,8 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
     n = 64
     seg = {"obs": np.ones((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
            "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
-           "next_values": np.zeros((1, n), np.float32), "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
+           "next_values": np.zeros((1, n), np.float32),
+           "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
            "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
     ppo.update(ppo.prepare(seg), frames_done=0)
     assert forward_dtypes == {torch.bfloat16 if bf16 else torch.float32}
@@ -148,7 +150,8 @@ def test_a_separate_critic_keeps_the_value_loss_out_of_the_policys_torso():
     obs_space, actions = gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3)
     obs = torch.randn(32, 6)
     for separate in (False, True):
-        exp = config.loads(f"env: {{id: Acrobot-v1}}\nmodel: {{separate_critic: {str(separate).lower()}}}\nstop: {{wall_time: 1}}\n")
+        exp = config.loads(f"env: {{id: Acrobot-v1}}\nmodel: {{separate_critic: {str(separate).lower()}}}\n"
+                           "stop: {wall_time: 1}\n")
         model = build_model(exp, obs_space, actions)
         _, values = model(obs)
         (values - 100.0).pow(2).mean().backward()  # a large value error, as Acrobot's -500 returns make

@@ -61,7 +61,8 @@ def test_a_worker_that_gives_up_stops_everyone_with_its_reason(tmp_path):
 
     outcome = _run_all(run, NAMES, work)
     assert outcome.pop("actor/1") is None
-    assert all("rendezvous abandoned: actor/1 exited before it (its log: " in str(exc) for exc in outcome.values()), outcome
+    assert all("rendezvous abandoned: actor/1 exited before it (its log: " in str(exc)
+               for exc in outcome.values()), outcome
     assert abandoned_by(run) == "actor/1"
 
 

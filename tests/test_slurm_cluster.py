@@ -78,7 +78,8 @@ def test_slurm_mpi_none_runs_without_mpi_and_each_worker_is_bound_to_the_cpus_it
     assert len(json.loads((run_dir / "rendezvous" / "table.json").read_text())) == 5  # one file every worker read
     assert rows["policy/0"]["cpus_allowed"] == 2 and rows["policy/0"]["torch_threads"] == 2
     assert rows["trainer/0"]["cpus_allowed"] == 1 and rows["trainer/0"]["torch_threads"] == 1
-    assert rows["actor/0"]["cpus_allowed"] == rows["actor/1"]["cpus_allowed"] == rows["controller/0"]["cpus_allowed"] == 1
+    assert (rows["actor/0"]["cpus_allowed"] == rows["actor/1"]["cpus_allowed"]
+            == rows["controller/0"]["cpus_allowed"] == 1)
 
 
 def test_pmi2_is_checked_against_the_plugins_srun_has():
@@ -139,7 +140,8 @@ def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
     job_id = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
                             check=True, timeout=60).stdout.strip()
     (run_dir / "slurm.json").write_text(json.dumps({"job_id": job_id}))  # (so that the fixture cancels it if need be)
-    wait_for(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary", lambda: srl("status", run_dir).stdout)
+    wait_for(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
+             lambda: srl("status", run_dir).stdout)
     assert summary_of(run_dir)["reason"].startswith("target reached")
     assert len(set(het_nodes(job_id))) == 3
     no_process_left(run_dir)

@@ -41,7 +41,7 @@ def test_a_sweep_hands_submitit_the_slurm_sections_setup_env_python_and_sbatch_o
     assert "/opt/venv/bin/python -u -m submitit.core._submit" in text
 
 
-def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_anything(tmp_path, fake_bin):
+def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_anything(tmp_path, fake_bin):  # noqa: F811
     fake_bin("sbatch", "exit 1")  # (never the cluster's, were the option to get through)
     exp = config.loads(SWEEP.replace('"-A lab"', '"-Z x"'))
     with pytest.raises(config.ConfigError, match="'-Z x'"):

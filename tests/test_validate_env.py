@@ -109,7 +109,8 @@ def test_a_factory_that_does_not_import_names_env_id(tmp_path, capsys):
 def test_a_missing_package_is_named_with_what_to_install(tmp_path, capsys, monkeypatch):
     (tmp_path / "needs_mujoco.py").write_text(
         "import gymnasium\n\ndef make():\n"
-        "    raise gymnasium.error.DependencyNotInstalled('MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`')\n")
+        "    raise gymnasium.error.DependencyNotInstalled(\n"
+        "        'MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     path = experiment(tmp_path, "needs_mujoco:make")
     code, _, err = validate(capsys, path)
