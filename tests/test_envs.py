@@ -100,10 +100,11 @@ def test_backends_that_auto_may_pick_play_the_same_task_as_gymnasium(env_id):
         pytest.skip(f"no other backend for {env_id} here (envpool is not installed, and gymnasium has no vector "
                     "entry point for it)")
     n_actions = spaces(config.EnvConfig(id=env_id))[1].n
-    def random(obs, rng):
+
+    def random_policy(obs, rng):
         return rng.integers(0, n_actions, len(obs))
 
-    for name, policy in (("fixed", FIXED_POLICIES[env_id]), ("random", random)):
+    for name, policy in (("fixed", FIXED_POLICIES[env_id]), ("random", random_policy)):
         reference = play(env_id, "sync", policy)
         for backend in others:
             got = play(env_id, backend, policy)
