@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, script
-from test_slurm import experiment, het_nodes, no_process_left, srl, wait_for
+from conftest import ROOT, script, wait_until
+from test_slurm import experiment, het_nodes, no_process_left, srl
 from srl_hpc import srun_guard
 from srl_hpc.trace.reader import read_run
 
@@ -140,8 +140,8 @@ def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
     job_id = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
                             check=True, timeout=60).stdout.strip()
     (run_dir / "slurm.json").write_text(json.dumps({"job_id": job_id}))  # (so that the fixture cancels it if need be)
-    wait_for(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
-             lambda: srl("status", run_dir).stdout)
+    wait_until(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
+               lambda: srl("status", run_dir).stdout, interval=0.5)
     assert summary_of(run_dir)["reason"].startswith("target reached")
     assert len(set(het_nodes(job_id))) == 3
     no_process_left(run_dir)
@@ -155,13 +155,13 @@ def test_the_srl_example_script_runs_when_sbatched_as_it_is(tmp_path):
                              str(ROOT / "job_templates" / "examples" / "srl.sbatch")], capture_output=True, text=True,
                             check=True, timeout=60, env=env).stdout.strip()
     run_dir = tmp_path / "runs" / f"cartpole-{job_id}"
-    wait_for(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
-             lambda: "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")))
+    wait_until(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
+               lambda: "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")), interval=0.5)
     assert summary_of(run_dir)["status"] == "succeeded"
     # srun ends with its workers, or (Slurm 22.05's het-step hang) the script's srun_guard ends it: its grace
     # (srun_guard.GRACE) and two answers from Slurm after the summary
-    wait_for(lambda: "outcome: succeeded" in "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")),
-             srun_guard.GRACE + 4 * srun_guard.INTERVAL + 30, "the script's own status line")
+    wait_until(lambda: "outcome: succeeded" in "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")),
+               srun_guard.GRACE + 4 * srun_guard.INTERVAL + 30, "the script's own status line", interval=0.5)
     no_process_left(run_dir)
 
 

@@ -2,16 +2,12 @@
 pending reason and expected start in `--follow` and `status`, and continuation jobs that carry a run on
 after its job was stopped (resume --chain)."""
 import json
-import queue
 import subprocess
-import threading
-import time
 
 import pytest
 
 import launcher
-from conftest import ROOT, script
-from test_slurm import wait_for
+from conftest import ROOT, Output, script, wait_until
 from launcher import slurm
 from srl_hpc.rundir import RunDir
 
@@ -28,37 +24,13 @@ def srl(*args, timeout=120):
     return subprocess.run([script("srl-launch"), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
-class Lines:
-    """A process's stdout, line by line, read by a thread: next_matching() waits a bounded time."""
-
-    def __init__(self, proc):
-        self.proc, self.lines, self.seen = proc, queue.Queue(), []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def next_matching(self, test, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            self.seen.append(line)
-            if test(line):
-                return line
-        raise AssertionError(f"no such line within {timeout}s; the output so far:\n" + "\n".join(self.seen))
-
-
 def test_a_held_job_shows_its_reason_and_expected_start_in_follow_and_status_then_runs_to_its_end(tmp_path):
     run_dir = tmp_path / "run"
     follow = subprocess.Popen([script("srl-launch"), ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow",
                                "--run-dir", run_dir, *sets([*SHORT, "slurm.sbatch_options=[--hold]"])],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        out = Lines(follow)
+        out = Output(follow)
         job_id = out.next_matching(lambda line: line.startswith("submitted job "), 60).split()[2].rstrip(";")
         # the first look is at once: held, and Slurm has no start time for a held job
         assert out.next_matching(lambda line: " pending (" in line, 30) == \
@@ -85,8 +57,8 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
     run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
                           overrides=["stop.target_return=null", "stop.wall_time=30",
                                      "workers.trainer.checkpoint_interval=5"])
-    wait_for(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
-             "a few trained versions in the controller log", run.logs)
+    wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
+               "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
     chained = srl("resume", run.run_dir, "--chain", "2")
     assert chained.returncode == 0, chained.stdout + chained.stderr
     first, second = slurm.jobs_of(RunDir(run.run_dir))[1:]
