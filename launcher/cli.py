@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this line)
 """`srl-launch`: run an experiment locally or on Slurm, validate it, follow or stop a run."""
 from __future__ import annotations
 
@@ -9,21 +10,24 @@ import signal
 import sys
 from pathlib import Path
 
-from launcher import doctor, local, plan, runs, slurm, status, sweep
+from argcomplete.completers import DirectoriesCompleter, FilesCompleter
+
+from launcher import doctor, local, overrides, plan, runs, slurm, status, sweep
 from srl_hpc import config, graph as wiring
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
 from launcher.settings import add_profile_option, profile_files
 from srl_hpc import __version__
+from srl_hpc.completion import complete
 from srl_hpc.rundir import RunDir
 
 USAGE = """\
-srl-launch [run] EXPERIMENT.yaml [options]  run every worker on this machine (local mode)
+srl-launch [run] EXPERIMENT.yaml [KEY=VALUE...] [options]  run every worker here (local mode); KEY=VALUE: --set
 srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
 srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
-srl-launch validate EXPERIMENT.yaml...      check files (--seed, --set as for a run); run nothing
+srl-launch validate EXPERIMENT.yaml... [KEY=VALUE...]  check files (--seed, --set as for a run); run nothing
 srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
 srl-launch graph EXPERIMENT.yaml...         print the workers, their handlers and het groups, and the streams
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
@@ -33,15 +37,19 @@ srl-launch resume RUN_DIR [--follow]        continue a stopped run from its chec
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
 srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play
 srl-launch --version                        the installed version
+srl-launch COMMAND --help                   a command's options"""
 
+EXITS = """\
 exit codes: 0 done (status: the run succeeded, or is pending or running); 1 the run failed, was cancelled or
-timed out; 2 a usage error; 3 the experiment is invalid or too big for this machine; 4 Slurm refused or did
-not answer; 5 a file or run directory is missing or already exists"""
+timed out; 2 what was asked cannot be done as written (a usage error, an invalid experiment or one too big for
+this machine, a file or run directory missing or already there); 3 Slurm refused or did not answer; 128+N a local
+run stopped by signal N"""
 
 
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch", usage=USAGE, description="Launch an srl-hpc experiment.")
     p.add_argument("experiment", type=Path, help="experiment YAML file")
+    overrides.add(p)
     p.add_argument("--slurm", action="store_true", help="submit to Slurm instead of running here")
     p.add_argument("--dry-run", action="store_true", help="with --slurm: print the sbatch script, submit nothing")
     p.add_argument("--follow", action="store_true", help="with --slurm: stream progress, exit with the run's result")
@@ -63,6 +71,23 @@ def _experiment(args):
     return exp
 
 
+def _parse(p: argparse.ArgumentParser, argv, many: bool = False) -> argparse.Namespace:
+    """p's arguments, its KEY=VALUE words moved to args.set (launcher.overrides); the other positional words are
+    the experiment files: one, or with `many` one or more."""
+    args = p.parse_intermixed_args(argv)
+    files = overrides.take(args, [*(args.experiments if many else [args.experiment]), *args.overrides])
+    if not files:
+        raise UsageError("no experiment file given (a KEY=VALUE word overrides a field; it is not a file)")
+    if many:
+        args.experiments = files
+    elif len(files) > 1:
+        raise UsageError(f"{str(files[1])!r} is neither KEY=VALUE nor an option ({p.prog} takes one experiment "
+                         f"file: {files[0]})")
+    else:
+        args.experiment = files[0]
+    return args
+
+
 def _checked_experiment(args):
     """_experiment, then the env's spaces against the algorithm (one throw-away env, no workers): what
     validate checks, before anything runs or is queued."""
@@ -72,7 +97,7 @@ def _checked_experiment(args):
 
 
 def cmd_run(argv) -> int:
-    args = _run_parser().parse_args(argv)
+    args = _parse(_run_parser(), argv)
     exp = _checked_experiment(args)
     command = "srl-launch " + " ".join(shlex.quote(a) for a in argv)
     seeds = _parse_seeds(args.seeds) if args.seeds else None
@@ -153,16 +178,21 @@ def _sweep(exp, seeds, args) -> int:
     return 1 if failed else 0
 
 
-def cmd_prepare(argv) -> int:
+def _prepare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch prepare",
                                 description="Write a run directory that is ready to run (its keys, the resolved "
                                             "experiment and job.sbatch) and print the sbatch command; submit nothing.")
     p.add_argument("experiment", type=Path)
+    overrides.add(p)
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_prepare(argv) -> int:
+    args = _parse(_prepare_parser(), argv)
     exp = _checked_experiment(args)
     command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
     run_dir = runs.resolve(exp, args.run_dir)
@@ -176,43 +206,57 @@ def cmd_prepare(argv) -> int:
     return 0
 
 
-def cmd_validate(argv) -> int:
+def _validate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch validate",
                                 description="Check an experiment file, and its algorithm against the env's spaces "
                                             "(built once here); run nothing.")
     p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
     _overrides(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_validate(argv) -> int:
+    args = _parse(_validate_parser(), argv, many=True)
     for path in args.experiments:
         _checked_experiment(argparse.Namespace(**vars(args), experiment=path))
         print(f"{path}: ok")
     return 0
 
 
-def cmd_graph(argv) -> int:
+def _graph_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch graph",
                                 description="Print an experiment's workers, task handlers, het groups and streams.")
     p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
     _overrides(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_graph(argv) -> int:
+    args = _parse(_graph_parser(), argv, many=True)
     for i, path in enumerate(args.experiments):
         header = f"# {path}\n" if len(args.experiments) > 1 else ""
-        print(("\n" if i else "") + header + wiring.describe(wiring.build(_experiment(argparse.Namespace(**vars(args), experiment=path)))))
+        exp = _experiment(argparse.Namespace(**vars(args), experiment=path))
+        print(("\n" if i else "") + header + wiring.describe(wiring.build(exp)))
     return 0
 
 
 def _overrides(p: argparse.ArgumentParser) -> None:
-    """--seed and --set, meaning what they mean for a run."""
+    """KEY=VALUE words, --seed and --set, meaning what they mean for a run."""
+    overrides.add(p)
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, as when running (repeatable)")
     add_profile_option(p)
 
 
-def cmd_status(argv) -> int:
+def _status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch status", description="State and outcome of a run or sweep.")
     p.add_argument("run_dir", type=RunDir)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_status(argv) -> int:
+    args = _status_parser().parse_args(argv)
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         states = slurm.job_states([m["job_id"] for m in members])  # one squeue for the whole sweep
@@ -233,12 +277,16 @@ def _state_code(state: str) -> int:
     return 1 if state in ("failed", "cancelled", "timeout") else 0
 
 
-def cmd_logs(argv) -> int:
+def _logs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch logs", description="Print (or follow) one worker's log.")
     p.add_argument("run_dir", type=RunDir)
     p.add_argument("--worker", default=wiring.CONTROLLER, help="e.g. actor/3, trainer/0 (default: controller/0)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_logs(argv) -> int:
+    args = _logs_parser().parse_args(argv)
     log = args.run_dir.log(args.worker)
     if not args.follow:
         if not log.exists():
@@ -255,10 +303,14 @@ def _finished(run: RunDir):
     return status.ended(run, say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
-def cmd_cancel(argv) -> int:
+def _cancel_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch cancel", description="Stop a run; checkpoints are kept.")
     p.add_argument("run_dir", type=RunDir)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_cancel(argv) -> int:
+    args = _cancel_parser().parse_args(argv)
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         slurm.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
@@ -276,7 +328,7 @@ def cmd_cancel(argv) -> int:
     return 0
 
 
-def cmd_resume(argv) -> int:
+def _resume_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch resume", description="Continue a stopped run from its checkpoint, "
                                 "in the same run directory (counters, metrics.csv and stop conditions continue).")
     p.add_argument("run_dir", type=RunDir)
@@ -286,7 +338,11 @@ def cmd_resume(argv) -> int:
                    "while it is pending or running")
     p.add_argument("--chain", type=int, metavar="K", help="a Slurm run: queue K continuation jobs, each after the "
                    "one before (for clusters that forbid requeue); a run that has ended by itself is not continued")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_resume(argv) -> int:
+    args = _resume_parser().parse_args(argv)
     run = args.run_dir
     if args.after is not None or args.chain is not None:
         if args.chain is not None and args.chain < 1:
@@ -329,7 +385,7 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def cmd_enjoy(argv) -> int:
+def _enjoy_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch enjoy", description="Play whole episodes with a run's checkpoint "
                                 "(on this machine), print each return, optionally write them as an MP4.")
     p.add_argument("run_dir", type=RunDir)
@@ -338,7 +394,11 @@ def cmd_enjoy(argv) -> int:
     p.add_argument("--greedy", action="store_true", help="the most likely action, instead of actions as the "
                    "least exploring actor chooses them (PPO: sampled from the policy; DQN: its tiny epsilon)")
     p.add_argument("--seed", type=int, default=0, help="env seeds: this, this + 1, ... (offset from every actor's)")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_enjoy(argv) -> int:
+    args = _enjoy_parser().parse_args(argv)
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     from srl_hpc.enjoy import enjoy  # torch and the envs, only for this command
@@ -350,9 +410,13 @@ def cmd_enjoy(argv) -> int:
     return 0
 
 
-COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status, "logs": cmd_logs,
-            "cancel": cmd_cancel,
-            "resume": cmd_resume, "enjoy": cmd_enjoy, "doctor": doctor.cmd_doctor}
+# each command's parser, for --help and shell completion (_parser)
+PARSERS = {"run": _run_parser, "prepare": _prepare_parser, "validate": _validate_parser, "graph": _graph_parser,
+           "status": _status_parser, "logs": _logs_parser, "cancel": _cancel_parser, "resume": _resume_parser,
+           "enjoy": _enjoy_parser, "doctor": doctor.parser}
+COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status,
+            "logs": cmd_logs, "cancel": cmd_cancel, "resume": cmd_resume, "enjoy": cmd_enjoy,
+            "doctor": doctor.cmd_doctor}
 
 
 # 0 ok, 1 the run failed (returned by the commands), 2 what was asked cannot be done as written, 3 the scheduler
@@ -361,13 +425,36 @@ EXIT_CODES = {UsageError: 2, config.ConfigError: 2, plan.PlanError: 2, local.Too
               FileNotFoundError: 2, FileExistsError: 2, slurm.SlurmError: 3}
 
 
+def _parser() -> argparse.ArgumentParser:
+    """Every command's parser under one, for --help and shell completion. The commands parse their own arguments
+    (main): `srl-launch EXPERIMENT.yaml` means `run`, which a parser's subcommands cannot say."""
+    top = argparse.ArgumentParser(prog="srl-launch", usage=USAGE, epilog=EXITS,
+                                  description="Run, check and follow srl-hpc experiments, locally or on Slurm.",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="store_true", help="print the installed version")
+    commands = top.add_subparsers(metavar="COMMAND", help=", ".join(PARSERS))
+    commands.completer = _COMPLETERS["experiment"]  # the first word may be an experiment file: `run` it
+    for name, build in PARSERS.items():
+        own = build()
+        for action in own._actions:
+            action.completer = _COMPLETERS.get(action.dest)  # None: argcomplete's default, any file
+        commands.add_parser(name, parents=[own], add_help=False, description=own.description)
+    return top
+
+
+# what a word completes to, by the argument it is for (the rest: any file)
+_COMPLETERS = {"experiment": FilesCompleter(("yaml", "yml")), "experiments": FilesCompleter(("yaml", "yml")),
+               "profile": FilesCompleter(("yaml", "yml")), "run_dir": DirectoriesCompleter()}
+
+
 def main(argv=None) -> int:
+    complete(_parser, PARSERS, default="run")  # the shell's completion hook: answers and exits
     argv = sys.argv[1:] if argv is None else argv
     if not argv:  # a usage error: what to type, on stderr
-        print(_run_parser().format_help(), file=sys.stderr)
+        print(_parser().format_help(), file=sys.stderr)
         return 2
     if argv[0] in ("-h", "--help"):
-        print(_run_parser().format_help())
+        print(_parser().format_help())
         return 0
     if argv[0] == "--version":
         print(f"srl-launch {__version__}")

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from launcher import slurm
+from launcher import overrides, slurm
 from launcher.settings import add_profile_option, profile_files
 from srl_hpc import config
 from srl_hpc.services import network
@@ -299,15 +299,25 @@ def line(result: Result) -> str:
     return f"{status}: {message}" + (f" -> {fix}" if fix else "")
 
 
-def cmd_doctor(argv) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch doctor", description=HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("experiment", type=Path, nargs="?",
                    help="the experiment to check for (its slurm.mpi, slurm.network, run_dir, devices); "
                         "default: the defaults (slurm.mpi pmix, the hostname's address, ./runs)")
+    overrides.add(p)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_doctor(argv) -> int:
+    p = parser()
+    args = p.parse_intermixed_args(argv)
+    files = overrides.take(args, [*([args.experiment] if args.experiment else []), *args.overrides])
+    if len(files) > 1:
+        p.error(f"{str(files[1])!r} is neither KEY=VALUE nor an option (one experiment file: {files[0]})")
+    args.experiment = files[0] if files else None
     if args.set and not args.experiment:
         p.error("--set needs an experiment file to override")
     profiles = profile_files(args.profile)

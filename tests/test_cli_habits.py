@@ -1,7 +1,15 @@
-"""srl-launch's habits: --version, a mistyped command named with its correction, usage errors on stderr
-with exit code 2, `run` as an explicit subcommand."""
+"""srl-launch's habits: --version, a mistyped command or config key named with its correction, usage errors on
+stderr with exit code 2, `run` as an explicit subcommand, bare KEY=VALUE overrides, shell completion."""
+import os
+import subprocess
+
+import pytest
+from conftest import ROOT, script
+
 from launcher import cli
 from srl_hpc import __version__
+
+CARTPOLE = [str(ROOT / "experiments" / name) for name in ("cartpole_ppo.yaml", "cartpole_dqn.yaml")]
 
 
 def test_version_is_the_packages(capsys):
@@ -29,9 +37,7 @@ def test_run_is_an_explicit_subcommand_too(capsys, tmp_path):
 
 
 def test_validate_and_graph_take_several_files_and_the_runs_seed_and_overrides(capsys):
-    from conftest import ROOT
-
-    files = [str(ROOT / "experiments" / name) for name in ("cartpole_ppo.yaml", "cartpole_dqn.yaml")]
+    files = CARTPOLE
     assert cli.main(["validate", *files, "--seed", "3", "--set", "workers.actor.count=3"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{f}: ok" for f in files]
     assert cli.main(["graph", *files, "--seed", "3", "--set", "workers.actor.count=3"]) == 0
@@ -42,13 +48,64 @@ def test_validate_and_graph_take_several_files_and_the_runs_seed_and_overrides(c
 
 
 def test_switching_the_algorithm_with_set_starts_from_its_defaults():
-    from conftest import ROOT
     from srl_hpc import config
 
     exp = config.with_overrides(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"),
                                 ["algorithm.name=dqn", "algorithm.n_step=5", "workers.buffer.count=1"])
     assert exp.algorithm.name == "dqn" and exp.algorithm.n_step == 5
     assert exp.algorithm.gamma == config.DQNConfig().gamma and exp.workers.actor.ring_size == 16  # the rest as the file
+
+
+def test_switching_to_dqn_validates_once_it_has_its_buffer_worker(capsys):
+    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn", "--set", "workers.buffer.count=1"]) == 0
+    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn"]) == 2  # dqn replays: a buffer is needed
+    assert "workers.buffer.count: dqn needs at least one buffer worker" in capsys.readouterr().err
+
+
+def test_bare_key_value_words_are_set_overrides(capsys, tmp_path):
+    """The same experiment prepared with --set and with bare KEY=VALUE words resolves to the same experiment."""
+    resolved = []
+    for name, overrides in (("with-set", ["--set", "workers.actor.count=3", "--set", "seed=7"]),
+                            ("bare", ["workers.actor.count=3", "--run-dir", str(tmp_path / "bare"), "seed=7"])):
+        argv = ["prepare", CARTPOLE[0], *overrides]
+        assert cli.main(argv if "--run-dir" in argv else [*argv, "--run-dir", str(tmp_path / name)]) == 0
+        text = (tmp_path / name / "experiment.yaml").read_text()
+        resolved.append(text.replace(str(tmp_path / name), "RUN"))
+    assert resolved[0] == resolved[1] and "count: 3" in resolved[0] and "seed: 7" in resolved[0]
+    capsys.readouterr()
+    # several files: a KEY=VALUE word is not one of them, and may follow the options
+    assert cli.main(["validate", *CARTPOLE, "--seed", "3", "workers.actor.count=3"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{f}: ok" for f in CARTPOLE]
+    assert cli.main(["graph", *CARTPOLE, "workers.actor.count=3"]) == 0
+    assert capsys.readouterr().out.count("actor/2 ") == 2
+    assert cli.main(["validate", CARTPOLE[0], "workers.actor.count=0"]) == 2
+
+
+@pytest.mark.parametrize("command", ["run", "prepare", "validate", "graph"])
+def test_validate_graph_prepare_and_run_take_the_same_overrides(command):
+    args = cli._parse(cli.PARSERS[command](), [CARTPOLE[0], "a.b=1", "--seed", "3", "--set", "c.d=2", "e=3"],
+                      many=command in ("validate", "graph"))
+    assert args.seed == 3 and args.set == ["c.d=2", "a.b=1", "e=3"]  # --set ones first, then the bare ones
+
+
+def test_a_word_neither_a_file_nor_key_value_is_named(capsys):
+    assert cli.main(["run", CARTPOLE[0], "junk"]) == 2
+    assert "'junk' is neither KEY=VALUE nor an option" in capsys.readouterr().err
+    assert cli.main(["validate", CARTPOLE[0], "junk"]) == 2
+    assert "junk:?: <top>: cannot read" in capsys.readouterr().err
+    assert cli.main(["validate", "seed=3"]) == 2
+    assert "no experiment file given" in capsys.readouterr().err
+
+
+def test_a_misspelled_key_gets_a_suggestion_in_a_file_with_set_and_bare(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workers:\n  actor: {cuont: 3}\n")
+    assert cli.main(["validate", str(bad)]) == 2
+    assert "bad.yaml:2: workers.actor.cuont: unknown key; did you mean 'count'?" in capsys.readouterr().err
+    assert cli.main(["validate", CARTPOLE[0], "--set", "workers.actor.cuont=3"]) == 2
+    with_set = capsys.readouterr().err
+    assert cli.main(["validate", CARTPOLE[0], "workers.actor.cuont=3"]) == 2
+    assert capsys.readouterr().err == with_set and "did you mean 'count'?" in with_set
 
 
 def test_srl_trace_has_explicit_subcommands_and_a_version(capsys, tmp_path):
@@ -59,3 +116,42 @@ def test_srl_trace_has_explicit_subcommands_and_a_version(capsys, tmp_path):
     (tmp_path / "compare").mkdir()  # a run directory called "compare", without traces
     assert trace_cli.main(["summary", str(tmp_path / "compare")]) == 2
     assert "no trace files under" in capsys.readouterr().err  # read as a run directory, not as the command
+
+
+def test_help_lists_every_command_and_the_exit_codes(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert ", ".join(cli.PARSERS) in out.replace("\n             ", "") and "exit codes: 0" in out
+
+
+def complete(tool: str, line: str, tmp_path) -> list[str]:
+    """What the shell's completion hook gets for `line` (the cursor at its end): the installed entry point run
+    as bash runs it, its candidates read from _ARGCOMPLETE_STDOUT_FILENAME. Fails if completing imported torch."""
+    out = tmp_path / "candidates"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
+           "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run([script(tool)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
+    assert imported and "torch" not in imported
+    return sorted(c.strip() for c in out.read_text().split("\n") if c.strip())
+
+
+def test_shell_completion_of_commands_and_their_options(tmp_path):
+    assert complete("srl-launch", "srl-launch val", tmp_path) == ["validate"]
+    assert complete("srl-launch", "srl-launch validate --s", tmp_path) == ["--seed", "--set"]
+    assert complete("srl-launch", "srl-launch experiments/cartpole_ppo.yaml --se", tmp_path) == [
+        "--seed", "--seeds", "--set"]  # `run` left out, as it may be
+    assert complete("srl-trace", "srl-trace su", tmp_path) == ["summary"]
+    assert complete("srl-trace", "srl-trace compare runs --", tmp_path) == ["--help", "--json"]
+
+
+def test_shell_completion_of_experiment_files_and_run_directories(tmp_path):
+    for name in ("run-1/", "run-2/", "run-notes.txt", "run-exp.yaml"):
+        (tmp_path / name.rstrip("/")).mkdir() if name.endswith("/") else (tmp_path / name).write_text("")
+    runs = [str(tmp_path / "run-1") + "/", str(tmp_path / "run-2") + "/"]
+    assert complete("srl-launch", f"srl-launch status {tmp_path}/run", tmp_path) == runs
+    assert complete("srl-trace", f"srl-trace {tmp_path}/run", tmp_path) == runs
+    experiments = sorted([str(tmp_path / "run-exp.yaml"), *runs])  # the directories, to walk into
+    assert complete("srl-launch", f"srl-launch validate {tmp_path}/run", tmp_path) == experiments
+    assert complete("srl-launch", "srl-launch experiments/cartpole_p", tmp_path) == ["experiments/cartpole_ppo.yaml"]

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this line)
 """`srl-trace`: offline analysis of a run's HDF5 traces, for a login node after (or during) the run."""
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 import os
 import sys
 
+from argcomplete.completers import DirectoriesCompleter
+
+from srl_hpc.completion import complete
 from srl_hpc.trace import analysis
 from srl_hpc.trace.reader import TraceError, read_run
 
@@ -15,9 +19,11 @@ srl-trace compare RUN_A RUN_B [--json]              two runs side by side
 srl-trace --version
 """
 COMMANDS = ("summary", "compare")
+RUN_DIRS = DirectoriesCompleter()
 
 
 def main(argv=None) -> int:
+    complete(_parser, COMMANDS, default="summary")  # the shell's completion hook: answers and exits
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--version"]:
         from srl_hpc import __version__
@@ -38,12 +44,28 @@ def main(argv=None) -> int:
         return 0
 
 
-def cmd_summary(argv) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """Both commands' parsers under one, for shell completion (`srl-trace RUN` means `summary`, which a parser's
+    subcommands cannot say: main dispatches)."""
+    top = argparse.ArgumentParser(prog="srl-trace", usage=USAGE)
+    top.add_argument("--version", action="store_true", help="print the installed version")
+    commands = top.add_subparsers(metavar="COMMAND")
+    commands.completer = RUN_DIRS  # the first word may be a run directory: its summary
+    for name, build in (("summary", _summary_parser), ("compare", _compare_parser)):
+        commands.add_parser(name, parents=[build()], add_help=False)
+    return top
+
+
+def _summary_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-trace", usage=USAGE, description="Summarize a run's traces.")
-    p.add_argument("run_dir", help="run directory (holds traces/*.h5)")
+    p.add_argument("run_dir", help="run directory (holds traces/*.h5)").completer = RUN_DIRS
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--plot", metavar="DIR", help="also write PNG figures to DIR")
-    args = p.parse_args(argv)
+    p.add_argument("--plot", metavar="DIR", help="also write PNG figures to DIR").completer = RUN_DIRS
+    return p
+
+
+def cmd_summary(argv) -> int:
+    args = _summary_parser().parse_args(argv)
     run = read_run(args.run_dir)
     summary = analysis.summarize(run)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
@@ -55,12 +77,16 @@ def cmd_summary(argv) -> int:
     return 0
 
 
-def cmd_compare(argv) -> int:
+def _compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-trace compare", usage=USAGE, description="Two runs side by side.")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p.add_argument("run_a").completer = RUN_DIRS
+    p.add_argument("run_b").completer = RUN_DIRS
     p.add_argument("--json", action="store_true", help="print both summaries as JSON {a, b}")
-    args = p.parse_args(argv)
+    return p
+
+
+def cmd_compare(argv) -> int:
+    args = _compare_parser().parse_args(argv)
     a, b = (analysis.summarize(read_run(d)) for d in (args.run_a, args.run_b))
     print(json.dumps({"a": a, "b": b}, indent=2) if args.json else format_compare(a, b))
     return 0
@@ -99,8 +125,8 @@ def format_summary(s: dict) -> str:
     width = max((len(n + policies.get(n, "")) for n in s["time_shares"]["by_worker"]), default=0) + 1
     for name, shares in s["time_shares"]["by_worker"].items():
         if shares:
-            lines.append(f"  {name + policies.get(name, ''):<{max(width, 11)}}" + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}"
-                                                     for k, v in shares.items()))
+            lines.append(f"  {name + policies.get(name, ''):<{max(width, 11)}}"
+                         + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}" for k, v in shares.items()))
     if s["trainer_busy_fraction"] is not None:
         lines.append(f"  trainer busy fraction (computing + publishing): {_pct(s['trainer_busy_fraction'])}")
 
@@ -129,7 +155,8 @@ def format_summary(s: dict) -> str:
     if e["rounds"]:
         shown = e["all"][::max(1, len(e["all"]) // 10)][:10]  # about ten rounds across the run
         lines += ["", f"evaluation: {e['rounds']} rounds; last: version {e['last']['version']} mean return "
-                      f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} {e['best']['mean_return']:.1f}",
+                      f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} "
+                      f"{e['best']['mean_return']:.1f}",
                   "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown)]
     v = s["verdict"]
     lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
