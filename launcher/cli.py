@@ -260,8 +260,7 @@ def cmd_status(argv) -> int:
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         states = slurm.job_states([m["job_id"] for m in members])  # one squeue for the whole sweep
-        for member in members:
-            codes = []
+        codes = []
         for member in members:
             state, report = status.describe(RunDir(member["run_dir"]), states[member["job_id"]])
             print(f"== seed {member['seed']}: {state}\n{report}\n")
