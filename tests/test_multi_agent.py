@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import SPECS
 from srl_hpc.algorithms.mappo import MAPPO
 from srl_hpc.algorithms.vdn import team_q, team_targets
 from srl_hpc.envs.agents import AgentRows, TeamRows, assign_teams
@@ -164,7 +163,8 @@ def test_a_centralised_critic_reads_the_envs_own_state_where_it_has_one():
     own, state = obs.copy(), obs.copy()
     own[:, 0], state[:, 1] = 7, 3  # another own observation; another step count in the state
     with torch.no_grad():
-        assert torch.equal(model(torch.from_numpy(own))[1], values) and not torch.equal(model(torch.from_numpy(own))[0], logits)
+        assert torch.equal(model(torch.from_numpy(own))[1], values)
+        assert not torch.equal(model(torch.from_numpy(own))[0], logits)
         assert not torch.allclose(model(torch.from_numpy(state))[1], values)
 
 
@@ -200,8 +200,13 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
     with torch.no_grad():
         _, values = mappo.evaluate(batch)
     assert torch.allclose(values, batch["values"], atol=1e-5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     stats, _ = mappo.update(batch, frames_done=0)
     assert np.isfinite(stats["value_loss"]) and np.isfinite(stats["policy_loss"])
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # an update was applied
+    with torch.no_grad():  # and the critic moved toward the returns it was trained on
+        _, trained = mappo.evaluate(batch)
+    assert (trained - batch["returns"]).pow(2).mean() < (values - batch["returns"]).pow(2).mean()
 
 
 def test_a_buffer_makes_team_steps_of_an_envs_agent_rows():
