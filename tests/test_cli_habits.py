@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, script
 
 from launcher import cli
-from srl_hpc import __version__
+from srl_hpc import __version__, config
 
 CARTPOLE = [str(ROOT / "experiments" / name) for name in ("cartpole_ppo.yaml", "cartpole_dqn.yaml")]
 
@@ -56,10 +56,14 @@ def test_switching_the_algorithm_with_set_starts_from_its_defaults():
     assert exp.algorithm.gamma == config.DQNConfig().gamma and exp.workers.actor.ring_size == 16  # the rest as the file
 
 
-def test_switching_to_dqn_validates_once_it_has_its_buffer_worker(capsys):
-    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn", "--set", "workers.buffer.count=1"]) == 0
-    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn"]) == 2  # dqn replays: a buffer is needed
-    assert "workers.buffer.count: dqn needs at least one buffer worker" in capsys.readouterr().err
+def test_switching_to_dqn_validates_and_brings_its_buffer_worker(capsys):
+    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn"]) == 0  # dqn replays: a buffer comes
+    exp = config.with_overrides(config.load(CARTPOLE[0]), ["algorithm.name=dqn"])
+    assert exp.workers.buffer.count == 1
+    back = config.with_overrides(exp, ["algorithm.name=ppo"])  # on-policy again: no buffer worker
+    assert back.workers.buffer.count == 0 and cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=ppo"]) == 0
+    assert cli.main(["validate", CARTPOLE[0], "--set", "algorithm.name=dqn", "--set", "workers.buffer.count=0"]) == 2
+    assert "workers.buffer.count: dqn needs at least one buffer worker" in capsys.readouterr().err  # asked for
 
 
 def test_bare_key_value_words_are_set_overrides(capsys, tmp_path):

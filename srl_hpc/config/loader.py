@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import yaml
 
-from srl_hpc.algorithms import AlgorithmSpec
+from srl_hpc.algorithms import SPECS, AlgorithmSpec
 from srl_hpc.config.schema import Experiment
 from srl_hpc.dotted import load_object
 
@@ -173,8 +173,10 @@ def replace(exp: Experiment, **changes) -> Experiment:
 def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
     """Apply 'key.path=value' assignments (value in YAML syntax), e.g. 'workers.actor.ring_size=16'.
     'algorithm.name=OTHER' switches to that algorithm's defaults (the old one's settings would be unknown
-    keys); assignments after it set its keys."""
+    keys), and to buffer workers if it trains from a replay and the run had none (or to none for an
+    on-policy one) unless an assignment sets `workers.buffer.count`; assignments after it set its keys."""
     data = to_dict(exp)
+    switched_to = None
     for assignment in assignments:
         key, sep, raw = assignment.partition("=")
         if not sep or not key:
@@ -187,11 +189,27 @@ def with_overrides(exp: Experiment, assignments: list[str]) -> Experiment:
         value = yaml.safe_load(raw)
         if parts == ["algorithm", "name"] and value != node.get("name"):
             node.clear()
+            switched_to = value
         node[parts[-1]] = value
+    if switched_to is not None and not any(a.startswith("workers.buffer.count=") for a in assignments):
+        _buffers_for(switched_to, data.setdefault("workers", {}).setdefault("buffer", {}))
     try:
         return loads(yaml.safe_dump(data, sort_keys=False), source="--set")
     except ConfigError as e:  # lines of the regenerated YAML would mislead: the key path says it all
         raise ConfigError("--set", [(path, None, msg) for path, _, msg in e.problems]) from None
+
+
+def _buffers_for(algorithm: str, buffer: dict) -> None:
+    """One buffer worker for an algorithm that learns from a replay where there was none; none for an
+    on-policy one. An unknown name is left for validation to name."""
+    try:
+        replay = (load_object(algorithm).spec if ":" in algorithm else SPECS[algorithm]).replay
+    except (KeyError, ImportError, AttributeError, ValueError):
+        return
+    if replay and not buffer.get("count"):
+        buffer["count"] = 1
+    elif not replay:
+        buffer["count"] = 0
 
 
 def _to_python(node, path, lines, problems):
