@@ -189,3 +189,40 @@ def contract_of(envs, algorithm: str = "ppo", state_size: int = 0):
 
     return Contract(ObsContract(envs.single_observation_space), ActionContract(envs.single_action_space),
                     SPECS[algorithm], state_size)
+
+
+# ------------------------------------------------------------------ the Slurm tier (@pytest.mark.slurm)
+
+SLURM_NODE_UP = ("idle", "mixed", "allocated", "completing", "planned", "reserved")
+
+
+def slurm_unavailable(timeout: float = 20) -> str | None:
+    """Why the local Slurm cannot take a test's jobs (no sinfo, no controller answering, no node up), or None."""
+    if shutil.which("sinfo") is None:
+        return "sinfo is not on PATH: Slurm is not installed here (make slurm-install, then make slurm-up)"
+    try:
+        proc = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"sinfo did not answer within {timeout:g}s: no Slurm controller answers (make slurm-up)"
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        last = said[-1] if said else "no output"
+        return f"sinfo failed (exit {proc.returncode}: {last}): is Slurm up? (make slurm-up)"
+    states = proc.stdout.split()
+    if not any(s.rstrip("~#!%$@^-") in SLURM_NODE_UP for s in states):  # ("*" marks a node not responding)
+        return f"Slurm answers but no node can run jobs (node states: {', '.join(states) or 'none'})"
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: no sinfo call unless a Slurm test is to run
+def pytest_collection_modifyitems(config, items):
+    """Slurm tests skip, saying why, where no cluster answers; with SRL_REQUIRE_SLURM=1 (make test, CI) the
+    session stops instead, so that a cluster that failed to start cannot pass as skipped tests."""
+    wanted = [item for item in items if item.get_closest_marker("slurm")]
+    reason = slurm_unavailable() if wanted else None
+    if reason is None:
+        return
+    if os.environ.get("SRL_REQUIRE_SLURM") == "1":
+        raise pytest.UsageError(f"SRL_REQUIRE_SLURM=1 but {len(wanted)} Slurm tests cannot run: {reason}")
+    for item in wanted:
+        item.add_marker(pytest.mark.skip(reason=f"no Slurm cluster: {reason}"))
