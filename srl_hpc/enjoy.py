@@ -16,6 +16,7 @@ import torch
 
 from srl_hpc import config
 from srl_hpc.algorithms import HIDDEN, spec, watching_policy
+from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models import build_model
@@ -38,13 +39,13 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         env.close()
         raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
                          "(evaluation workers, workers.eval, score multi-agent runs)")
-    if not run.checkpoint.exists():
+    checkpoint = Checkpoint(run.checkpoint)
+    if not checkpoint.exists():
         env.close()
         raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
-    checkpoint = torch.load(run.checkpoint, map_location="cpu")
     obs_space, action_space = spaces(exp.env)
     model = build_model(exp, obs_space, action_space)
-    model.load_state_dict(checkpoint["model"])
+    version = checkpoint.load_weights(model)
     model.eval()
     choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
@@ -70,7 +71,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         if writer is not None:
             writer.release()
     how = "greedy" if greedy else "sampled as the least exploring actor"
-    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): checkpoint version {checkpoint['version']}, "
+    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): checkpoint version {version}, "
           f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
     return returns
 

@@ -16,6 +16,8 @@ do), is its spec below:
              recurrent state each env's first step was chosen with, and `act` takes and returns it;
   - actions: the action spaces it can train (gymnasium space class names); `validate` refuses others;
   - observations: the observation spaces it can read ("Dict": one array per key, srl_hpc/streams/contract.py).
+Settings of an algorithm's config that the trainers must know (its policy lag limit, the length of its
+replayed sequences) they read through its spec's methods, not the config's fields.
 A user's algorithm lives in their own module: a frozen config dataclass (a `name: str` field, its
 hyper-parameters, an optional `check()`) with a class attribute `spec`, named by dotted path in the
 YAML (examples/my_a2c.py). The torch side (module:Class) has `act(model, obs, explore, generator, hidden=None)`
@@ -46,6 +48,16 @@ class AlgorithmSpec:
     def load(self):
         module, _, name = self.implementation.partition(":")
         return getattr(importlib.import_module(module), name)
+
+    def max_policy_lag(self, cfg) -> int | None:
+        """On-policy: how many versions older than the trainer's a segment may be before the trainer drops it
+        (None: none is dropped)."""
+        return getattr(cfg, "max_policy_lag", None)
+
+    def replay_sequence_steps(self, cfg, segment_length: int) -> int:
+        """Recurrent replay: the steps of one replayed sequence, (a burn-in segment,) the trained segment and
+        its n-step lookahead, as the buffers build them (srl_hpc.handlers.buffer.sequences)."""
+        return segment_length * (2 if cfg.burn_in else 1) + cfg.n_step
 
 
 SPECS = {

@@ -9,11 +9,13 @@ and the policy version; new weights are taken between batches, never waited for.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from srl_hpc.algorithms import reads_global_state, spec
+from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
@@ -42,7 +44,8 @@ class InferenceEngine:
 
     def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray], hidden: np.ndarray | None = None
               ) -> dict[str, np.ndarray]:
-        """The algorithm's reply arrays; `hidden`: a recurrent model's state per observation (the reply has the next)."""
+        """The algorithm's reply arrays; `hidden`: a recurrent model's state per observation (the reply has the
+        next)."""
         state = () if hidden is None else (torch.from_numpy(hidden).to(self.device),)
         with torch.inference_mode():
             out = self.act(self.model, torch.from_numpy(obs).to(self.device),
@@ -60,14 +63,13 @@ class InferenceEngine:
         if newest is not None and newest.meta["version"] > self.version:
             self.load(newest, trace, t0)
 
-    def resume(self, checkpoint) -> None:
+    def resume(self, path: Path) -> None:
         """A resumed run (attempt > 1) acts with its checkpoint's weights from the first request: the seed's
         initial weights (version 0) would act at random until the trainer's first publication, and an
         evaluation round would score them as the run's newest policy."""
+        checkpoint = Checkpoint(path)
         if checkpoint.exists():
-            state = torch.load(checkpoint, map_location="cpu")
-            self.model.load_state_dict(state["model"])
-            self.version = state["version"]
+            self.version = checkpoint.load_weights(self.model)
 
     def load(self, params, trace=None, t0: float | None = None) -> None:
         """Load a parameter-service message's weights (recorded in the trace, timed from t0)."""
@@ -93,8 +95,8 @@ class PolicyHandler(Handler):
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.contract = Contract.of(obs_space, action_space, algorithm, exp)
-        self.engine = InferenceEngine(build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device,
-                                      worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
+        self.engine = InferenceEngine(build_model(exp, obs_space, action_space, self.policy), algorithm.load().act,
+                                      device, worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
         self.max_batch = cfg.max_batch
