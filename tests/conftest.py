@@ -74,7 +74,7 @@ class Output:
                                      f"{self.text[-6000:]}") from None
             if line is None:
                 self._lines.put(None)  # ended for every later call too
-                raise AssertionError(f"the process ended (exit {self.proc.wait()}) before printing a line {what}:\n"
+                raise AssertionError(f"the output ended (exit {self.proc.poll()}) before a line {what}:\n"
                                      f"{self.text[-6000:]}")
             self.seen.append(line)
             if test(line):
