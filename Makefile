@@ -4,17 +4,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SLURM  := scripts/local_slurm.sh
 
-.PHONY: demo test install test-install venv slurm-install slurm-up slurm-down slurm-status unit bench docs clean
+.PHONY: demo test quick lint install test-install venv slurm-install slurm-up slurm-down slurm-status bench docs clean
 
 demo: install            ## install, then train PPO on CartPole with every worker on this machine
 	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
 
+# SRL_REQUIRE_SLURM=1: a Slurm that did not come up stops the tests instead of skipping the Slurm tier
 test: test-install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
 	bash $(SLURM) start
-	$(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
+	SRL_REQUIRE_SLURM=1 $(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
 
-unit: test-install       ## the tests that need no Slurm
-	$(BIN)/pytest -ra -m "not slurm"
+# after each change: the tests that start no run, need no Slurm and are not slow (setup.cfg's markers)
+quick: lint test-install  ## ruff, then the tests not marked e2e, slurm or slow (under 2 minutes here)
+	$(BIN)/pytest -ra -m "not e2e and not slurm and not slow"
+
+lint: install            ## ruff check (its settings: pyproject.toml); make quick and CI run it
+	$(BIN)/ruff check .
 
 install: $(BIN)/srl-launch
 

@@ -28,6 +28,7 @@ def launch(name: str, run_dir, *overrides: str, slurm: bool = False, timeout: in
     return summary
 
 
+@pytest.mark.e2e
 def test_box_actions_learn_pendulum_and_greedy_evaluation_and_enjoy_play_them(tmp_path):
     run_dir = tmp_path / "run"
     summary = launch("pendulum_ppo", run_dir, "stop.target_return=null", "stop.target_eval_return=-400",
@@ -40,16 +41,19 @@ def test_box_actions_learn_pendulum_and_greedy_evaluation_and_enjoy_play_them(tm
     assert len(returns) == 3 and np.mean(returns) > -800, proc.stdout
 
 
+@pytest.mark.e2e
 def test_multi_discrete_actions_learn_cartpole(tmp_path):
     summary = launch("cartpole_multidiscrete_ppo", tmp_path / "run", "stop.target_return=200", "stop.wall_time=150")
     assert summary["reason"].startswith("target reached"), summary["reason"]
 
 
+@pytest.mark.e2e
 def test_dict_observations_learn_cartpole(tmp_path):
     summary = launch("cartpole_dict_ppo", tmp_path / "run", "stop.target_return=200", "stop.wall_time=150")
     assert summary["reason"].startswith("target reached"), summary["reason"]
 
 
+@pytest.mark.e2e
 def test_masked_actions_learn_tictactoe_and_no_masked_move_reaches_the_env(tmp_path):
     summary = launch("tictactoe_masked_ppo", tmp_path / "run", "stop.target_return=0.8", "stop.return_window=200",
                      "stop.wall_time=150")
@@ -109,12 +113,14 @@ def test_a_mask_in_the_envs_info_joins_the_observation_and_only_legal_moves_are_
     (("pendulum_ppo",), ("workers.placement=seed", "workers.policy.count=0")),
     (("pendulum_ppo", "tictactoe_masked_ppo"), ("workers.actor.inference_transport=zmq",)),
 ], ids=["impala", "seed", "zmq"])  # (the srl placement over shared memory: the tests above)
+@pytest.mark.e2e
 def test_box_actions_and_masked_dict_observations_run_in_every_placement_and_transport(tmp_path, names, overrides):
     for name in names:
         summary = launch(name, tmp_path / name, *overrides, "stop.target_return=null", "stop.wall_time=6")
         assert summary["policy_version"] > 1 and summary["episodes"] > 0, name
 
 
+@pytest.mark.e2e
 def test_data_parallel_trainers_merge_their_observation_statistics_and_stay_identical(tmp_path):
     import torch
 

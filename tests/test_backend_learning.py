@@ -137,6 +137,7 @@ ACROBOT_FRAME_BOUND = 600_000
 
 
 @pytest.mark.parametrize("backend", ["sync", "envpool"])
+@pytest.mark.e2e
 def test_acrobot_reaches_its_target_within_a_frame_bound_under_each_backend(tmp_path, backend):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"), "--run-dir", str(run_dir),

@@ -141,6 +141,7 @@ def complete(tool: str, line: str, tmp_path) -> list[str]:
     return sorted(c.strip() for c in out.read_text().split("\n") if c.strip())
 
 
+@pytest.mark.slow
 def test_shell_completion_of_commands_and_their_options(tmp_path):
     assert complete("srl-launch", "srl-launch val", tmp_path) == ["validate"]
     assert complete("srl-launch", "srl-launch validate --s", tmp_path) == ["--seed", "--set"]
@@ -150,6 +151,7 @@ def test_shell_completion_of_commands_and_their_options(tmp_path):
     assert complete("srl-trace", "srl-trace compare runs --", tmp_path) == ["--help", "--json"]
 
 
+@pytest.mark.slow
 def test_shell_completion_of_experiment_files_and_run_directories(tmp_path):
     for name in ("run-1/", "run-2/", "run-notes.txt", "run-exp.yaml"):
         (tmp_path / name.rstrip("/")).mkdir() if name.endswith("/") else (tmp_path / name).write_text("")

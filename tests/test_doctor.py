@@ -136,6 +136,7 @@ def test_a_small_dev_shm_is_a_warning_and_lines_read_as_promised():
 
 # ------------------------------------------------------------------------------------- on this machine
 
+@pytest.mark.slow
 def test_a_ready_environment_passes_every_check(tmp_path):
     code, lines = doctor_run(experiment(tmp_path, network=reachable_interface()))
     assert_all_ok(code, lines)
@@ -143,6 +144,7 @@ def test_a_ready_environment_passes_every_check(tmp_path):
     assert the_line(lines, "fcntl locks").startswith("ok: fcntl locks work")
 
 
+@pytest.mark.slow
 def test_without_mpi4py_the_failure_says_how_to_build_it_against_the_clusters_mpi(tmp_path):
     stand_in = tmp_path / "no-mpi4py" / "mpi4py"
     stand_in.mkdir(parents=True)
@@ -162,6 +164,7 @@ def test_without_mpi4py_the_failure_says_how_to_build_it_against_the_clusters_mp
     assert_all_ok(code, lines)
 
 
+@pytest.mark.slow
 def test_refused_locks_are_a_warning_that_says_traces_do_not_need_them(tmp_path, nolock_env):
     code, lines = doctor_run(experiment(tmp_path, network=reachable_interface()), env=nolock_env)
     line = the_line(lines, "fcntl locks")

@@ -51,6 +51,7 @@ def test_act_explores_at_each_rows_epsilon():
     assert non_greedy == pytest.approx(0.5 * 0.75, abs=0.02)
 
 
+@pytest.mark.slow
 def test_update_learns_a_one_step_bandit_and_reports_priorities():
     torch.manual_seed(0)
     model = QHead(MLP(2, (16,)), 2, dueling=True)

@@ -50,6 +50,7 @@ def test_atari_backends_serve_the_same_preprocessed_frames(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_seeds_of_late_attempts_and_big_runs_fit_the_emulators_32_bits(backend):
     # what attempt 4 of a seed-1 run gave actor/0 before seeds were folded: ALE refused to reset
     seed = backends.first_seed((1 + 3 * 1_000) * 1_000_003, 8)
@@ -89,6 +90,7 @@ def play(env_id: str, backend: str, policy, steps: int = 2000, n: int = 8) -> di
 
 
 @pytest.mark.parametrize("env_id", sorted(pool.SAME_TASK))
+@pytest.mark.slow
 def test_backends_that_auto_may_pick_play_the_same_task_as_gymnasium(env_id):
     """What env.backend auto relies on (pool.SAME_TASK): each other backend of the id, from the same seeds,
     plays episodes as long, pays the same returns and sees the same observations as gymnasium's own env,
@@ -156,6 +158,7 @@ def test_the_synthetic_env_has_the_size_and_cost_it_is_given_and_rewards_the_arg
     env.close()
 
 
+@pytest.mark.e2e
 def test_acrobot_with_backend_auto_reaches_its_target(tmp_path):
     """The task auto picks (envpool when installed, gymnasium's own env otherwise) is learnable: the shipped
     experiment reaches -100 (in about 11 s here; the limit leaves room for a loaded machine)."""

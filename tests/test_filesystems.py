@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import h5py
+import pytest
 
 from conftest import ROOT, script
 from srl_hpc.trace import reader, writer
@@ -110,6 +111,7 @@ def test_traces_are_written_and_read_where_locks_are_refused(nolock_env, tmp_pat
     assert proc.returncode == 0 and proc.stdout.split() == ["100"], proc.stderr
 
 
+@pytest.mark.e2e
 def test_a_local_run_succeeds_where_locks_are_refused_and_srl_trace_reads_it(nolock_env, tmp_path):
     run_dir = tmp_path / "run"
     sets = ["stop.wall_time=6", "stop.target_return=null", "monitor.status_interval=2"]

@@ -116,6 +116,7 @@ def alive_worker_pids(run_dir):
     return pids, alive
 
 
+@pytest.mark.e2e
 def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     run_dir = tmp_path / "run"
     proc, summary = run_local(write_experiment(tmp_path), run_dir)
@@ -148,6 +149,7 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
 
 
 @pytest.mark.parametrize("placement", ["impala", "seed"])
+@pytest.mark.e2e
 def test_other_placements_train_and_account_for_every_frame(tmp_path, placement):
     from srl_hpc.services.parameters import LATEST
 
@@ -182,6 +184,7 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
 
 
 @pytest.mark.parametrize("placement, algorithm", [("srl", "ppo"), ("impala", "dqn")])
+@pytest.mark.e2e
 def test_a_recurrent_policy_trains_is_evaluated_and_watched(tmp_path, placement, algorithm):
     """On CartPole without velocities: GRU PPO, the state through shared memory (srl), and recurrent DQN, the
     state kept in the actor (impala) and its sequences replayed after a burn-in; the evaluation worker and
@@ -206,6 +209,7 @@ def test_a_recurrent_policy_trains_is_evaluated_and_watched(tmp_path, placement,
     assert all(8 <= n <= 500 for n in watch(run_dir, tmp_path / "watched.mp4", (600, 400)))
 
 
+@pytest.mark.e2e
 def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp_path):
     """MPE spread, 3 agents per env: every agent a row, each row's episodes and frames counted; the evaluation
     worker plays an episode per agent."""
@@ -228,6 +232,7 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     assert enjoy.returncode == 2 and "multi-agent" in enjoy.stderr  # said, not a traceback
 
 
+@pytest.mark.e2e
 def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_them_apart(tmp_path):
     """simple_tag's predators and prey, each policy with two data-parallel trainers and a policy worker of
     its own: both train (each DDP pair ends identical, the pairs differ), each policy worker serves its own
@@ -264,6 +269,7 @@ def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_the
         assert f"train/{policy}/policy_loss" in board
 
 
+@pytest.mark.e2e
 def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_path):
     summary = launch(ROOT / "experiments" / "mpe_spread_vdn.yaml", tmp_path / "run", "stop.wall_time=10",
                      "algorithm.learning_starts=500", "algorithm.batch_size=64")
@@ -272,6 +278,7 @@ def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_
     assert counters["transitions_stored"] * 3 == summary["frames_consumed"]
 
 
+@pytest.mark.e2e
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "pong.yaml"
@@ -305,6 +312,7 @@ def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
     assert ddp_backend(["n1/GPU-a", "n1/GPU-a"]) == "gloo"  # NCCL refuses two ranks on one device
 
 
+@pytest.mark.e2e
 def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, wall_time=8)),
@@ -323,6 +331,7 @@ def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     assert checksums[0] == checksums[1]  # and bit-identical weights after them
 
 
+@pytest.mark.e2e
 def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing_goes_stale(tmp_path):
     from srl_hpc.trace import analysis, reader
 
@@ -346,6 +355,7 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
     assert waited.sum() > 0  # the actors did wait for leave, and the trace says how long
 
 
+@pytest.mark.e2e
 def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
@@ -386,6 +396,7 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
     assert summary["frames_sent"] >= summary["frames_received"] > 0 and counters["priority_updates"] > 0
 
 
+@pytest.mark.e2e
 def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
@@ -414,6 +425,7 @@ def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     assert ratios and all(0 <= r <= 2 + 128 / 500 for r in ratios) and ratios[-1] > 0
 
 
+@pytest.mark.e2e
 def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
     import torch
 
@@ -429,6 +441,7 @@ def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
     assert "block.1.weight" in weights and weights["inp.weight"].shape == (64, 8)  # ResidualMLP on 8 positions
 
 
+@pytest.mark.e2e
 def test_a_users_algorithm_by_dotted_path(tmp_path):
     import torch
 
@@ -529,6 +542,7 @@ FUZZED_PER_PORT = 5_000
 
 
 @pytest.mark.parametrize("experiment", ["ppo", "dqn"])
+@pytest.mark.e2e
 def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dropped_and_counted(tmp_path, experiment):
     from srl_hpc.rundir import RunDir
     from srl_hpc.streams.security import secure_context
@@ -576,6 +590,7 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
     assert oct(keys.stat().st_mode & 0o777) == "0o600" and oct(keys.parent.stat().st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.e2e
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
@@ -609,6 +624,7 @@ def start_long_run(tmp_path, *overrides, experiment=None, trained=True, **settin
     return proc, run_dir, output
 
 
+@pytest.mark.e2e
 def test_sigint_stops_everything_and_checkpoints_at_the_stop(tmp_path):
     import torch
 
@@ -624,6 +640,7 @@ def test_sigint_stops_everything_and_checkpoints_at_the_stop(tmp_path):
     assert alive == []
 
 
+@pytest.mark.e2e
 def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_path):
     import torch
 
@@ -668,6 +685,7 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
                     reason="wandb is not installed (pip install wandb): monitor.wandb is optional")
+@pytest.mark.e2e
 def test_weights_and_biases_offline_gets_the_same_scalars_in_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
@@ -690,6 +708,7 @@ monitor: {status_interval: 2}
 """
 
 
+@pytest.mark.e2e
 def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_return(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "eval.yaml"
@@ -727,6 +746,7 @@ def test_resume_needs_a_checkpoint(tmp_path):
     assert not (run_dir / "attempt").exists()
 
 
+@pytest.mark.e2e
 def test_status_and_cancel_of_a_local_run(tmp_path):
     proc, run_dir, output = start_long_run(tmp_path)
     status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
@@ -742,6 +762,7 @@ def test_status_and_cancel_of_a_local_run(tmp_path):
     assert alive == []
 
 
+@pytest.mark.slow
 def test_validate_reports_key_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nstop: {wall_time: 5}\nworkers:\n  actor:\n    ring_size: 0\n")
@@ -757,6 +778,7 @@ def child_pid(run_dir, worker):
     return json.loads((run_dir / "rendezvous" / f"{worker.replace('/', '-')}.json").read_text())["pid"]
 
 
+@pytest.mark.e2e
 def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",

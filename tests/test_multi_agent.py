@@ -177,6 +177,7 @@ def test_global_state_puts_each_envs_agents_side_by_side():
         global_state(obs[:4], 3)
 
 
+@pytest.mark.slow
 def test_mappo_trains_on_the_values_its_policy_workers_computed():
     """The trainer's global states (built from segment rows) give the values inference gave (from whole-env
     batches): the critic sees the same input in both places."""

@@ -280,6 +280,7 @@ def test_rendered_scripts_leave_no_template_variable_and_parse(tmp_path):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
     """pip install . (not -e): the sbatch template ships inside the launcher package."""
     import subprocess

@@ -98,6 +98,7 @@ def test_recurrent_dqn_replays_sequences_from_the_states_actors_acted_with(burn_
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_a_recurrent_ppo_update_trains_on_valid_steps_only():
     exp = experiment("gru")
     model = build_model(exp, *spaces(exp.env))

@@ -91,6 +91,7 @@ def test_at_ten_thousand_workers_the_metadata_load_stays_bounded(tmp_path):
     assert len(set(phases)) == len(phases) and all(0 <= p < worker.interval for p in phases)
 
 
+@pytest.mark.slow
 def test_many_waiting_workers_stat_the_go_file_at_a_bounded_rate(tmp_path, monkeypatch):
     """300 workers wait for one that never comes: the stats of the go file and the leader's listings,
     counted per second of the wait. Looking every N / 1000 s, as before, was 1,000 stats a second."""

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, slurm_unavailable
 from test_waiting import fake_bin  # noqa: F401  (a fixture; hence F811 where a test takes it)
 
@@ -35,6 +37,7 @@ def pytest_on(test_file, env: dict) -> subprocess.CompletedProcess:
                           env={**env, "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_slurm_tier_skips_saying_why_unless_slurm_is_required(fake_bin, tmp_path):  # noqa: F811
     fake_bin("sinfo", CONTROLLER_DOWN)
     env = {k: v for k, v in os.environ.items() if k != "SRL_REQUIRE_SLURM"}

@@ -162,6 +162,7 @@ def test_cli_errors_on_a_missing_dir_and_a_run_without_traces(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------------------- real runs
 
+@pytest.mark.e2e
 def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer_run, tmp_path):
     exp = config.load(slow_trainer_run / "experiment.yaml")
     expected = sorted(name.replace("/", "-") + ".h5" for name in graph.build(exp).names)
@@ -193,6 +194,7 @@ def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer
         assert stats["n"] > 0 and stats["p99"] >= stats["p50"], stage
 
 
+@pytest.mark.e2e
 def test_verdicts_of_the_constructed_runs(slow_env_run, slow_trainer_run, capsys):
     env = analysis.summarize(reader.read_run(slow_env_run))
     trainer = analysis.summarize(reader.read_run(slow_trainer_run))
@@ -203,6 +205,7 @@ def test_verdicts_of_the_constructed_runs(slow_env_run, slow_trainer_run, capsys
     assert verdict_row and verdict_row[0].split()[1:] == ["env", "trainer"]
 
 
+@pytest.mark.e2e
 def test_truncated_and_non_hdf5_files_are_named_and_the_rest_is_analysed(slow_env_run, tmp_path, capsys):
     run = tmp_path / "damaged"
     shutil.copytree(slow_env_run, run)
@@ -220,6 +223,7 @@ def test_truncated_and_non_hdf5_files_are_named_and_the_rest_is_analysed(slow_en
     assert summary["throughput"]["actor"]["workers"] == 1 and summary["verdict"]["stage"] == "env"
 
 
+@pytest.mark.e2e
 def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
     run_dir = tmp_path / "killed"
     proc = subprocess.Popen([script("srl-launch"), str(SLOW_ENV), "--run-dir", str(run_dir),

@@ -90,6 +90,7 @@ def test_a_malformed_message_is_a_wire_error_and_nothing_else(header, frames):
         wire.unpack([header, *frames])
 
 
+@pytest.mark.slow
 def test_fuzzed_frames_either_unpack_or_are_a_wire_error():
     """Valid messages of every real dtype unpack to what was packed; random frames and damaged headers are a
     WireError or, where they happen to follow the format, a message of real arrays (never anything else).
