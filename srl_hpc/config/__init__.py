@@ -4,5 +4,6 @@ from srl_hpc.config.loader import ConfigError, dump, load, loads, replace, to_di
 from srl_hpc.config.schema import (AtariConfig, DQNConfig, EnvConfig, Experiment, ModelConfig, PPOConfig, parse_minutes,
                                    parse_ports, parse_size_mb)
 
-__all__ = ["AtariConfig", "ConfigError", "DQNConfig", "EnvConfig", "Experiment", "ModelConfig", "PPOConfig", "dump", "load",
-           "loads", "parse_minutes", "parse_ports", "parse_size_mb", "replace", "to_dict", "with_overrides"]
+__all__ = ["AtariConfig", "ConfigError", "DQNConfig", "EnvConfig", "Experiment", "ModelConfig",
+           "PPOConfig", "dump", "load", "loads", "parse_minutes", "parse_ports", "parse_size_mb", "replace", "to_dict",
+           "with_overrides"]
