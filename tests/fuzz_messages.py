@@ -74,7 +74,8 @@ def defects(port: Port) -> st.SearchStrategy:
     required = sorted(port.bad_meta if port.required is None else port.required)
     options = [st.text(max_size=12).filter(lambda k: k not in KINDS).map(lambda k: _with(t, kind=k))]
     if required:
-        options.append(st.sampled_from(required).map(lambda k: _with(t, meta={m: v for m, v in t.meta.items() if m != k})))
+        options.append(st.sampled_from(required).map(
+            lambda k: _with(t, meta={m: v for m, v in t.meta.items() if m != k})))
     if port.bad_meta:
         options.append(st.sampled_from(sorted(port.bad_meta)).flatmap(
             lambda k: port.bad_meta[k].map(lambda v: _with(t, meta={**t.meta, k: v}))))

@@ -100,7 +100,8 @@ def test_acrobot_truncation_at_500_and_its_auto_reset_look_the_same_under_envpoo
         assert (~view["valid"]).sum(0).tolist() == [2] * 4 and not view["valid"][[500, 1001]].any()
         assert view["rewards"].sum(0).tolist() == [-1000.0] * 4  # -1 for each of the 1000 valid steps
         first = view["first_obs"]  # cos t1, sin t1, cos t2, sin t2, t1', t2' of states drawn in [-0.1, 0.1]
-        assert len(first) == 12 and (first[:, [0, 2]] > np.cos(0.1) - 1e-6).all() and (np.abs(first[:, 4:]) <= 0.1).all()
+        assert len(first) == 12 and (first[:, [0, 2]] > np.cos(0.1) - 1e-6).all()
+        assert (np.abs(first[:, 4:]) <= 0.1).all()
     for key in ("valid", "rewards", "ends", "bootstraps"):
         assert np.array_equal(sync[key], pool[key]), key
 
@@ -140,7 +141,8 @@ ACROBOT_FRAME_BOUND = 600_000
 @pytest.mark.e2e
 def test_acrobot_reaches_its_target_within_a_frame_bound_under_each_backend(tmp_path, backend):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"), "--run-dir", str(run_dir),
+    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"),
+                           "--run-dir", str(run_dir),
                            "--set", f"env.backend={backend}", "--set", f"stop.env_frames={ACROBOT_FRAME_BOUND}",
                            "--set", "stop.wall_time=150"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
