@@ -48,6 +48,7 @@ def first_terminations(env_id: str, backend: str, n: int, seed: int) -> np.ndarr
 
 @pytest.mark.parametrize("backend", ["sync", "envpool"])
 @pytest.mark.parametrize("env_id", sorted(ENDING_POLICIES))
+@pytest.mark.slow
 def test_an_episode_that_terminates_on_its_last_allowed_step_is_terminated(env_id, backend):
     """The time limit set to the step an env's episode terminates on: that step says terminated (its return
     is not bootstrapped) and truncated, as gymnasium's TimeLimit does. envpool alone said truncated only."""
@@ -88,6 +89,7 @@ def actor_view(env_id: str, backend: str, actions: np.ndarray, seed: int = 0) ->
     return {k: np.concatenate(v) if k == "first_obs" else v if k == "dtype" else np.array(v) for k, v in view.items()}
 
 
+@pytest.mark.slow
 def test_acrobot_truncation_at_500_and_its_auto_reset_look_the_same_under_envpool_and_sync():
     """No torque: no Acrobot episode reaches the goal, every one is truncated on step 500, bootstrapped, and
     the next step is the reset step of both backends (reward 0, a new episode near rest)."""
@@ -106,6 +108,7 @@ def test_acrobot_truncation_at_500_and_its_auto_reset_look_the_same_under_envpoo
         assert np.array_equal(sync[key], pool[key]), key
 
 
+@pytest.mark.slow
 def test_each_envpool_acrobot_step_is_gymnasiums_step_from_the_same_state():
     """Step by step, over terminations and auto-resets: from the state envpool's observation encodes,
     gymnasium's Acrobot with the same action reaches the same observation, reward and termination."""

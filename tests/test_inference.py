@@ -246,6 +246,7 @@ def test_ppo_samples_each_action_as_often_as_its_probability_and_never_one_of_pr
     assert torch.allclose(out["logp"], probs.log()[out["actions"]])
 
 
+@pytest.mark.slow
 def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_them_is_served(shm_stream, tmp_path):
     from hypothesis import strategies as st
 

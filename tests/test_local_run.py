@@ -296,6 +296,7 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
     watch(run_dir, tmp_path / "pong.mp4", (160, 210))  # the full-colour screen, not the 84x84 observations
 
 
+@pytest.mark.slow
 def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
@@ -737,6 +738,7 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     assert rounds["last"]["mean_return"] == pytest.approx(latest["mean_return"])
 
 
+@pytest.mark.slow
 def test_resume_needs_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

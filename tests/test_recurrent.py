@@ -43,6 +43,7 @@ def play(exp, engine, envs: int, segment_length: int, steps: int, explore=None) 
 
 
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
+@pytest.mark.slow
 def test_unrolling_a_segment_replays_the_states_its_actions_were_chosen_with(rnn):
     exp = experiment(rnn)
     model = build_model(exp, *spaces(exp.env))
@@ -65,6 +66,7 @@ def test_unrolling_a_segment_replays_the_states_its_actions_were_chosen_with(rnn
 
 
 @pytest.mark.parametrize("burn_in", [True, False])
+@pytest.mark.slow
 def test_recurrent_dqn_replays_sequences_from_the_states_actors_acted_with(burn_in):
     """Sequences as a buffer makes them: the burn-in (the segment before, unrolled from its stored state)
     ends in exactly the state the actors stored at the trained segment's start, through episode ends; the

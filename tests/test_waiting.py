@@ -69,6 +69,7 @@ def test_logs_follow_ends_once_the_run_has_ended_and_slurm_no_longer_knows_its_j
     assert time.monotonic() - started < 10 and "progress line" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_run_that_never_concluded_is_not_given_up_at_the_first_unknown(tmp_path, forgotten):
     run = slurm_run(tmp_path, status_=None)
     with pytest.raises(TimeoutError, match="still unknown"):
@@ -77,6 +78,7 @@ def test_a_run_that_never_concluded_is_not_given_up_at_the_first_unknown(tmp_pat
 
 # ------------------------------------------------------------------------------- Slurm does not answer
 
+@pytest.mark.slow
 def test_a_slurm_command_that_does_not_answer_is_a_clear_error_naming_it(tmp_path, fake_bin, monkeypatch, capsys):
     monkeypatch.setattr(slurm, "TIMEOUT", 0.5)
     for name in ("squeue", "sbatch", "scancel", "sinfo", "sacct"):
