@@ -364,12 +364,16 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
     # 64 actors on a node of 2 CPUs: more tasks than CPUs (--overcommit), unbound (--cpu-bind=none), as a
     # cluster's users run many light processes
     run = launcher.submit(ROOT / "experiments" / "scale_synthetic.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["workers.actor.count=64", "stop.wall_time=12",
+                          # a budget of frames, ~3 segments per actor (5 s at the synthetic env's 10 steps/s),
+                          # not of seconds: 12 s had left 16 actors untrained on a busy machine, where the 68
+                          # processes' start-up took most of them; the wall time only stops a run that never ends
+                          overrides=["workers.actor.count=64", "stop.env_frames=6144", "stop.wall_time=120",
                                      "slurm.actor.sbatch_options=[--overcommit]",
                                      "slurm.srun_options=[--overcommit, --cpu-bind=none]"])
     assert wait_for_the_end(run, 420) == "completed", run.logs()
     summary = run.summary()
     assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1
+    assert summary["reason"].startswith("env frame budget reached"), summary
     assert_every_frame_accounted_for(summary)
     trace = read_run(run.run_dir)
     assert len(trace.workers) == 68 and not trace.problems
