@@ -158,13 +158,12 @@ def test_a_centralised_critic_reads_the_envs_own_state_where_it_has_one():
     obs, *_ = rows.step(np.zeros(4, int))
     assert obs[:, 0].tolist() == [1] * 4 and obs[:, 1:].tolist() == [[1, 42]] * 4  # own observation, then the state
     assert AgentRows([Relay()], global_state=True).single_observation_space.shape == (1,)  # none: nothing added
-    # seeded: about 1 in 6 random initialisations gives a critic whose output this state change leaves within
-    # allclose's tolerance, so unseeded the outcome hung on how many random numbers earlier tests had drawn
-    torch.manual_seed(0)
     model = CentralisedActorCritic(MLP(1, (8,)), MLP(2, (8,)), 2, agents=2, state_size=2)
     logits, values = model(torch.from_numpy(obs))
     own, state = obs.copy(), obs.copy()
-    own[:, 0], state[:, 1] = 7, 3  # another own observation; another step count in the state
+    # another own observation; another state. (The state [1, 42] saturates the critic's tanh units: changing
+    # the step count alone left its output within allclose for about 1 in 6 initialisations.)
+    own[:, 0], state[:, 1:] = 7, 0
     with torch.no_grad():
         assert torch.equal(model(torch.from_numpy(own))[1], values)
         assert not torch.equal(model(torch.from_numpy(own))[0], logits)
