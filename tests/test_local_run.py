@@ -168,7 +168,7 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
     for name in inference:
         with h5py.File(run_dir / "traces" / name) as f:
             assert len(f["inference"]["t"]) > 0 and f["inference"]["version"][-1] > 0  # served with trained weights
-    # trained: the policy pushes toward the pole's fall (0.57 after seed's 48 versions here, 0.72 after impala's 110)
+    # trained: the policy pushes toward the pole's fall (0.63-0.77 in 8 runs of 8,000 frames here; untrained 0.5)
     assert pushes_toward_the_fall(run_dir) >= 0.55
     if placement == "impala":  # trainer/0 sent each version to two actors, and actor/0 relayed it to the third
         import torch
