@@ -308,7 +308,7 @@ def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_pa
 
 
 def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
-    from srl_hpc.handlers.trainer import ddp_backend
+    from srl_hpc.handlers.lockstep import ddp_backend
     assert ddp_backend(["n1/GPU-a", "n1/GPU-b", "n2/GPU-a"]) == "nccl"
     assert ddp_backend(["n1/GPU-a", "n1/GPU-a"]) == "gloo"  # NCCL refuses two ranks on one device
 

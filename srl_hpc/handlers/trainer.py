@@ -20,7 +20,7 @@ from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
-from srl_hpc.handlers.lockstep import Lockstep, ddp_backend  # noqa: F401  (ddp_backend: tests import it from here)
+from srl_hpc.handlers.lockstep import Lockstep
 from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
 from srl_hpc.services.parameters import LATEST, ParameterPublisher
