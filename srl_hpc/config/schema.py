@@ -78,6 +78,7 @@ class ModelConfig:
     # Box actions: the policy samples a Gaussian; the env gets the sample clipped to its bounds, or squashed
     # by tanh and rescaled into them (srl_hpc/streams/contract.py). Either way the trainer scores the sample
     action_squash: ActionSquash = "clip"
+    log_std_init: float = 0.0  # Box actions, built-in models: the Gaussian's log-std before training (0: std 1)
 
     @property
     def state_size(self) -> int:

@@ -96,13 +96,13 @@ class NatureCNN(nn.Module):
 
 class PolicyHead(nn.Module):
     """Features -> the distribution parameters of `action_dist`: logits (masked by `mask`, where given), or
-    a Gaussian's means beside a state-independent log-std per dimension."""
+    a Gaussian's means beside a state-independent log-std per dimension (initially log_std_init)."""
 
-    def __init__(self, width: int, action_dist: ActionDistribution):
+    def __init__(self, width: int, action_dist: ActionDistribution, log_std_init: float = 0.0):
         super().__init__()
         self.gaussian = action_dist.gaussian
         self.logits = _init(nn.Linear(width, action_dist.dims if self.gaussian else action_dist.width), 0.01)
-        self.log_std = nn.Parameter(torch.zeros(action_dist.dims)) if self.gaussian else None
+        self.log_std = nn.Parameter(torch.full((action_dist.dims,), float(log_std_init))) if self.gaussian else None
 
     def params(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(The heads call this rather than the module: a module call's own overhead is a few microseconds of
@@ -184,11 +184,11 @@ class ActorCritic(nn.Module):
     """Policy parameters and state value over one shared torso, or (critic_torso) the value over its own."""
 
     def __init__(self, torso: nn.Module, action_dist: ActionDistribution, critic_torso: nn.Module | None = None,
-                 decoder: ObsDecoder | None = None):
+                 decoder: ObsDecoder | None = None, log_std_init: float = 0.0):
         super().__init__()
         self.torso = torso
         self.critic_torso = critic_torso
-        self.policy = PolicyHead(torso.width, action_dist)
+        self.policy = PolicyHead(torso.width, action_dist, log_std_init)
         self.value = _init(nn.Linear((critic_torso or torso).width, 1), 1.0)
         self.decoder = decoder  # reads the action mask of a Dict observation
         self.action_dist = action_dist
@@ -242,9 +242,9 @@ class RecurrentActorCritic(RecurrentCore):
     """The recurrent core -> policy parameters and state value: forward(...) -> (params, values, state)."""
 
     def __init__(self, torso: nn.Module, action_dist: ActionDistribution, kind: str, size: int,
-                 decoder: ObsDecoder | None = None):
+                 decoder: ObsDecoder | None = None, log_std_init: float = 0.0):
         super().__init__(torso, kind, size)
-        self.policy = PolicyHead(size, action_dist)
+        self.policy = PolicyHead(size, action_dist, log_std_init)
         self.value = _init(nn.Linear(size, 1), 1.0)
         self.decoder = decoder
         self.action_dist = action_dist
@@ -358,9 +358,9 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
         critic = MLP(state_size or agents * own, cfg.hidden_sizes)
         model = CentralisedActorCritic(MLP(own, cfg.hidden_sizes), critic, n_actions, agents, state_size)
     elif head == "actor_critic" and cfg.rnn != "none":
-        model = RecurrentActorCritic(torso(), action_dist, cfg.rnn, cfg.rnn_size, decoder)
+        model = RecurrentActorCritic(torso(), action_dist, cfg.rnn, cfg.rnn_size, decoder, cfg.log_std_init)
     elif head == "actor_critic":
-        model = ActorCritic(torso(), action_dist, torso() if cfg.separate_critic else None, decoder)
+        model = ActorCritic(torso(), action_dist, torso() if cfg.separate_critic else None, decoder, cfg.log_std_init)
     elif cfg.rnn != "none":
         model = RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=exp.algorithm.dueling)
     else:
