@@ -92,7 +92,7 @@ def _checked_experiment(args):
     """_experiment, then the env's spaces against the algorithm (one throw-away env, no workers): what
     validate checks, before anything runs or is queued."""
     exp = _experiment(args)
-    spaces_check.check(exp, str(args.experiment), key_lines(args.experiment), args.set)
+    spaces_check.check(exp, str(args.experiment), key_lines(args.experiment, profile_files(args.profile)), args.set)
     return exp
 
 

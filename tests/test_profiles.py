@@ -84,6 +84,12 @@ def test_a_wrong_key_is_named_with_the_profiles_file_and_line(tmp_path):
     assert key_lines(exp_path)["slurm.actor"] == 3 and key_lines(exp_path)["slurm.actor"].file.endswith("base.yaml")
 
 
+def test_an_env_problem_from_a_profile_is_named_with_the_profiles_file_and_line(tmp_path, capsys):
+    exp_path = write(tmp_path, prof="seed: 3\nenv:\n  id: CartPol-v1\n", exp="stop: {wall_time: 60}\n")
+    assert cli.main(["validate", str(exp_path), "--profile", str(tmp_path / "prof.yaml")]) == 2
+    assert f"{tmp_path / 'prof.yaml'}:3: env.id:" in capsys.readouterr().err  # found after loading, still placed
+
+
 def test_a_missing_profile_is_named_where_it_was_given(tmp_path, monkeypatch, capsys):
     exp_path = write(tmp_path, exp="stop: {wall_time: 60}\ndefaults:\n  - base.yaml\n  - gone.yaml\n", base="seed: 2\n")
     with pytest.raises(config.ConfigError) as info:

@@ -81,10 +81,7 @@ def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = 
     """Validate an experiment composed of, in order: the profiles its `defaults:` list names (paths relative
     to `source`), then `profiles`, then its own keys; a later layer's keys win (see _merged)."""
     problems: list[tuple[str, Optional[int], str]] = []
-    base, own = _layers(Path(source), text, (Path(source),), problems)
-    for profile in profiles:
-        base = _on(base, _on(*_layers(Path(profile), _read(profile), (Path(profile),), problems)))
-    value, lines = _on(base, own)
+    value, lines = _composed(source, text, profiles, problems)
     if "name" not in value and source.endswith((".yaml", ".yml")):
         value["name"] = Path(source).stem
     exp = _build(Experiment, value, "", lines, problems)
@@ -96,6 +93,14 @@ def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = 
 
 
 Layer = tuple[dict, dict]  # a file's plain data, and the Line of each key path
+
+
+def _composed(source: str | Path, text: str, profiles: Sequence[str | Path], problems: list) -> Layer:
+    """The experiment's layers in order (its defaults, the profiles, its own keys), composed."""
+    base, own = _layers(Path(source), text, (Path(source),), problems)
+    for profile in profiles:
+        base = _on(base, _on(*_layers(Path(profile), _read(profile), (Path(profile),), problems)))
+    return _on(base, own)
 
 
 def _layers(path: Path, text: str, chain: tuple[Path, ...], problems: list) -> tuple[Layer, Layer]:
@@ -133,12 +138,12 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-def key_lines(path: str | Path) -> dict[str, int]:
+def key_lines(path: str | Path, profiles: Sequence[str | Path] = ()) -> dict[str, int]:
     """The YAML line of every key path of an experiment file ("env.id" -> 7, "algorithm" -> 9; a key from a
-    profile its `defaults:` names, that profile's Line), for checks made after loading
+    profile, its `defaults:` or `profiles`, that profile's Line), for checks made after loading
     (srl_hpc/config/spaces_check.py); {} where a file cannot be read or parsed."""
     try:
-        return _on(*_layers(Path(path), Path(path).read_text(), (Path(path),), []))[1]
+        return _composed(path, Path(path).read_text(), profiles, [])[1]
     except (OSError, ConfigError):
         return {}
 
