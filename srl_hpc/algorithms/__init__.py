@@ -54,10 +54,22 @@ class AlgorithmSpec:
         (None: none is dropped)."""
         return getattr(cfg, "max_policy_lag", None)
 
+    def n_step(self, cfg) -> int:
+        """Replay: the steps of reward a stored transition's return sums before it bootstraps."""
+        return getattr(cfg, "n_step", 1)
+
+    def burn_in(self, cfg) -> bool:
+        """Recurrent replay: whether a sequence is preceded by the segment before it, to warm the state up."""
+        return bool(getattr(cfg, "burn_in", False))
+
+    def dueling(self, cfg) -> bool:
+        """A `q` head: separate state-value and advantage streams."""
+        return bool(getattr(cfg, "dueling", False))
+
     def replay_sequence_steps(self, cfg, segment_length: int) -> int:
         """Recurrent replay: the steps of one replayed sequence, (a burn-in segment,) the trained segment and
         its n-step lookahead, as the buffers build them (srl_hpc.handlers.buffer.sequences)."""
-        return segment_length * (2 if cfg.burn_in else 1) + cfg.n_step
+        return segment_length * (2 if self.burn_in(cfg) else 1) + self.n_step(cfg)
 
 
 SPECS = {

@@ -90,12 +90,14 @@ class BufferHandler(Handler):
         self.version = 0  # newest policy version seen in a segment (the lag of stored data)
         index = self.graph.worker(self.name).index
         self.rng_seed = self.worker.seed * 7_919 + index
-        self.team = agent_count(self.exp.env) if spec(self.exp.algorithm).team else 0  # agents per replay item
+        self.spec = spec(self.exp.algorithm)
+        self.n_step, self.burn_in = self.spec.n_step(self.cfg), self.spec.burn_in(self.cfg)
+        self.team = agent_count(self.exp.env) if self.spec.team else 0  # agents per replay item
         self.state_size = self.exp.model.state_size  # a recurrent model: sequences, not transitions
         self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
 
     def bind(self):
-        contract = Contract.of(*spaces(self.exp.env), spec(self.exp.algorithm), self.exp)
+        contract = Contract.of(*spaces(self.exp.env), self.spec, self.exp)
         actors = [w.name for w in self.graph.hosts("actor")]
         self.samples = SampleConsumer(self.worker.ctx,
                                       contract.segment_layout(self.exp.workers.actor.segment_length, actors))
@@ -150,7 +152,7 @@ class BufferHandler(Handler):
         tail = self.tails.get(key)
         steps = team_steps(seg, self.team, msg.meta["actor"]) if self.team else seg
         seq = {k: steps[k] if tail is None else np.concatenate([tail[k], steps[k]], axis=1) for k in SEQUENCE_FIELDS}
-        n = self.cfg.n_step
+        n = self.n_step
         transitions = nstep_transitions(seq, n, self.cfg.gamma)
         self.tails[key] = {k: v[:, -n:].copy() for k, v in seq.items()}
         stored = len(transitions["actions"])
@@ -167,10 +169,10 @@ class BufferHandler(Handler):
         """Store the stream's previous segment as sequences, now that `seg` brings their lookahead; its valid
         steps (the frames it stores)."""
         previous, last = self.held.get(key, (None, None))
-        self.held[key] = (last if self.cfg.burn_in else None, seg)  # the segment before: only burn-in reads it
+        self.held[key] = (last if self.burn_in else None, seg)  # the segment before: only burn-in reads it
         if last is None:  # the stream's first segment: stored when the next one arrives
             return 0
-        items = sequences(previous, last, seg, self.cfg.n_step, self.cfg.burn_in)
+        items = sequences(previous, last, seg, self.n_step, self.burn_in)
         if self.replay is None:
             fields = {k: (v.shape[1:], v.dtype) for k, v in items.items()}
             self.replay = PrioritizedReplay(self.cfg.replay_capacity, fields,
@@ -220,7 +222,7 @@ class BufferHandler(Handler):
                     msg = self.samples.receive()
             self.worker.poll_commands()
             self.worker.maybe_heartbeat(interval=0.2)
-        held = sum(int(t["valid"][:, -self.cfg.n_step:].sum()) for t in self.tails.values()) * max(1, self.team)
+        held = sum(int(t["valid"][:, -self.n_step:].sum()) for t in self.tails.values()) * max(1, self.team)
         held += sum(int(last["valid"].sum()) for _, last in self.held.values())
         self.frames_dropped += held * self.frames_per_step
         self.tails.clear()

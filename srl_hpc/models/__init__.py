@@ -324,6 +324,7 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
     head's distribution). The same seed gives the same initial weights in the trainer and in every policy
     handler."""
     cfg, head = exp.model, spec(exp.algorithm).head
+    dueling = spec(exp.algorithm).dueling(exp.algorithm)  # a q head's
     action_dist = ActionDistribution(action_space)
     normalize = bool(getattr(exp.algorithm, "normalize_observations", False))
     dict_obs = isinstance(obs_space, gymnasium.spaces.Dict)
@@ -362,9 +363,9 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
     elif head == "actor_critic":
         model = ActorCritic(torso(), action_dist, torso() if cfg.separate_critic else None, decoder, cfg.log_std_init)
     elif cfg.rnn != "none":
-        model = RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=exp.algorithm.dueling)
+        model = RecurrentQ(torso(), n_actions, cfg.rnn, cfg.rnn_size, dueling=dueling)
     else:
-        model = QHead(torso(), n_actions, dueling=exp.algorithm.dueling)
+        model = QHead(torso(), n_actions, dueling=dueling)
     model.action_dist = action_dist
     return model
 
