@@ -75,7 +75,7 @@ def test_a_live_trace_reads_up_to_its_last_flush_and_after_a_sigkill(tmp_path):
             proc.wait(timeout=30)
     finally:
         proc.kill()
-        proc.wait()
+        proc.wait(timeout=60)
 
 
 # ----------------------------------------------------------------------------------------------- no locks

@@ -757,7 +757,7 @@ def test_status_and_cancel_of_a_local_run(tmp_path):
                           timeout=60).returncode == 0
     output.finish(60)
     assert proc.returncode == 143
-    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True)
+    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
     assert "state: cancelled" in status.stdout and "outcome: cancelled" in status.stdout
     assert status.returncode == 1  # a run that ended without success
     _, alive = alive_worker_pids(run_dir)
@@ -768,10 +768,10 @@ def test_status_and_cancel_of_a_local_run(tmp_path):
 def test_validate_reports_key_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nstop: {wall_time: 5}\nworkers:\n  actor:\n    ring_size: 0\n")
-    proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
-    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)
 
 

@@ -74,7 +74,7 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
     # a run that ended by itself as the signal came is not requeued: its outcome is the job's
     assert "-m srl_hpc.rundir /scratch/runs/golden --outcome)" in text and "    succeeded) exit 0 ;;" in text
     (tmp_path / "job.sbatch").write_text(text)
-    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], timeout=60).returncode == 0
     plain = render.render(make(EXPERIMENT.replace("  requeue: {signal_seconds: 90, max_requeues: 2}\n", "")), "cmd")
     assert "#SBATCH --requeue" not in plain and "trap on_time_limit" not in plain
     assert "--next-attempt" in plain  # a job requeued by hand or by preemption resumes too
@@ -259,7 +259,7 @@ def test_node_setup_runs_before_each_worker_and_keeps_its_arguments(tmp_path):
     command = render.worker_command(p, p.groups[0])
     assert command[:2] == ["bash", "-c"]
     fake = [*command[:4], "sh", "-c", 'echo "$SETUP_RAN $(pwd) $1"', "x", "an argument with spaces"]
-    assert subprocess.run(fake, capture_output=True, text=True).stdout == "yes / an argument with spaces\n"
+    assert subprocess.run(fake, capture_output=True, text=True, timeout=60).stdout == "yes / an argument with spaces\n"
 
 
 def test_a_template_of_ones_own_gets_the_documented_variables(tmp_path):
@@ -277,7 +277,7 @@ def test_rendered_scripts_leave_no_template_variable_and_parse(tmp_path):
         assert "${" not in text
         script = tmp_path / "job.sbatch"
         script.write_text(text)
-        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+        assert subprocess.run(["bash", "-n", str(script)], timeout=60).returncode == 0
 
 
 @pytest.mark.slow
@@ -289,16 +289,16 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
     root = Path(__file__).resolve().parent.parent
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", str(root), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel")],
-                   check=True, capture_output=True, cwd=tmp_path)
+                   check=True, capture_output=True, cwd=tmp_path, timeout=300)
     wheel = next((tmp_path / "wheel").glob("*.whl"))
     subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True,
-                   capture_output=True)
+                   capture_output=True, timeout=300)
     exp = tmp_path / "exp.yaml"
     exp.write_text("stop: {wall_time: 5}\n")  # (fits any cluster it may be checked against)
     proc = subprocess.run([sys.executable, "-c", "import sys, launcher.cli, launcher.render as r; print(r.TEMPLATES); "
                            "sys.exit(launcher.cli.main(sys.argv[1:]))", str(exp), "--slurm", "--dry-run", "--run-dir",
                            str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(str(tmp_path / "site" / "job_templates"))
     assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --het-group=0 --mpi=pmix" in proc.stdout

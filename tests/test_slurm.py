@@ -61,7 +61,8 @@ def where_it_hangs(run_dir: Path) -> str:
     lines, job_id = [], None
     if (run_dir / "slurm.json").exists():
         job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-        lines.append(subprocess.run(["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True).stdout)
+        lines.append(subprocess.run(["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True,
+                                    timeout=60).stdout)
     left = processes_mentioning(str(run_dir))
     lines += [f"left: {pid} {cmd}" for pid, cmd in left]
     for pid, cmd in left:
@@ -72,7 +73,7 @@ def where_it_hangs(run_dir: Path) -> str:
         wait_until(lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))), 5,
                    "the workers to write their stacks and end", interval=0.2)
     if job_id is not None:  # after the stacks: a scancel would first wind the workers down
-        subprocess.run(["scancel", job_id])
+        subprocess.run(["scancel", job_id], timeout=60)
     for log in sorted((run_dir / "logs").glob("*.log")):
         text = log.read_text(errors="replace")
         if " ended" not in text or "Current thread" in text or "Thread 0x" in text:
@@ -90,7 +91,7 @@ def wait_for_the_end(run, timeout):
 
 
 def het_nodes(job_id):
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
     return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
 
 
@@ -311,7 +312,7 @@ def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its
                                      "workers.trainer.checkpoint_interval=10"])
     assert wait_for_the_end(run, 540) == "completed"
     job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
-    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
     assert "Restarts=0" not in show and "TimeLimit=00:02:00" in show  # Slurm requeued it
     first = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
     summary = json.loads((run.run_dir / "summary.json").read_text())

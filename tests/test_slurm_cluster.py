@@ -167,4 +167,4 @@ def test_the_srl_example_script_runs_when_sbatched_as_it_is(tmp_path):
 
 def test_every_example_script_parses():
     for example in (ROOT / "job_templates" / "examples").glob("*.sbatch"):
-        assert subprocess.run(["bash", "-n", str(example)]).returncode == 0, example
+        assert subprocess.run(["bash", "-n", str(example)], timeout=60).returncode == 0, example

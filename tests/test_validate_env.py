@@ -137,7 +137,7 @@ def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys,
 
 def test_the_installed_command_exits_non_zero_on_a_refusal(tmp_path):
     path = experiment(tmp_path, "Pendulum-v1", "dqn")
-    proc = subprocess.run([script("srl-launch"), "validate", str(path)], capture_output=True, text=True)
+    proc = subprocess.run([script("srl-launch"), "validate", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "algorithm.name" in proc.stderr and "Box(-2.0, 2.0, (1,), float32)" in proc.stderr
     assert proc.stdout == ""
 
