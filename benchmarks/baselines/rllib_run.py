@@ -83,12 +83,30 @@ def make_pong(env_config=None):
 
 def make_halfcheetah(env_config=None):
     """HalfCheetah-v5 (mujoco 3.3.0), rewards scaled by gymnasium's NormalizeReward when asked (--scale-rewards):
-    each reward divided by a running std of this env's discounted return, as our scale_rewards does per batch."""
+    each reward divided by a running std of this env's discounted return, as our scale_rewards does per batch.
+    RLlib's episode returns are then of the scaled rewards; RecordEpisodeStatistics beneath the scaling puts
+    the env's own return in the last step's info, which RawReturn reports."""
     import gymnasium as gym
     env = gym.make("HalfCheetah-v5")
     if (env_config or {}).get("scale_rewards"):
-        env = gym.wrappers.NormalizeReward(env, gamma=env_config["gamma"])
+        env = gym.wrappers.NormalizeReward(gym.wrappers.RecordEpisodeStatistics(env), gamma=env_config["gamma"])
     return env
+
+
+RAW_RETURN = "raw_episode_return_mean"
+
+
+def raw_return_callback(window: int):
+    """An RLlib callback that logs each episode's unscaled return (RecordEpisodeStatistics' info) as
+    RAW_RETURN, with the window RLlib gives its own episode_return_mean on each env runner."""
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    class RawReturn(RLlibCallback):
+        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
+            info = episode.get_infos(-1)
+            if metrics_logger is not None and "episode" in info:
+                metrics_logger.log_value(RAW_RETURN, float(info["episode"]["r"]), window=window)
+    return RawReturn
 
 
 def obs_filter(*_args, **_kwargs):
@@ -149,6 +167,7 @@ def main(argv=None) -> int:
             model = DefaultModelConfig(
                 conv_filters=[[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]], conv_activation="relu",
                 head_fcnet_hiddens=[512], head_fcnet_activation="relu", vf_share_layers=not args.separate_critic)
+        scaled = args.env == "halfcheetah" and args.scale_rewards  # RLlib's own returns are of scaled rewards
         config = (
             PPOConfig()
             .environment(env, env_config=env_config)
@@ -167,6 +186,8 @@ def main(argv=None) -> int:
             .debugging(seed=args.seed)
             .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=False)  # fail loudly
         )
+        if scaled:
+            config = config.callbacks(raw_return_callback(-(-args.return_window // args.num_workers)))
         algo = config.build_algo()
         t0 = time.time()
         common.log(f"rllib: built in {t0 - t_launch:.1f}s, training for {args.seconds:g}s")
@@ -182,7 +203,7 @@ def main(argv=None) -> int:
                 raise SystemExit(f"no num_env_steps_sampled_lifetime in RLlib's result; keys: {sorted(result)}")
             samples.append((now, int(sampled), int(sampled)))
             runners = result.get("env_runners") or {}
-            progress.append((now, int(sampled), runners.get("episode_return_mean"),
+            progress.append((now, int(sampled), runners.get(RAW_RETURN if scaled else "episode_return_mean"),
                              min(int(runners.get("num_episodes_lifetime") or 0), args.return_window)))
             if args.target_return is not None and common.reached(
                     progress, t0, args.target_return, args.return_window)["seconds_to_target"] is not None:
