@@ -35,7 +35,8 @@ srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the c
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
 srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
-srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy]   watch the trained agent play
+srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy] [--tag best | --version N]   watch it play
+srl-launch params RUN_DIR [--policy P] [--tag NAME=VERSION] [--untag NAME]   a run's stored versions and tags
 srl-launch --version                        the installed version
 srl-launch COMMAND --help                   a command's options"""
 
@@ -393,6 +394,10 @@ def _enjoy_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="the most likely action, instead of actions as the "
                    "least exploring actor chooses them (PPO: sampled from the policy; DQN: its tiny epsilon)")
     p.add_argument("--seed", type=int, default=0, help="env seeds: this, this + 1, ... (offset from every actor's)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tag", help="play the parameter database's version with this tag (best: evaluation's "
+                       "highest scoring; latest; snapshot-N) instead of the checkpoint")
+    which.add_argument("--version", type=int, help="play this stored version (srl-launch params RUN lists them)")
     return p
 
 
@@ -403,18 +408,60 @@ def cmd_enjoy(argv) -> int:
     from srl_hpc.enjoy import enjoy  # torch and the envs, only for this command
 
     try:
-        enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed)
+        enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed,
+              version=args.version, tag=args.tag)
     except ValueError as e:  # what this run cannot be watched with: no greedy(), a multi-agent env
         raise UsageError(str(e)) from None
+    return 0
+
+
+def _params_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="srl-launch params", description="A run's parameter database: the versions "
+                                "of each policy stored in RUN/parameters/ and their tags; tag or untag a version.")
+    p.add_argument("run_dir", type=RunDir)
+    p.add_argument("--policy", default="", help="the policy (a run with `policies`); default: the run's one policy")
+    p.add_argument("--tag", action="append", default=[], metavar="NAME=VERSION",
+                   help="tag a stored version (a tagged version is never garbage-collected); repeatable")
+    p.add_argument("--untag", action="append", default=[], metavar="NAME", help="remove a tag; repeatable")
+    return p
+
+
+def cmd_params(argv) -> int:
+    from srl_hpc.services.parameter_db import ParameterDB
+
+    args = _params_parser().parse_args(argv)
+    root = args.run_dir.parameters_of(args.policy)
+    if not root.is_dir():
+        stored = sorted(p.name for p in (args.run_dir.root / "parameters").glob("*"))
+        raise FileNotFoundError(f"{root}: no parameter database" +
+                                (f" (policies stored: {', '.join(stored)})" if stored else ""))
+    db = ParameterDB(root)
+    for word in args.tag:
+        name, sep, version = word.partition("=")
+        if not sep or not version.strip().isdigit():
+            raise UsageError(f"--tag {word!r}: expected NAME=VERSION, e.g. --tag keep=120")
+        try:
+            db.tag(name, int(version))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    for name in args.untag:
+        db.untag(name)
+    tags_of: dict[int, list[str]] = {}
+    for name, record in db.tags().items():
+        tags_of.setdefault(record["version"], []).append(name)
+    versions = db.versions()
+    print(f"{root}: {len(versions)} versions stored")
+    for v in versions:
+        print(f"  {v:>9}  {' '.join(tags_of.get(v, []))}")
     return 0
 
 
 # each command's parser, for --help and shell completion (_parser)
 PARSERS = {"run": _run_parser, "prepare": _prepare_parser, "validate": _validate_parser, "graph": _graph_parser,
            "status": _status_parser, "logs": _logs_parser, "cancel": _cancel_parser, "resume": _resume_parser,
-           "enjoy": _enjoy_parser, "doctor": doctor.parser}
+           "enjoy": _enjoy_parser, "params": _params_parser, "doctor": doctor.parser}
 COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status,
-            "logs": cmd_logs, "cancel": cmd_cancel, "resume": cmd_resume, "enjoy": cmd_enjoy,
+            "logs": cmd_logs, "cancel": cmd_cancel, "resume": cmd_resume, "enjoy": cmd_enjoy, "params": cmd_params,
             "doctor": doctor.cmd_doctor}
 
 

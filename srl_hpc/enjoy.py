@@ -1,5 +1,6 @@
-"""Watch a trained agent: a run's checkpoint plays whole episodes in one env, prints each return, and
-optionally writes them as an MP4 (`srl-launch enjoy RUN --video out.mp4`).
+"""Watch a trained agent: a run's checkpoint (or a version from its parameter database: `--tag best`,
+`--version N`) plays whole episodes in one env, prints each return, and optionally writes them as an MP4
+(`srl-launch enjoy RUN --video out.mp4`).
 
 Frames come from the env's own rgb_array rendering (Atari: the full-colour screen, one frame per agent
 step, so the video plays at the game's rate over the frame skip); OpenCV writes the MP4.
@@ -19,8 +20,9 @@ from srl_hpc.algorithms import HIDDEN, spec, watching_policy
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
-from srl_hpc.models import build_model
+from srl_hpc.models import build_model, load_arrays
 from srl_hpc.rundir import RunDir
+from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams.contract import Contract
 
 ATARI_HZ = 60
@@ -28,9 +30,20 @@ SEED_OFFSET = 2 ** 29  # watched episodes' seeds: apart from the actors' and the
 
 
 def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | None = None, seed: int = 0,
-          out=sys.stdout) -> list[float]:
-    """Play `episodes` episodes with the run's checkpoint; returns their returns."""
+          version: int | None = None, tag: str | None = None, out=sys.stdout) -> list[float]:
+    """Play `episodes` episodes with the run's checkpoint, or the parameter database's `version` or the
+    version it tags `tag`; returns their returns."""
     exp = config.load(run.experiment)
+    obs_space, action_space = spaces(exp.env)
+    model = build_model(exp, obs_space, action_space)
+    if version is None and tag is None:
+        checkpoint = Checkpoint(run.checkpoint)
+        if not checkpoint.exists():
+            raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
+        version = checkpoint.load_weights(model)
+    else:
+        version, arrays = ParameterDB(run.parameters_of("")).get(version, tag)
+        load_arrays(model, arrays)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # classic-control renders with pygame: no display here
     env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
                                                                                 "render_mode": "rgb_array"})
@@ -39,13 +52,6 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         env.close()
         raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
                          "(evaluation workers, workers.eval, score multi-agent runs)")
-    checkpoint = Checkpoint(run.checkpoint)
-    if not checkpoint.exists():
-        env.close()
-        raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
-    obs_space, action_space = spaces(exp.env)
-    model = build_model(exp, obs_space, action_space)
-    version = checkpoint.load_weights(model)
     model.eval()
     choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
@@ -71,7 +77,8 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         if writer is not None:
             writer.release()
     how = "greedy" if greedy else "sampled as the least exploring actor"
-    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): checkpoint version {version}, "
+    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): "
+          f"{'checkpoint version' if tag is None else f'version (tagged {tag})'} {version}, "
           f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
     return returns
 

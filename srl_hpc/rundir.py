@@ -12,6 +12,7 @@
     RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
+    RUN/parameters/<policy>/  the parameter database: stored versions and their tags (services/parameter_db.py)
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
     RUN/rendezvous/barrier/<worker>, barrier.go   Slurm mode: the barrier before the MPI allgather
     RUN/launcher.pid          the local launcher running this run
@@ -112,6 +113,10 @@ class RunDir:
     def checkpoint_of(self, policy: str) -> Path:
         """A policy's checkpoint (the experiment's `policies`); "" is the one policy of a run without them."""
         return self.checkpoints / f"{policy or 'latest'}.pt"
+
+    def parameters_of(self, policy: str) -> Path:
+        """A policy's parameter database; "" is the one policy of a run without `policies` ("default")."""
+        return self.root / "parameters" / (policy or "default")
 
     @property
     def rendezvous(self) -> Path:

@@ -111,6 +111,21 @@ def test_traces_are_written_and_read_where_locks_are_refused(nolock_env, tmp_pat
     assert proc.returncode == 0 and proc.stdout.split() == ["100"], proc.stderr
 
 
+def test_the_parameter_database_works_where_locks_are_refused(nolock_env, tmp_path):
+    proc = python_under(nolock_env, f"""
+        import numpy as np
+        from srl_hpc.services.parameter_db import ParameterDB
+        db = ParameterDB({str(tmp_path / "parameters" / "default")!r})
+        for v in range(5):
+            db.put(v, {{"w": np.full(3, v)}})
+        db.tag("latest", 4)
+        db.tag("snapshot-2", 2)
+        db.collect(keep_newest=1)
+        print(db.versions(), db.get(tag="snapshot-2")[1]["w"].tolist())
+        """)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[2, 4] [2, 2, 2]", proc.stderr
+
+
 @pytest.mark.e2e
 def test_a_local_run_succeeds_where_locks_are_refused_and_srl_trace_reads_it(nolock_env, tmp_path):
     run_dir = tmp_path / "run"
@@ -121,6 +136,7 @@ def test_a_local_run_succeeds_where_locks_are_refused_and_srl_trace_reads_it(nol
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["policy_version"] > 1, summary
+    assert (run_dir / "parameters" / "default" / "tags" / "latest").exists()  # the parameter database too
     assert sorted(p.name for p in (run_dir / "traces").iterdir()) == [
         "actor-0.h5", "actor-1.h5", "controller-0.h5", "policy-0.h5", "trainer-0.h5"]
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from conftest import (ROOT, Output, assert_every_frame_accounted_for, run_local, script, tensorboard_scalars,
                       wait_until)
 from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
+from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import shm_name
 from srl_hpc.streams.layout import number
@@ -649,7 +650,7 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     first = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
                               str(run_dir), "--set", "stop.wall_time=600",
                               "--set", "workers.trainer.checkpoint_interval=2",
-                              "--set", "monitor.status_interval=1"],
+                              "--set", "workers.trainer.snapshot_every=5", "--set", "monitor.status_interval=1"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first_output = Output(first)
     first_output.next_matching(lambda line: "| version" in line and int(line.split("| version")[1].split()[0]) >= 20,
@@ -660,6 +661,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     before = json.loads((run_dir / "summary.json").read_text())
     checkpoint = torch.load(run_dir / "checkpoints" / "latest.pt")
     assert checkpoint["version"] == before["policy_version"] >= 20
+    snapshots = {f"snapshot-{v}": {"version": v} for v in range(5, checkpoint["version"] + 1, 5)}
+    index = checkpoint["parameter_index"]  # the parameter database as the checkpoint left it
+    assert index["tags"] == {**snapshots, "latest": {"version": checkpoint["version"]}}
+    assert ParameterDB(run_dir / "parameters" / "default").index() == index
 
     proc = subprocess.run([script("srl-launch"), "resume", str(run_dir)], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -675,6 +680,11 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert sum(int(r["env_frames"]) <= before["env_frames"] for r in rows) < len(rows)  # rows of both attempts
     resumed = torch.load(run_dir / "checkpoints" / "latest.pt")
     assert resumed["version"] == summary["policy_version"] > checkpoint["version"]  # versions continue
+    tags = ParameterDB(run_dir / "parameters" / "default").tags()  # both attempts' snapshots, the newest latest
+    assert tags == {**{f"snapshot-{v}": {"version": v} for v in range(5, resumed["version"] + 1, 5)},
+                    "latest": {"version": resumed["version"]}}
+    _, arrays = ParameterDB(run_dir / "parameters" / "default").get(tag="latest")
+    assert all(np.array_equal(arrays[k], v.numpy()) for k, v in resumed["model"].items())
     # Adam's step count spans both attempts (4 epochs x 4 minibatches per version): its state was restored
     assert int(resumed["optimizer"]["state"][0]["step"]) == 16 * resumed["version"]
     assert (run_dir / "traces" / "trainer-0.attempt-2.h5").exists()
@@ -727,8 +737,17 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     assert len(latest["returns"]) == 5 and latest["returns"] == [float(n) for n in latest["lengths"]]
     assert all(n <= 500 for n in latest["lengths"])
     assert evaluation["rounds"] == summary["counters"]["eval_rounds"]  # every round the worker played came in
-    versions = [v for _, v in tensorboard_scalars(run_dir / "tb")["eval/version"]]  # a point per round, as it came
+    board = tensorboard_scalars(run_dir / "tb")
+    versions = [v for _, v in board["eval/version"]]  # a point per round, as it came
     assert len(versions) == evaluation["rounds"] and versions == sorted(set(versions))  # each with newer weights
+    # the parameter database tags the round with the highest mean return best, and stores what it played
+    returns = [r for _, r in board["eval/return"]]
+    best = ParameterDB(run_dir / "parameters" / "default").tags()["best"]
+    assert best["mean_return"] == pytest.approx(max(returns)) and best["worker"] == "eval/0"
+    assert best["version"] == versions[returns.index(max(returns))]
+    watched = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--tag", "best", "--episodes", "1",
+                              "--greedy"], capture_output=True, text=True, timeout=120)
+    assert watched.returncode == 0 and f"version (tagged best) {best['version']}," in watched.stdout, watched.stderr
     with open(run_dir / "metrics.csv", newline="") as f:
         assert any(row["eval_return"] for row in csv.DictReader(f))
     assert "| eval " in proc.stdout

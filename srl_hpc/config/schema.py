@@ -262,6 +262,12 @@ class TrainerConfig:
     precision: Precision = "fp32"  # "bf16": forward passes under bf16 autocast; weights, optimizer and losses stay fp32
     train: bool = True  # false: consume and discard batches (measures sampling alone; weights never change)
     checkpoint_interval: float = 30.0  # seconds between checkpoints; one is always written at stop
+    # the parameter database (RUN/parameters/): every this-many-th version is stored and tagged snapshot-N,
+    # kept until untagged (opponents from the past, a policy's history); 0: no snapshots
+    snapshot_every: int = 0
+    # versions the database keeps that no tag names (each checkpoint's is tagged latest, the one before it
+    # is not), newest first; older untagged ones are removed at each checkpoint
+    keep_untagged: int = 2
     # flow control (on-policy): at most this many batches' worth of segments on their way to one trainer,
     # from all actors together; beyond it actors wait for leave to send, so policy lag and the frames in
     # queues stay bounded whatever the number of actors
@@ -269,6 +275,7 @@ class TrainerConfig:
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("count", "batch_segments", "torch_threads", "queue_batches"))
+        problems += _check_non_negative(self, ("snapshot_every", "keep_untagged"))
         problems += _check_device(self.device)
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))

@@ -9,6 +9,11 @@ summary.json, and may stop the run on them (stop.target_eval_return). A round st
 after the previous one started, or when it ends if it took longer; in between the worker waits on the
 parameter stream, using no CPU. Weights that come during a round wait for the next one (only the newest
 is kept: a Pong model is 6.5 MB a version).
+
+A round whose mean return beats the one of the version tagged `best` in the parameter database stores the
+weights it played there and moves `best` to them, with its mean return: `srl-launch enjoy RUN --tag best`
+plays it, and a resumed run keeps comparing against it. (Two evaluation workers ending rounds in the same
+instant may both move the tag; the later one wins, even if its return is the lower.)
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models import build_model, resolve_device
+from srl_hpc.services import parameter_db
+from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.contract import Contract
@@ -54,6 +61,8 @@ class EvalHandler(Handler):
         self.next_round_at = 0.0
         self.playing = False
         self.newest = None  # the newest weights received and not loaded yet
+        self.playing_arrays = None  # the weights of the version being evaluated, as published
+        self.history = ParameterDB(worker.run_dir.parameters_of(""))
         self.finished: list[list[float]] = []  # [version, return, length] of complete rounds, until reported
 
     def connect(self, table):
@@ -72,7 +81,7 @@ class EvalHandler(Handler):
             return
         if self.newest is not None:
             self.engine.load(self.newest, self.trace)
-            self.newest = None
+            self.playing_arrays, self.newest = self.newest.arrays, None
         if self.engine.version <= self.evaluated_version:  # nothing new to evaluate: wait for the next weights
             self.parameters.socket.poll(timeout_ms)
             return
@@ -105,6 +114,14 @@ class EvalHandler(Handler):
             self.finished += [[self.version, float(r), int(n)] for r, n in zip(self.returns, self.lengths)]
             self.trace.record("eval_round", version=self.version, mean_return=float(self.returns.mean()),
                               mean_length=float(self.lengths.mean()), seconds=time.monotonic() - self.started)
+            self._tag_if_best(float(self.returns.mean()))
+
+    def _tag_if_best(self, mean_return: float) -> None:
+        best = self.history.tags().get(parameter_db.BEST, {}).get("mean_return")  # (none: a user's own tag)
+        if self.playing_arrays is None or (best is not None and best >= mean_return):
+            return  # (no arrays: the round played the checkpoint's weights, which the database holds as latest)
+        self.history.put(self.version, self.playing_arrays)
+        self.history.tag(parameter_db.BEST, self.version, mean_return=mean_return, worker=self.name)
 
     def close(self):
         self.envs.close()

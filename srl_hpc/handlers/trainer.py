@@ -7,7 +7,9 @@ dropped, and the controller checks the totals against what the actors sent. Off-
 takes sampled batches from the buffer workers, and the update's new priorities go back to the buffer that
 sent the batch. With `prefetch` on, the source runs in its own thread (prefetch.py), so the next batch is
 ready while the current one trains. With several trainers they train one model data-parallel, in
-lockstep (lockstep.py); trainer/0 publishes and checkpoints (srl_hpc/checkpoint.py).
+lockstep (lockstep.py); trainer/0 publishes and checkpoints (srl_hpc/checkpoint.py), and keeps the policy's
+parameter database (services/parameter_db.py): each checkpoint's version tagged `latest`, every
+`snapshot_every`-th version tagged `snapshot-N`, at most `keep_untagged` other versions.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
 from srl_hpc.handlers.lockstep import Lockstep
 from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
 from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
+from srl_hpc.services import parameter_db
+from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import LATEST, ParameterPublisher
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract
@@ -76,6 +80,7 @@ class TrainerHandler(Handler):
         self.leader = peers.index(self.name) == 0  # publishes weights (under the policy's tag) and writes checkpoints
         self.tags = (self.policy or LATEST,)
         self.checkpoint = Checkpoint(worker.run_dir.checkpoint_of(self.policy))
+        self.history = ParameterDB(worker.run_dir.parameters_of(self.policy))
         self.lockstep = Lockstep(self.name, peers, self.device) if len(peers) > 1 else None
         self._held_batch = None  # in lockstep: a batch waiting for the others to have one too
         self._all_ready = False
@@ -100,6 +105,8 @@ class TrainerHandler(Handler):
                   flush=True)
             return
         counters = self.checkpoint.restore(self.model, self.algorithm, self.device)
+        if self.leader and counters["parameter_index"] is not None:
+            self.history.restore(counters["parameter_index"])
         self.version, self.frames_consumed = counters["version"], counters["frames_consumed"]
         self.transitions_trained = counters["transitions_trained"]
         print(f"[{self.name}] resumed from {self.checkpoint.path}: version {self.version}, {self.frames_consumed:,} "
@@ -199,7 +206,11 @@ class TrainerHandler(Handler):
         self.transitions_trained += batch.get("transitions", 0)
         self.version += 1
         if self.leader:
-            self.publisher.publish(self.version, state_arrays(self.model), self.tags)
+            arrays = state_arrays(self.model)
+            self.publisher.publish(self.version, arrays, self.tags)
+            if self.cfg.snapshot_every and self.version % self.cfg.snapshot_every == 0:
+                self.history.put(self.version, arrays)
+                self.history.tag(parameter_db.snapshot_tag(self.version), self.version)
         t3 = time.perf_counter()
         self.train_seconds += t3 - t1
         self._ready_since = t3
@@ -233,8 +244,14 @@ class TrainerHandler(Handler):
             self.lockstep.close()
 
     def save_checkpoint(self):
+        """The checkpoint's version goes into the parameter database first, tagged latest, so that the index
+        the checkpoint keeps names it."""
+        if not self.history.has(self.version):
+            self.history.put(self.version, state_arrays(self.model))
+        self.history.tag(parameter_db.LATEST, self.version)
+        self.history.collect(self.cfg.keep_untagged)
         self.checkpoint.save(self.model, self.algorithm, self.version, self.frames_consumed, self.transitions_trained,
-                             self.worker.attempt)
+                             self.worker.attempt, self.history.index())
         self._last_checkpoint = time.monotonic()
 
     def queue_depths(self):
