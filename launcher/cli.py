@@ -26,6 +26,7 @@ srl-launch [run] EXPERIMENT.yaml [KEY=VALUE...] [options]  run every worker here
 srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job
 srl-launch EXPERIMENT.yaml --slurm --dry-run    print the sbatch script; submit nothing
 srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job array, one node per seed
+srl-launch EXPERIMENT.yaml --sweep algorithm.lr=1e-3,3e-4 --seeds 1,2,3  a grid sweep (here, or with --slurm)
 srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
 srl-launch validate EXPERIMENT.yaml... [KEY=VALUE...]  check files (--seed, --set as for a run); run nothing
 srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
@@ -56,6 +57,11 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="with --slurm: stream progress, exit with the run's result")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--seeds", help="comma-separated seeds: one run per seed (a submitit job array with --slurm)")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a sweep over these values of KEY (repeatable: every combination), times --seeds; each "
+                        "member is its own run directory, SWEEP/KEY=V/seed-N")
+    p.add_argument("--sweep-set", action="append", default=[], metavar="'K1=V1 K2=V2'",
+                   help="one configuration of a sweep given as a list (repeatable), times --seeds")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
@@ -101,13 +107,13 @@ def cmd_run(argv) -> int:
     args = _parse(_run_parser(), argv)
     exp = _checked_experiment(args)
     command = "srl-launch " + " ".join(shlex.quote(a) for a in argv)
-    seeds = _parse_seeds(args.seeds) if args.seeds else None
+    members = _sweep_points(exp, args)
     if args.dry_run:
         if not args.slurm:
             raise UsageError("--dry-run needs --slurm (local mode has nothing to submit)")
         return _dry_run(exp, args, command)
-    if seeds:
-        return _sweep(exp, seeds, args)
+    if members:
+        return _sweep(exp, members, args, command)
     if not args.slurm:
         local.check_fits(exp)
         exp, run = runs.create(exp, args.run_dir)
@@ -128,8 +134,8 @@ def cmd_run(argv) -> int:
 
 def _dry_run(exp, args, command) -> int:
     """The very request `--slurm` would submit (slurm.prepare), printed instead of sent."""
-    if args.seeds:
-        raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds) go through submitit")
+    if args.seeds or args.sweep or args.sweep_set:
+        raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds, --sweep) go through submitit")
     run_dir = runs.resolve(exp, args.run_dir)
     request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
                             require_cluster=False)
@@ -155,28 +161,54 @@ def _follow(run: RunDir, job_id: str) -> int:
     return 0 if final == "completed" else 1
 
 
-def _sweep(exp, seeds, args) -> int:
+def _sweep_points(exp, args) -> list[sweep.Point]:
+    """The members of a sweep (--seeds, --sweep, --sweep-set), each one's experiment built and so checked
+    now; none for a single run."""
+    if not (args.seeds or args.sweep or args.sweep_set):
+        return []
+    seeds = _parse_seeds(args.seeds) if args.seeds else [exp.seed]
+    try:
+        members = sweep.points(sweep.configurations(args.sweep, args.sweep_set), seeds)
+    except sweep.SweepError as e:
+        raise UsageError(str(e)) from None
+    sweep.member_experiments(exp, members)
+    return members
+
+
+def _sweep(exp, members, args, command: str) -> int:
     sweep_dir = runs.resolve(exp, args.run_dir, suffix="-sweep")
     if not args.slurm:
-        local.check_fits(exp)
-        codes = []
-        for member_exp, member in sweep.create_members(exp, seeds, sweep_dir):
-            codes.append(local.run(member_exp, member))
-        print(f"sweep directory: {sweep_dir}")
-        return max(codes)
-    jobs = sweep.submit(exp, seeds, sweep_dir)
-    print(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} seeds); sweep directory {sweep_dir}")
+        return _local_sweep(exp, members, sweep_dir, command)
+    jobs = sweep.submit(exp, members, sweep_dir, command)
+    print(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs); sweep directory {sweep_dir}")
     if not args.follow:
         return 0
     failed = 0
-    for seed, job in zip(seeds, jobs):
+    for p, job in zip(members, jobs):
         try:
             result = job.result()
-            print(f"seed {seed}: {result['status']}: {result['reason']} ({result['wall_time']}s)")
+            print(f"{p.label}: {result['status']}: {result['reason']} ({result['wall_time']}s)")
         except Exception as e:  # noqa: BLE001  submitit re-raises the member's error
             failed += 1
-            print(f"seed {seed}: failed: {str(e).strip().splitlines()[-1]}")
+            print(f"{p.label}: failed: {str(e).strip().splitlines()[-1]}")
     return 1 if failed else 0
+
+
+def _local_sweep(exp, members, sweep_dir: Path, command: str) -> int:
+    """The members one after another on this machine; a signal (Ctrl-C, `srl-launch cancel SWEEP`) stops the
+    member running and the sweep."""
+    local.check_fits(exp)
+    created = sweep.create_members(exp, members, sweep_dir)
+    sweep.write_index(exp, sweep_dir, members, [run for _, run in created], command)
+    codes = []
+    for p, (member_exp, run) in zip(members, created):
+        print(f"== {p.label}: {run.root}", flush=True)
+        codes.append(local.run(member_exp, run))
+        if codes[-1] >= 128:  # stopped by a signal: the rest of the sweep does not start
+            print(f"sweep stopped at {p.label}; {len(members) - len(codes)} members not run")
+            break
+    print(f"sweep directory: {sweep_dir}")
+    return max(codes)
 
 
 def _prepare_parser() -> argparse.ArgumentParser:
@@ -260,11 +292,20 @@ def cmd_status(argv) -> int:
     args = _status_parser().parse_args(argv)
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
-        states = slurm.job_states([m["job_id"] for m in members])  # one squeue for the whole sweep
+        on_slurm = [m["job_id"] for m in members if "job_id" in m]
+        states = slurm.job_states(on_slurm) if on_slurm else {}  # one squeue for the whole sweep
+        sweeping = any(local.launcher_pid(RunDir(m["run_dir"])) for m in members if "job_id" not in m)
         codes = []
         for member in members:
-            state, report = status.describe(RunDir(member["run_dir"]), states[member["job_id"]])
-            print(f"== seed {member['seed']}: {state}\n{report}\n")
+            run = RunDir(member["run_dir"])
+            if "job_id" in member:
+                state, report = status.describe(run, states[member["job_id"]])
+            elif run.summary.exists() or run.launcher_pid.exists():
+                state, report = status.describe(run)
+            else:
+                state, report = ("pending", "waits for the members before it") if sweeping else \
+                    ("not run", "the local sweep ended before this member started")
+            print(f"== {sweep.label(member)}: {state}\n{report}\n")
             codes.append(_state_code(state))
         return max(codes, default=0)
     state, report = status.describe(args.run_dir)
@@ -313,8 +354,17 @@ def cmd_cancel(argv) -> int:
     args = _cancel_parser().parse_args(argv)
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
-        slurm.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
-        print(f"cancelled the sweep's {len(members)} jobs")
+        if all("job_id" in m for m in members):
+            slurm.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
+            print(f"cancelled the sweep's {len(members)} jobs")
+            return 0
+        # a local sweep runs its members in one launcher, one after another: stopping it stops the sweep
+        pids = {local.launcher_pid(RunDir(m["run_dir"])) for m in members} - {None}
+        if not pids:
+            raise UsageError(f"{args.run_dir.root} is a local sweep with no member running")
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        print(f"sent SIGTERM to the sweep's local launcher (pid {', '.join(map(str, sorted(pids)))})")
         return 0
     if args.run_dir.slurm.exists():
         job_ids = slurm.cancel_run(args.run_dir)  # with the continuations queued after it

@@ -1,19 +1,25 @@
-"""Sweeps: several seeds of an experiment that fits one node, as one submitit job array.
+"""Sweeps: an experiment over a grid (or a list) of override sets and seeds, each member one run that fits one
+node, run one after another here or as one submitit job array on Slurm.
 
-Each array task runs the local-mode launcher on its node, in its own run directory
-(SWEEP/seed-N/). submitit cannot express heterogeneous jobs, so multi-node runs use the hetjob
-template instead (launcher.slurm). With `slurm.requeue`, a member signalled before its time limit
-(or preempted) stops cleanly and is requeued through submitit's checkpointing, and resumes.
-The `slurm` section's setup lines, env, python and sbatch_options apply to the array as to a het job
-(executor_settings says how each becomes submitit's).
+`--sweep KEY=V1,V2` (repeatable: every combination) or `--sweep-set "K1=V1 K2=V2"` (repeatable: one
+configuration each) times `--seeds`: each member is its own run directory, SWEEP/<overrides>/seed-N/
+(SWEEP/seed-N/ for seeds alone), and SWEEP/sweep.json lists them for status, cancel and srl-trace.
+On Slurm each array task runs the local-mode launcher on its node. submitit cannot express heterogeneous
+jobs, so multi-node runs use the hetjob template instead (launcher.slurm). With `slurm.requeue`, a member
+signalled before its time limit (or preempted) stops cleanly and is requeued through submitit's
+checkpointing, and resumes. The `slurm` section's setup lines, env, python and sbatch_options apply to the
+array as to a het job (executor_settings says how each becomes submitit's).
 """
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shlex
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import submitit
@@ -53,8 +59,107 @@ class Member(submitit.helpers.Checkpointable):
         return super().checkpoint(run_dir)
 
 
-def create_members(exp: config.Experiment, seeds: list[int], sweep_dir: Path) -> list[tuple[config.Experiment, RunDir]]:
-    return [runs.create(config.replace(exp, seed=seed), Path(sweep_dir) / f"seed-{seed}") for seed in seeds]
+@dataclass(frozen=True)
+class Point:
+    """One member of a sweep: its overrides (KEY=VALUE, as --set takes them) and its seed."""
+    overrides: tuple[str, ...]
+    seed: int
+
+    @property
+    def config(self) -> str:
+        """Its configuration's name, from its overrides ("" for a sweep of seeds alone)."""
+        return "+".join(re.sub(r"[^A-Za-z0-9._=-]", "_", o.replace(" ", "")) for o in self.overrides)
+
+    @property
+    def path(self) -> str:
+        return f"{self.config}/seed-{self.seed}" if self.config else f"seed-{self.seed}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.config} seed {self.seed}" if self.config else f"seed {self.seed}"
+
+
+class SweepError(ValueError):
+    pass
+
+
+def split_values(text: str) -> list[str]:
+    """"1e-3,3e-4" -> ["1e-3", "3e-4"]; commas inside brackets or quotes stay: "[64,64],[128]" is two values."""
+    values, depth, quote, start = [], 0, None, 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth -= 1
+        elif c == "," and depth == 0:
+            values.append(text[start:i].strip())
+            start = i + 1
+    values.append(text[start:].strip())
+    return values
+
+
+def configurations(grid: list[str], sets: list[str]) -> list[tuple[str, ...]]:
+    """The overrides of each configuration: every combination of the --sweep axes (the first outermost), or
+    each --sweep-set's KEY=VALUE words; one empty configuration when there are neither."""
+    if grid and sets:
+        raise SweepError("--sweep (a grid) and --sweep-set (a list) cannot be combined: write the grid's "
+                         "points as --sweep-set, or the list's keys as --sweep axes")
+    axes = []
+    for word in grid:
+        key, sep, values = word.partition("=")
+        choices = split_values(values) if sep else []
+        if not key or not choices or not all(choices):
+            raise SweepError(f"--sweep {word!r}: expected KEY=VALUE1,VALUE2,... (e.g. --sweep algorithm.lr=1e-3,3e-4)")
+        if len(set(choices)) != len(choices):
+            raise SweepError(f"--sweep {word!r}: a value appears twice")
+        axes.append([f"{key}={v}" for v in choices])
+    if len({a[0].partition("=")[0] for a in axes}) != len(axes):
+        raise SweepError("--sweep: a key is given twice (give its values in one --sweep KEY=V1,V2)")
+    found = [tuple(shlex.split(words)) for words in sets]
+    for words, overrides in zip(sets, found):
+        if not overrides or not all("=" in w[1:] for w in overrides):
+            raise SweepError(f"--sweep-set {words!r}: expected KEY=VALUE words (e.g. \"algorithm.lr=1e-3 "
+                             "algorithm.epochs=8\")")
+    return found or list(itertools.product(*axes))
+
+
+def points(configs: list[tuple[str, ...]], seeds: list[int]) -> list[Point]:
+    """Every configuration with every seed (configuration outermost); two configurations whose directory names
+    would be the same are refused."""
+    out = [Point(c, seed) for c in configs for seed in seeds]
+    names = [p.path for p in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SweepError(f"two members would share the run directory {twice[0]!r}: make the overrides differ")
+    return out
+
+
+def member_experiments(exp: config.Experiment, members: list[Point]) -> list[config.Experiment]:
+    """Each member's experiment: the overrides, then the seed. Every member is built (and so checked) before
+    any run directory is made."""
+    return [config.replace(config.with_overrides(exp, list(p.overrides)), seed=p.seed) for p in members]
+
+
+def create_members(exp: config.Experiment, members: list[Point], sweep_dir: Path) -> list[tuple[config.Experiment,
+                                                                                                   RunDir]]:
+    built = member_experiments(exp, members)
+    return [runs.create(member, Path(sweep_dir) / p.path) for member, p in zip(built, members)]
+
+
+def write_index(exp: config.Experiment, sweep_dir: Path, members: list[Point], run_dirs: list[RunDir],
+                command: str, job_ids: list[str] | None = None) -> None:
+    """SWEEP/sweep.json: the command that made the sweep, and each member's configuration, overrides, seed, run
+    directory (and job id on Slurm)."""
+    rows = [{"config": p.config, "overrides": list(p.overrides), "seed": p.seed, "run_dir": str(run.root)}
+            for p, run in zip(members, run_dirs)]
+    for row, job_id in zip(rows, job_ids or []):
+        row["job_id"] = job_id
+    RunDir(sweep_dir).sweep.write_text(json.dumps({"experiment": exp.name, "command": command, "members": rows},
+                                                  indent=2))
 
 
 # sbatch's short options -> their long names (submitit writes `#SBATCH --name=value`); a short option
@@ -121,20 +226,24 @@ def make_executor(exp: config.Experiment, folder: Path, members: int) -> submiti
     return executor
 
 
-def submit(exp: config.Experiment, seeds: list[int], sweep_dir: Path) -> list[submitit.Job]:
+def submit(exp: config.Experiment, members: list[Point], sweep_dir: Path, command: str) -> list[submitit.Job]:
     """Create each member's run directory and submit them as one job array."""
     sweep = RunDir(Path(sweep_dir).resolve())
     # (an sbatch option submitit cannot take: an error before any directory)
-    executor_settings(exp, len(seeds), sweep.root)
-    members = [run for _, run in create_members(exp, seeds, sweep.root)]
-    executor = make_executor(exp, sweep.root / "submitit", len(seeds))
-    jobs = executor.map_array(Member(), [str(m.root) for m in members])
-    for seed, member, job in zip(seeds, members, jobs):
-        member.slurm.write_text(json.dumps({"job_id": job.job_id, "sweep": str(sweep.root), "seed": seed}))
-    sweep.sweep.write_text(json.dumps(
-        {"experiment": exp.name, "members": [{"seed": seed, "run_dir": str(m.root), "job_id": j.job_id}
-                                             for seed, m, j in zip(seeds, members, jobs)]}, indent=2))
+    executor_settings(exp, len(members), sweep.root)
+    run_dirs = [run for _, run in create_members(exp, members, sweep.root)]
+    executor = make_executor(exp, sweep.root / "submitit", len(members))
+    jobs = executor.map_array(Member(), [str(run.root) for run in run_dirs])
+    for p, run, job in zip(members, run_dirs, jobs):
+        run.slurm.write_text(json.dumps({"job_id": job.job_id, "sweep": str(sweep.root), "seed": p.seed,
+                                         "config": p.config}))
+    write_index(exp, sweep.root, members, run_dirs, command, [j.job_id for j in jobs])
     return jobs
+
+
+def label(member: dict) -> str:
+    """A sweep.json member as status and the follow lines name it ("algorithm.lr=0.001 seed 2", "seed 2")."""
+    return Point(tuple(member.get("overrides", ())), member["seed"]).label
 
 
 def members_of(sweep: RunDir) -> list[dict]:

@@ -195,21 +195,25 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
     assert "stand-in exit 137" in out and "guard exit 1 on an srun that ended" in out, out
 
 
-def test_a_three_seed_sweep_through_submitit(tmp_path):
+def test_a_grid_sweep_of_two_values_and_three_seeds_through_submitit(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = srl(experiment(tmp_path, name="sweep", wall_time=4), "--slurm", "--seeds", "1,2,3", "--follow",
-               "--run-dir", sweep_dir)
+    proc = srl(experiment(tmp_path, name="sweep", wall_time=4), "--slurm", "--sweep", "algorithm.lr=1e-3,3e-4",
+               "--seeds", "1,2,3", "--follow", "--run-dir", sweep_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     members = json.loads((sweep_dir / "sweep.json").read_text())["members"]
-    assert [m["seed"] for m in members] == [1, 2, 3]
+    assert [(m["config"], m["seed"]) for m in members] == [
+        (f"algorithm.lr={lr}", seed) for lr in ("1e-3", "3e-4") for seed in (1, 2, 3)]
     assert len({m["job_id"].split("_")[0] for m in members}) == 1  # one job array
     for m in members:
+        assert m["run_dir"] == str(sweep_dir / m["config"] / f"seed-{m['seed']}")
         summary = json.loads((Path(m["run_dir"]) / "summary.json").read_text())
         assert summary["status"] == "succeeded" and summary["frames_consumed"] > 0
-        assert f"seed: {m['seed']}" in (Path(m["run_dir"]) / "experiment.yaml").read_text()
-    out = srl("status", sweep_dir).stdout  # one squeue for the three array tasks
-    assert out.count("outcome: succeeded") == 3
-    assert re.findall(r"== seed (\d): (\w+)", out) == [("1", "completed"), ("2", "completed"), ("3", "completed")]
+        resolved = (Path(m["run_dir"]) / "experiment.yaml").read_text()
+        assert f"seed: {m['seed']}" in resolved and f"lr: {float(m['overrides'][0].split('=')[1])}" in resolved
+    out = srl("status", sweep_dir).stdout  # one squeue for the six array tasks
+    assert out.count("outcome: succeeded") == 6
+    assert re.findall(r"== (\S+) seed (\d): (\w+)", out) == [(m["config"], str(m["seed"]), "completed")
+                                                            for m in members]
 
 
 def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):

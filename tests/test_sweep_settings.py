@@ -45,7 +45,7 @@ def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_any
     fake_bin("sbatch", "exit 1")  # (never the cluster's, were the option to get through)
     exp = config.loads(SWEEP.replace('"-A lab"', '"-Z x"'))
     with pytest.raises(config.ConfigError, match="'-Z x'"):
-        sweep.submit(exp, [1, 2], tmp_path / "sweep")
+        sweep.submit(exp, sweep.points([()], [1, 2]), tmp_path / "sweep", "srl-launch")
     assert not (tmp_path / "sweep").exists()
 
 
