@@ -30,8 +30,8 @@ $(BIN)/srl-launch: setup.cfg pyproject.toml constraints.txt | venv
 
 test-install: install $(VENV)/.extras
 
-$(VENV)/.extras: setup.cfg constraints.txt   # the optional env backend (env.backend: envpool) and multi-agent envs, so that their tests run too
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,envpool,multiagent]'
+$(VENV)/.extras: setup.cfg constraints.txt   # the optional env backend (env.backend: envpool), multi-agent envs and srl-trace report, so that their tests run too
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,envpool,multiagent,report]'
 	touch $@
 
 docs: install $(VENV)/.docs  ## the documentation site (mkdocs.yml) into build/site; strict: a broken link or anchor fails

@@ -79,3 +79,8 @@ def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_re
     assert status.returncode == 0
     assert re.findall(r"== (\S+) seed (\d): (\w+)", status.stdout) == [
         (m["config"], str(m["seed"]), "completed") for m in members]
+    report = subprocess.run([script("srl-trace"), "report", str(sweep_dir), "--reps", "200"], capture_output=True,
+                            text=True, timeout=120)  # (the statistics themselves: tests/test_report.py)
+    assert report.returncode == 0, report.stderr
+    assert "2 configurations, 6 runs (seeds 1, 2, 3) on CartPole-v1" in report.stdout
+    assert (sweep_dir / "report" / "profiles.png").exists()

@@ -6,19 +6,22 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from argcomplete.completers import DirectoriesCompleter
 
 from srl_hpc.completion import complete
-from srl_hpc.trace import analysis
+from srl_hpc.trace import analysis, report
 from srl_hpc.trace.reader import TraceError, read_run
+from srl_hpc.trace.report import ReportError
 
 USAGE = """\
 srl-trace [summary] RUN_DIR [--json] [--plot DIR]   summary of one run
 srl-trace compare RUN_A RUN_B [--json]              two runs side by side
+srl-trace report SWEEP [--reference ENV=LOW:HIGH]   a sweep's IQM and 95% intervals over seeds, and plots
 srl-trace --version
 """
-COMMANDS = ("summary", "compare")
+COMMANDS = ("summary", "compare", "report")
 RUN_DIRS = DirectoriesCompleter()
 
 
@@ -33,10 +36,12 @@ def main(argv=None) -> int:
     try:
         if argv and argv[0] == "compare":
             return cmd_compare(argv[1:])
+        if argv and argv[0] == "report":
+            return cmd_report(argv[1:])
         if argv and argv[0] == "summary":  # (explicit: a run directory may be called "compare")
             return cmd_summary(argv[1:])
         return cmd_summary(argv)
-    except TraceError as e:
+    except (TraceError, ReportError) as e:
         print(f"srl-trace: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `srl-trace RUN | head`: the reader has seen enough
@@ -51,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="store_true", help="print the installed version")
     commands = top.add_subparsers(metavar="COMMAND")
     commands.completer = RUN_DIRS  # the first word may be a run directory: its summary
-    for name, build in (("summary", _summary_parser), ("compare", _compare_parser)):
+    for name, build in (("summary", _summary_parser), ("compare", _compare_parser), ("report", _report_parser)):
         commands.add_parser(name, parents=[build()], add_help=False)
     return top
 
@@ -89,6 +94,49 @@ def cmd_compare(argv) -> int:
     args = _compare_parser().parse_args(argv)
     a, b = (analysis.summarize(read_run(d)) for d in (args.run_a, args.run_b))
     print(json.dumps({"a": a, "b": b}, indent=2) if args.json else format_compare(a, b))
+    return 0
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="srl-trace report", usage=USAGE, description="A sweep's scores over seeds: "
+                                "IQM, mean, median and optimality gap with stratified bootstrap 95%% intervals and "
+                                "performance profiles (rliable), for the final score and the area under the curve.")
+    p.add_argument("sweep_dir", help="a sweep directory (holds sweep.json)").completer = RUN_DIRS
+    p.add_argument("--score", choices=("auto", "train", "eval"), default="auto",
+                   help="the evaluation workers' mean return (eval), the training mean return (train), or eval "
+                        "where every member has one (auto)")
+    p.add_argument("--reference", action="append", default=[], metavar="ENV=LOW:HIGH",
+                   help="normalise ENV's scores to (score - LOW) / (HIGH - LOW), e.g. random and human scores; "
+                        "repeatable, one per task")
+    p.add_argument("--target", type=float, help="the optimality gap's target without --reference (default: the "
+                                                 "experiment's stop.target_return)")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
+    p.add_argument("--reps", type=int, default=report.BOOTSTRAP_REPS, help="bootstrap resamples")
+    p.add_argument("--out", help="where report.json and the figures go (default: SWEEP/report)").completer = RUN_DIRS
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def cmd_report(argv) -> int:
+    args = _report_parser().parse_args(argv)
+    references = {}
+    for word in args.reference:
+        env, _, bounds = word.partition("=")
+        low, _, high = bounds.partition(":")
+        try:
+            references[env] = (float(low), float(high))
+        except ValueError:
+            raise ReportError(f"--reference {word!r}: expected ENV=LOW:HIGH, e.g. ALE/Pong-v5=-20.7:14.6") from None
+        if references[env][0] == references[env][1]:
+            raise ReportError(f"--reference {word!r}: LOW and HIGH must differ")
+    out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
+    r = report.report(Path(args.sweep_dir), args.score, references, args.target, args.seed, args.reps)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(r, indent=2))
+    paths = report.write_plots(r, out, references)
+    print(json.dumps(r, indent=2) if args.json else report.format_report(r))
+    print(f"wrote {out / 'report.json'} and {len(paths)} figures: {', '.join(p.name for p in paths)}",
+          file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
