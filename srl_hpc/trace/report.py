@@ -28,6 +28,7 @@ from srl_hpc.rundir import RunDir
 BOOTSTRAP_REPS = 2000
 CONFIDENCE = 0.95
 STATISTICS = ("iqm", "mean", "median", "optimality_gap")
+KIND_LABELS = {"final": "final", "auc": "area under the curve of the"}
 
 
 class ReportError(ValueError):
@@ -180,7 +181,7 @@ def format_report(r: dict) -> str:
         if r["normalised"] else ""
     lines = [f"sweep {r['sweep']}: {len(r['configurations'])} configurations, {len(r['runs'])} runs "
              f"(seeds {', '.join(map(str, r['seeds']))}) on {', '.join(r['tasks'])}",
-             f"  score: {r['score']}{norm}; final (last progress row) and area under the curve (mean over env frames)",
+             f"  score: {r['score']}{norm}; final (at the run's end) and area under the curve (mean over env frames)",
              f"  IQM, mean, median with {100 * r['bootstrap']['confidence']:.0f}% stratified bootstrap intervals "
              f"({r['bootstrap']['reps']} resamples, seed {r['bootstrap']['seed']}; rliable)"
              + (f"; optimality gap to {r['optimality_gap_to']:g}" if r["optimality_gap_to"] is not None else "")]
@@ -220,7 +221,8 @@ def write_plots(r: dict, directory: Path, references: dict[str, tuple[float, flo
         fig, _ = plot_utils.plot_interval_estimates(points, intervals, metric_names=[s.upper() if s == "iqm" else
                                                                                      s.replace("_", " ").title()
                                                                                      for s in stats],
-                                                    algorithms=names, colors=colors, xlabel=f"{kind} {r['score']}",
+                                                    algorithms=names, colors=colors,
+                                                    xlabel=f"{KIND_LABELS[kind]} {r['score']}",
                                                     subfigure_width=3.6, row_height=0.8,
                                                     xlabel_y_coordinate=-0.5)
         path = directory / f"intervals-{kind}.png"
