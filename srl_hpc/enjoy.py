@@ -34,16 +34,9 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     """Play `episodes` episodes with the run's checkpoint, or the parameter database's `version` or the
     version it tags `tag`; returns their returns."""
     exp = config.load(run.experiment)
-    obs_space, action_space = spaces(exp.env)
-    model = build_model(exp, obs_space, action_space)
-    if version is None and tag is None:
-        checkpoint = Checkpoint(run.checkpoint)
-        if not checkpoint.exists():
-            raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
-        version = checkpoint.load_weights(model)
-    else:
-        version, arrays = ParameterDB(run.parameters_of("")).get(version, tag)
-        load_arrays(model, arrays)
+    checkpoint = Checkpoint(run.checkpoint)
+    if version is None and tag is None and not checkpoint.exists():
+        raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # classic-control renders with pygame: no display here
     env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
                                                                                 "render_mode": "rgb_array"})
@@ -52,6 +45,19 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         env.close()
         raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
                          "(evaluation workers, workers.eval, score multi-agent runs)")
+    obs_space, action_space = spaces(exp.env)
+    model = build_model(exp, obs_space, action_space)
+    source = "checkpoint version" if version is None and tag is None else \
+        "stored version" if tag is None else f"version (tagged {tag})"
+    try:
+        if version is None and tag is None:
+            version = checkpoint.load_weights(model)
+        else:
+            version, arrays = ParameterDB(run.parameters_of("")).get(version, tag)
+            load_arrays(model, arrays)
+    except FileNotFoundError:
+        env.close()
+        raise
     model.eval()
     choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
@@ -78,7 +84,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
             writer.release()
     how = "greedy" if greedy else "sampled as the least exploring actor"
     print(f"mean return {np.mean(returns):g} over {episodes} episode(s): "
-          f"{'checkpoint version' if tag is None else f'version (tagged {tag})'} {version}, "
+          f"{source} {version}, "
           f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
     return returns
 
