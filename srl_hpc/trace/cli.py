@@ -18,7 +18,7 @@ from srl_hpc.trace.report import ReportError
 USAGE = """\
 srl-trace [summary] RUN_DIR [--json] [--plot DIR]   summary of one run
 srl-trace compare RUN_A RUN_B [--json]              two runs side by side
-srl-trace report SWEEP [--reference ENV=LOW:HIGH]   a sweep's IQM and 95% intervals over seeds, and plots
+srl-trace report SWEEP [--reference ENV=LOW:HIGH]   a sweep's IQM and confidence intervals over seeds, plots
 srl-trace --version
 """
 COMMANDS = ("summary", "compare", "report")
