@@ -37,6 +37,7 @@ srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; 
 srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
 srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy] [--tag best | --version N]   watch it play
+srl-launch enjoy RUN_DIR --against one-ply [--games 200]   a self-play game's policy against a fixed player
 srl-launch params RUN_DIR [--policy P] [--tag NAME=VERSION] [--untag NAME]   a run's stored versions and tags
 srl-launch --version                        the installed version
 srl-launch COMMAND --help                   a command's options"""
@@ -448,16 +449,25 @@ def _enjoy_parser() -> argparse.ArgumentParser:
     which.add_argument("--tag", help="play the parameter database's version with this tag (best: evaluation's "
                        "highest scoring; latest; snapshot-N) instead of the checkpoint")
     which.add_argument("--version", type=int, help="play this stored version (srl-launch params RUN lists them)")
+    p.add_argument("--against", choices=("random", "one-ply"), help="a turn-taking game (self-play): play "
+                   "--games games against this fixed player, first mover in half of them, and count the wins")
+    p.add_argument("--games", type=int, default=200, help="with --against: games to play (default 200)")
     return p
 
 
 def cmd_enjoy(argv) -> int:
     args = _enjoy_parser().parse_args(argv)
-    if args.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-    from srl_hpc.enjoy import enjoy  # torch and the envs, only for this command
+    if args.episodes < 1 or args.games < 1:
+        raise UsageError(f"--episodes and --games must be >= 1, got {args.episodes} and {args.games}")
+    if args.against and args.video:
+        raise UsageError("--video records episodes of one agent; --against plays games against a fixed player")
+    from srl_hpc.enjoy import duel, enjoy  # torch and the envs, only for this command
 
     try:
+        if args.against:
+            duel(args.run_dir, args.against, args.games, greedy=args.greedy, seed=args.seed, version=args.version,
+                 tag=args.tag)
+            return 0
         enjoy(args.run_dir, args.episodes, greedy=args.greedy, video=args.video, seed=args.seed,
               version=args.version, tag=args.tag)
     except ValueError as e:  # what this run cannot be watched with: no greedy(), a multi-agent env

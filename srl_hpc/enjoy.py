@@ -4,6 +4,9 @@
 
 Frames come from the env's own rgb_array rendering (Atari: the full-colour screen, one frame per agent
 step, so the video plays at the game's rate over the frame skip); OpenCV writes the MP4.
+
+A turn-taking game (srl_hpc/envs/turns.py, self-play) is played against a fixed player instead
+(`--against random|one-ply --games N`), moving first in half the games, and the score is counted.
 """
 from __future__ import annotations
 
@@ -46,19 +49,11 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
                          "(evaluation workers, workers.eval, score multi-agent runs)")
     obs_space, action_space = spaces(exp.env)
-    model = build_model(exp, obs_space, action_space)
-    source = "checkpoint version" if version is None and tag is None else \
-        "stored version" if tag is None else f"version (tagged {tag})"
     try:
-        if version is None and tag is None:
-            version = checkpoint.load_weights(model)
-        else:
-            version, arrays = ParameterDB(run.parameters_of("")).get(version, tag)
-            load_arrays(model, arrays)
+        model, version, source = _load(run, exp, obs_space, action_space, version, tag)
     except FileNotFoundError:
         env.close()
         raise
-    model.eval()
     choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
     returns = []
@@ -87,6 +82,63 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
           f"{source} {version}, "
           f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
     return returns
+
+
+def _load(run: RunDir, exp, obs_space, action_space, version: int | None, tag: str | None):
+    """(model in eval mode, its version, what that version is) from the checkpoint, or the parameter
+    database's `version` or version tagged `tag`."""
+    model = build_model(exp, obs_space, action_space)
+    source = "checkpoint version" if version is None and tag is None else \
+        "stored version" if tag is None else f"version (tagged {tag})"
+    if version is None and tag is None:
+        version = Checkpoint(run.checkpoint).load_weights(model)
+    else:
+        version, arrays = ParameterDB(run.parameters_of("")).get(version, tag)
+        load_arrays(model, arrays)
+    return model.eval(), version, source
+
+
+def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed: int = 0,
+         version: int | None = None, tag: str | None = None, out=sys.stdout) -> dict[str, int]:
+    """Play `games` games of a turn-taking game (a self-play run's env) against the fixed player `against`
+    (FIXED_PLAYERS), first mover in half of them; returns and prints the counts of wins, draws and losses."""
+    from srl_hpc.envs.turns import FIXED_PLAYERS, TurnTaking, play
+
+    exp = config.load(run.experiment)
+    if version is None and tag is None and not Checkpoint(run.checkpoint).exists():
+        raise FileNotFoundError(f"{run.root}: no checkpoint to play (no {run.checkpoint})")
+    env = make_env(exp.env)
+    try:
+        if not isinstance(env, TurnTaking):
+            raise ValueError(f"--against plays turn-taking games (srl_hpc/envs/turns.py); {exp.env.id} is not one")
+        if against not in FIXED_PLAYERS:
+            raise ValueError(f"--against: no fixed player {against!r} (players: {', '.join(FIXED_PLAYERS)})")
+        fixed = FIXED_PLAYERS[against](env, np.random.default_rng(seed))
+        obs_space, action_space = spaces(exp.env)
+        model, version, source = _load(run, exp, obs_space, action_space, version, tag)
+        choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
+
+        def policy(obs):
+            with torch.inference_mode():
+                return choose(model, obs, None)[0]
+        counts = {"won": 0, "drew": 0, "lost": 0}
+        by_seat = [[0, 0] for _ in env.possible_agents]  # per seat of the policy: [wins, games]
+        for game in range(games):
+            seat = game % len(env.possible_agents)
+            players = [fixed] * len(env.possible_agents)
+            players[seat] = policy
+            (rewards,) = play(env, players, 1, seed=first_seed(SEED_OFFSET + seed + game, 1))
+            result = rewards[env.possible_agents[seat]]
+            counts["won" if result > 0 else "drew" if result == 0 else "lost"] += 1
+            by_seat[seat][0] += result > 0
+            by_seat[seat][1] += 1
+    finally:
+        env.close()
+    seats = ", ".join(f"seat {i + 1}: {w}/{n}" for i, (w, n) in enumerate(by_seat))
+    print(f"against {against}: {games} games, won {counts['won']} ({100 * counts['won'] / games:.1f}%), drew "
+          f"{counts['drew']}, lost {counts['lost']} (wins by the policy's seat, {seats}); {source} {version}, "
+          f"moves {'greedy' if greedy else 'sampled'}", file=out, flush=True)
+    return counts
 
 
 def _policy(exp, greedy: bool, contract: Contract):

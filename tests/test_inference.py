@@ -285,3 +285,24 @@ def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_th
     assert server.malformed == len(fuzzed) and len(served) == 1 and served[0].obs.tolist() == [[3.0] * 4] * 2
     fuzzer.close()
     client.close()
+
+
+def test_self_play_requests_name_a_version_per_row_and_a_malformed_list_is_dropped(stream, shm_stream):
+    """Both transports carry `opponents`, one version per row; a list of another length, or one that is not
+    versions, is dropped and counted, and the requests after it are served."""
+    server, clients = stream
+    for bad in ([0, 1], [0, "x", 2], 5):
+        clients[0].send(0, np.zeros((3, 2), np.float32), {"opponents": bad})
+    clients[1].send(1, np.zeros((3, 2), np.float32), {"opponents": (-1, 4, 4)})
+    (req,) = wait_pending(server, 1)
+    assert req.meta["opponents"] == [-1, 4, 4] and server.malformed == 3
+    shm_server, path = shm_stream
+    client = ShmInferenceClient(path, n_groups=1, max_rows=4, obs_shape=(2,), obs_dtype=np.float32,
+                                reply_fields=PPO_REPLY)
+    try:
+        client.send(0, np.zeros((2, 2), np.float32), {"opponents": (-1, 2, 3)})
+        client.send(0, np.zeros((2, 2), np.float32), {"opponents": (7, -1)})
+        (req,) = serve(shm_server, 1)
+        assert req.meta["opponents"] == [7, -1] and shm_server.malformed == 1
+    finally:
+        client.close()

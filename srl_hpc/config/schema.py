@@ -23,6 +23,7 @@ Placement = Literal["srl", "impala", "seed"]
 Recurrence = Literal["none", "gru", "lstm"]
 ActionSquash = Literal["clip", "tanh"]
 ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
+OpponentRule = Literal["none", "latest", "uniform", "pfsp"]
 
 
 # ----------------------------------------------------------------------------------------------- schema
@@ -350,6 +351,20 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True)
+class OpponentsConfig:
+    """Self-play in a game of several seats (a turn-taking game such as srl_hpc.envs.connect_four:connect_four):
+    the learner plays one seat of each env with the newest weights, a past version plays the others, and only
+    the learner's seat is trained on (srl_hpc/opponents.py)."""
+    # who plays the other seats, chosen per episode: "latest" the newest weights, "uniform" any stored
+    # snapshot, "pfsp" snapshots the learner scores worst against most often; "none": no self-play
+    rule: OpponentRule = "none"
+    pfsp_power: float = 2.0  # pfsp: a snapshot's weight is (1 - the learner's score against it) ** this
+
+    def check(self) -> list[tuple[str, str]]:
+        return _check_positive(self, ("pfsp_power",))
+
+
+@dataclass(frozen=True)
 class StopConfig:
     env_frames: Optional[int] = None  # frames stepped by all actors
     wall_time: Optional[float] = None  # seconds
@@ -605,6 +620,7 @@ class Experiment:
     # exactly one. Each policy has its own workers.policy.count policy workers, workers.trainer.count
     # trainers, checkpoint and parameter tag (its name). Empty: one policy acts for every agent.
     policies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    opponents: OpponentsConfig = field(default_factory=OpponentsConfig)  # self-play against past versions
     model: ModelConfig = field(default_factory=ModelConfig)  # the network that acts and trains
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)  # what trains it, chosen by algorithm.name
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # how many workers of each kind, and how they run
@@ -636,6 +652,7 @@ class Experiment:
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         problems += self._check_policies()
+        problems += self._check_opponents()
         if isinstance(alg, DQNConfig):
             if workers.actor.segment_length <= alg.n_step:
                 problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
@@ -659,6 +676,23 @@ class Experiment:
                                         "returns is ambiguous: stop by env_frames or wall_time")}
         problems += [(key, f"with policies set: {why}") for key, (bad, why) in needs.items() if bad]
         return problems
+
+
+    def _check_opponents(self) -> list[tuple[str, str]]:
+        """Self-play needs one policy whose past versions are stored, an on-policy algorithm (opponent seats'
+        steps are left out of segments, not of a replay) and no evaluation workers (they play every seat)."""
+        rule = self.opponents.rule
+        if rule == "none":
+            return []
+        needs = {"policies": (bool(self.policies), "one policy plays every seat; leave policies empty"),
+                 "algorithm.name": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
+                                    "self-play trains on-policy algorithms (ppo)"),
+                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers would play the newest "
+                                        "weights on every seat; set 0"),
+                 "workers.trainer.snapshot_every": (rule != "latest" and not self.workers.trainer.snapshot_every,
+                                                    f"rule {rule!r} draws opponents from the stored snapshots: "
+                                                    "set it >= 1")}
+        return [(key, f"with opponents.rule {rule!r}: {why}") for key, (bad, why) in needs.items() if bad]
 
 
 def _check_counts(obj, keys) -> list[tuple[str, str]]:

@@ -75,6 +75,9 @@ def env_problems(exp) -> list[tuple[str, str]]:
         for problem in found or contract_problems(exp, obs_space, action_space, label):
             if problem not in problems:
                 problems.append(problem)
+    if exp.opponents.rule != "none" and not problems and backends.agent_count(exp.env) < 2:
+        problems.append(("opponents.rule", f"self-play needs a game of several seats; {env_id} has one agent "
+                                           "(srl_hpc.envs.connect_four:connect_four is one of two)"))
     return problems
 
 

@@ -65,7 +65,8 @@ def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dic
 
 class Team:
     """One policy's rows: its agents in every env, with their (shared) spaces; with `state_size`, each row's
-    observation is the agent's, flattened, then the env's global state."""
+    observation is the agent's, flattened, then the env's global state. A Dict observation (a turn-taking game's
+    board and action mask) is kept as one array per key."""
 
     def __init__(self, env, agents: list[str], num_envs: int, state_size: int = 0):
         self.agents = agents
@@ -85,9 +86,26 @@ class Team:
         self.k = len(agents)
         self.num_envs = num_envs * self.k  # rows
         space = self.single_observation_space
-        self.obs = np.zeros((self.num_envs, *space.shape), space.dtype)
+        if isinstance(space, gymnasium.spaces.Dict):
+            if state_size:
+                raise ValueError("a centralised critic's global state cannot be appended to Dict observations")
+            self.obs = {key: np.zeros((self.num_envs, *s.shape), s.dtype) for key, s in space.spaces.items()}
+        else:
+            self.obs = np.zeros((self.num_envs, *space.shape), space.dtype)
+
+    def observations(self):
+        """A copy of every row's observation."""
+        return {k: v.copy() for k, v in self.obs.items()} if isinstance(self.obs, dict) else self.obs.copy()
 
     def place(self, i: int, observations: dict, state: np.ndarray | None = None) -> None:
+        if isinstance(self.obs, dict):
+            for key, rows in self.obs.items():
+                rows = rows[i * self.k:(i + 1) * self.k]
+                rows[:] = 0  # the rows of absent agents
+                for k, agent in enumerate(self.agents):
+                    if agent in observations:
+                        rows[k] = observations[agent][key]
+            return
         rows = self.obs[i * self.k:(i + 1) * self.k]
         rows[:] = 0  # the rows of absent agents
         for k, agent in enumerate(self.agents):
@@ -123,7 +141,7 @@ class TeamRows:
             observations, _ = env.reset(seed=None if seed is None else seed + i, options=options)
             self._place(i, observations)
         self._needs_reset[:] = False
-        return [(team.obs.copy(), {"present": team.present(self.envs)}) for team in self.teams]
+        return [(team.observations(), {"present": team.present(self.envs)}) for team in self.teams]
 
     def step(self, actions: list) -> list[tuple]:
         rewards = [np.zeros(t.num_envs, np.float32) for t in self.teams]
@@ -147,7 +165,7 @@ class TeamRows:
                         terminated[n][row] = bool(term.get(agent, False))
                         truncated[n][row] = bool(trunc.get(agent, False))
             self._needs_reset[i] = not env.agents
-        return [(team.obs.copy(), rewards[n], terminated[n], truncated[n], {"present": team.present(self.envs)})
+        return [(team.observations(), rewards[n], terminated[n], truncated[n], {"present": team.present(self.envs)})
                 for n, team in enumerate(self.teams)]
 
     def close(self, **kwargs):

@@ -23,6 +23,8 @@ import numpy as np
 from srl_hpc.algorithms import HIDDEN, reads_global_state, spec
 from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
+from srl_hpc.opponents import OpponentPool, Seats
+from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import endpoints, inference, unix, wire
 from srl_hpc.streams.contract import Contract, segment_frames
 from srl_hpc.streams.credits import GatedProducer
@@ -45,7 +47,7 @@ class RingGroup:
     """
 
     def __init__(self, envs, segment_length: int, seed: int, contract: Contract, first: tuple | None = None,
-                 gamma: float = 0.99):
+                 gamma: float = 0.99, seats: Seats | None = None):
         self.envs = envs  # None for a team of TeamRows: the actor steps all teams' envs together
         self.T = segment_length
         self.contract = contract
@@ -69,6 +71,8 @@ class RingGroup:
         self.episode_return = np.zeros(self.n)
         self.episode_length = np.zeros(self.n, np.int64)
         self.finished_episodes: list[tuple[float, int]] = []
+        self.seats = seats  # self-play: only the learner's rows are trained on and reported
+        self.finished_games: list[tuple[int, int, float]] = []  # self-play: (opponent, learner's seat, its return)
 
     def _new_segment(self) -> dict[str, np.ndarray]:
         return self.contract.segment_arrays(self.n, self.T)
@@ -103,6 +107,8 @@ class RingGroup:
         finished = self.bootstrap(reply) if self._pending else None
         t, seg = self.t, self.segment
         self._valid = ~self._resetting if self._present is None else ~self._resetting & self._present
+        if self.seats is not None:
+            self._valid &= self.seats.learner_rows()
         seg["obs"][:, t] = self.obs
         for name in self.reply_names:
             if name in seg:
@@ -137,8 +143,14 @@ class RingGroup:
         self.valid_steps += int(valid.sum())
         self.episode_return += rewards
         self.episode_length += valid
-        for i in np.flatnonzero(done):
-            self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
+        if self.seats is None:
+            for i in np.flatnonzero(done):
+                self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
+        else:
+            for i in np.flatnonzero(done & self.seats.learner_rows()):
+                ret = float(self.episode_return[i])
+                self.finished_episodes.append((ret, int(self.episode_length[i])))
+                self.finished_games.append((*self.seats.episode_over(i // self.seats.k, ret), ret))
         self.episode_return[done], self.episode_length[done] = 0.0, 0
         self._terminated, self._resetting = np.asarray(terminated, bool), done
         if self.hidden is not None:
@@ -176,6 +188,10 @@ class ActorHandler(Handler):
         self.contracts = [Contract.of(*spaces(exp.env, exp.policies, policy, reads_global_state(exp.algorithm)),
                                       self.spec, exp) for policy in self.graph.policies()]
         self.team_rows = []  # per ring group, with `policies`: the envs every policy's rows step in
+        pool = None  # self-play: the past versions opponents are drawn from
+        if exp.opponents.rule != "none":
+            pool = OpponentPool(ParameterDB(worker.run_dir.parameters_of("")), exp.opponents.rule,
+                                np.random.default_rng(seed), exp.opponents.pfsp_power)
         groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
             group_seed = seed + g * per_group
@@ -186,7 +202,9 @@ class ActorHandler(Handler):
                                for p, first in enumerate(rows.reset(seed=group_seed))])
             else:
                 envs = make_env_group(exp.env, per_group, group_seed, reads_global_state(exp.algorithm))
-                groups.append([RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma)])
+                seats = None if pool is None else Seats(per_group, envs.k, pool, first=index + g)
+                groups.append([RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma,
+                                         seats=seats)])
         self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(self.graph.policies())]
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
@@ -261,9 +279,13 @@ class ActorHandler(Handler):
             return False
         self._parked.discard(g)
         for link in self.links:
-            link.inference.send(g, link.groups[g].request_obs(), self.explore, link.groups[g].hidden)
+            link.inference.send(g, link.groups[g].request_obs(), self._meta(link.groups[g]), link.groups[g].hidden)
         self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
+
+    def _meta(self, group: RingGroup) -> dict:
+        """A request's settings: exploration, and with self-play the version each row asks for."""
+        return self.explore if group.seats is None else {**self.explore, "opponents": group.seats.versions()}
 
     def poll(self, timeout_ms):
         if self._unsent:  # a consumer was busy: retry before stepping on
@@ -305,7 +327,7 @@ class ActorHandler(Handler):
             segments = [groups[0].advance(replies[0].arrays, replies[0].meta["version"])[1]]
         t2 = time.perf_counter()
         for link, group in zip(self.links, groups):
-            link.inference.send(g, group.obs, self.explore, group.hidden)
+            link.inference.send(g, group.obs, self._meta(group), group.hidden)
         t3 = time.perf_counter()
         # request_seconds: sending the next request; with the inline transport, the inference itself
         self.trace.record("env_step", group=g, envs=groups[0].n, step_seconds=t2 - t1, request_seconds=t3 - t2,
@@ -321,6 +343,9 @@ class ActorHandler(Handler):
                     self._returns.append((ret, length))
             self.episodes += len(group.finished_episodes)
             group.finished_episodes = []
+            for opponent, seat, ret in group.finished_games:
+                self.trace.record("game", opponent=opponent, seat=seat, learner_return=ret)
+            group.finished_games = []
         if segments[0] is not None:
             self._send_segments(g, segments)
 

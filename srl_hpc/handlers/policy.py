@@ -5,9 +5,15 @@ inference stream (SRL), trainer/0's worker serving them from a thread (SEED-styl
 answering its requests inline (IMPALA-style). Served over a socket it does dynamic batching: every
 pending request up to `max_batch` observations, one forward pass, each actor answered with its slice
 and the policy version; new weights are taken between batches, never waited for.
+
+With self-play (opponents.rule) a request names, per row, the version to act with: the newest for the
+learner's seats, a stored one (from the run's parameter database) for its opponents'. Stored versions are
+loaded on first use and the least recently used dropped beyond STORED_ENGINES.
 """
 from __future__ import annotations
 
+import collections
+import logging
 import time
 from pathlib import Path
 
@@ -20,6 +26,8 @@ from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays, resolve_device
 from srl_hpc.models.normalization import exact_statistics
+from srl_hpc.opponents import NEWEST
+from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.contract import Contract
@@ -27,6 +35,7 @@ from srl_hpc.streams.inference import InferenceServer
 
 
 PULL_INTERVAL = 0.005  # seconds between looks for newer weights
+STORED_ENGINES = 8  # stored versions (self-play opponents) kept loaded at once
 
 
 class InferenceEngine:
@@ -95,8 +104,12 @@ class PolicyHandler(Handler):
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.contract = Contract.of(obs_space, action_space, algorithm, exp)
+        seed, bf16 = worker.seed + 7919 * (index + 1), cfg.precision == "bf16"
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space, self.policy), algorithm.load().act,
-                                      device, worker.seed + 7919 * (index + 1), bf16=cfg.precision == "bf16")
+                                      device, seed, bf16=bf16)
+        self.stored = StoredEngines(ParameterDB(worker.run_dir.parameters_of(self.policy)), lambda: InferenceEngine(
+            build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device, seed, bf16=bf16),
+            self.trace)
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
         self.max_batch = cfg.max_batch
@@ -139,7 +152,11 @@ class PolicyHandler(Handler):
             hidden = np.concatenate([r.hidden for r in batch]) if batch[0].hidden is not None else None
         explore = {k: np.concatenate([np.full(len(r.obs), r.meta[k], np.float32) for r in batch])
                    for k in self.explore_keys}
-        out = self.engine.infer(obs, explore, hidden)
+        versions = None
+        if any("opponents" in r.meta for r in batch):
+            versions = np.concatenate([np.asarray(r.meta.get("opponents", [NEWEST] * len(r.obs)), np.int64)
+                                       for r in batch])
+        out = self._infer(obs, explore, hidden, versions)
         t1 = time.perf_counter()
         meta, start = {"version": self.engine.version}, 0
         for req in batch:
@@ -150,11 +167,31 @@ class PolicyHandler(Handler):
                           compute_seconds=t1 - t0, reply_seconds=time.perf_counter() - t1, version=self.engine.version)
         self.rows += len(obs)
 
+    def _infer(self, obs: np.ndarray, explore: dict, hidden: np.ndarray | None, versions: np.ndarray | None
+               ) -> dict[str, np.ndarray]:
+        """The reply arrays for a batch; with `versions`, each row's from the engine of its version."""
+        if versions is None or (versions == NEWEST).all():
+            return self.engine.infer(obs, explore, hidden)
+        out = {}
+        for version in np.unique(versions):
+            rows = np.flatnonzero(versions == version)
+            engine = (None if version in (NEWEST, self.engine.version) else self.stored.engine(int(version))) \
+                or self.engine
+            part = engine.infer(obs[rows], {k: v[rows] for k, v in explore.items()},
+                                None if hidden is None else hidden[rows])
+            for name, values in part.items():
+                if name not in out:
+                    out[name] = np.empty((len(obs), *values.shape[1:]), values.dtype)
+                out[name][rows] = values
+        return out
+
     def serve_inline(self, obs: np.ndarray, meta: dict, hidden: np.ndarray | None) -> tuple[dict[str, np.ndarray], int]:
         """The inline transport: answer one request of this worker's actor at once."""
         self.engine.pull(self.parameters, self.trace)
         t0 = time.perf_counter()
-        out = self.engine.infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys}, hidden)
+        versions = np.asarray(meta["opponents"], np.int64) if "opponents" in meta else None
+        out = self._infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys}, hidden,
+                          versions)
         self.trace.record("inference", requests=1, batch_size=len(obs), queue_wait=0.0,
                           compute_seconds=time.perf_counter() - t0, reply_seconds=0.0, version=self.engine.version)
         self.rows += len(obs)
@@ -170,3 +207,34 @@ class PolicyHandler(Handler):
     def stats(self):
         return {"rows": self.rows, "policy_version": self.engine.version,
                 "malformed_dropped": self.server.malformed if self.server else 0}
+
+
+class StoredEngines:
+    """Engines of versions from the parameter database (self-play opponents), loaded on first use; the least
+    recently used is dropped beyond STORED_ENGINES. A version no longer stored (untagged and collected since
+    the actor chose it) is played by the newest weights' engine instead, with a warning."""
+
+    def __init__(self, db: ParameterDB, new_engine, trace):
+        self.db, self.new_engine, self.trace = db, new_engine, trace
+        self.engines: collections.OrderedDict[int, InferenceEngine | None] = collections.OrderedDict()
+
+    def engine(self, version: int) -> InferenceEngine | None:
+        """The engine of stored `version`; None if it is not stored."""
+        if version in self.engines:
+            self.engines.move_to_end(version)
+            return self.engines[version]
+        t0 = time.perf_counter()
+        try:
+            _, arrays = self.db.get(version)
+        except VersionNotFound as e:
+            logging.getLogger(__name__).warning("opponent version %d: %s; the newest weights play it", version, e)
+            engine = None
+        else:
+            engine = self.new_engine()
+            load_arrays(engine.model, arrays)
+            engine.version = version
+            self.trace.record("opponent_load", version=version, seconds=time.perf_counter() - t0)
+        self.engines[version] = engine
+        if len(self.engines) > STORED_ENGINES:
+            self.engines.popitem(last=False)
+        return engine

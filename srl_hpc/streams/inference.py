@@ -153,6 +153,7 @@ class InferenceServer:
             raise wire.WireError(f"an inference request carries obs{' and hidden' if self.state_shape else ''}, "
                                  f"not {sorted(msg.arrays)}")
         obs = self._checked(msg.arrays["obs"])
+        _check_opponents(msg.meta, len(obs))
         hidden = self._checked_state(msg.arrays[HIDDEN], len(obs)) if self.state_shape else None
         return Request(frames[0].bytes, msg.meta, obs, time.monotonic(), hidden=hidden)
 
@@ -164,6 +165,7 @@ class InferenceServer:
             meta = msg.meta
             if msg.arrays or not str(meta.get("shm")).startswith(SHM_PREFIX) or not integer(1)(meta.get("rows")):
                 raise wire.WireError("not a request through one of srl-hpc's shared-memory segments")
+            _check_opponents(meta, meta["rows"])
             shm = self._attach(meta["shm"])
             offset, dtype, shape = meta["obs"]
             obs = np.ndarray((meta["rows"], *shape), dtype, buffer=shm.buf, offset=offset)
@@ -301,6 +303,8 @@ class ShmInferenceClient(ReplyBuffer):
         key = (group, rows, *(meta or {}).items())
         header = self._headers.get(key)
         if header is None:
+            if len(self._headers) > 4096:  # (self-play: each new set of opponents makes a new header)
+                self._headers.clear()
             header = self._headers[key] = wire.pack("infer", {
                 "group": group, "shm": self.shm.name, "rows": rows, **request, "reply": reply, **(meta or {})})[0]
         self.conn.send(header)
@@ -345,6 +349,14 @@ class InlineInferenceClient:
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
         return self._replies.pop(group, None)
+
+
+def _check_opponents(meta: dict, rows: int) -> None:
+    """Self-play requests name, per row, the version to act with (-1: the newest; srl_hpc/opponents.py)."""
+    versions = meta.get("opponents")
+    if versions is not None and (not isinstance(versions, (list, tuple)) or len(versions) != rows
+                                 or not all(integer(-1)(v) for v in versions)):
+        raise wire.WireError(f"'opponents' must be one version (an integer >= -1) per row, for {rows} rows")
 
 
 def connect(ctx: zmq.Context, address: str) -> zmq.Socket:

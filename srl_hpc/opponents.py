@@ -1,0 +1,101 @@
+"""Self-play opponents: in a game of several seats (a turn-taking game, srl_hpc/envs/turns.py), the learner
+plays one seat of each env with the newest weights and a version of its own past plays the others; only the
+learner's seat is trained on. Which version, `opponents.rule` decides afresh for every episode:
+
+- latest:  the newest weights on every seat (the other seats still not trained on);
+- uniform: any snapshot in the parameter database (workers.trainer.snapshot_every), each as likely;
+- pfsp:    prioritised fictitious self-play: snapshot v with weight (1 - p_v) ** opponents.pfsp_power, p_v the
+           learner's score against v so far (win 1, draw 1/2, loss 0; 1/2 before any game), so the versions
+           it still loses to are played most.
+
+Until the first snapshot is stored, the opponent is the newest weights. The learner's seat moves round the
+env's seats from one episode to the next. Each actor keeps its own scores from its own games (no traffic
+between workers); numpy only: actors never import torch.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from srl_hpc.services.parameter_db import SNAPSHOT, ParameterDB
+
+NEWEST = -1  # the version an inference request's row asks for: whatever the policy worker has newest
+RULES = ("latest", "uniform", "pfsp")
+REFRESH_SECONDS = 5.0  # between looks at the parameter database for new snapshots
+
+
+class OpponentPool:
+    """The versions an actor's opponents are drawn from (the database's snapshots) and its scores against them."""
+
+    def __init__(self, db: ParameterDB, rule: str, rng: np.random.Generator, pfsp_power: float = 2.0):
+        if rule not in RULES:
+            raise ValueError(f"opponents.rule must be one of {RULES}, got {rule!r}")
+        self.db, self.rule, self.rng, self.pfsp_power = db, rule, rng, pfsp_power
+        self.snapshots: list[int] = []
+        self.scores: dict[int, list[float]] = {}  # version -> [points, games]
+        self._looked_at = float("-inf")
+
+    def refresh(self) -> None:
+        """Take in snapshots stored since the last look (at most every REFRESH_SECONDS)."""
+        now = time.monotonic()
+        if self.rule == "latest" or now - self._looked_at < REFRESH_SECONDS:
+            return
+        self._looked_at = now
+        self.snapshots = sorted(info["version"] for tag, info in self.db.tags().items()
+                                if tag.startswith(SNAPSHOT))
+
+    def score(self, version: int) -> float:
+        """The learner's mean score against `version` (1/2 before any game: one won and one lost, imagined)."""
+        points, games = self.scores.get(version, (0.0, 0))
+        return (points + 1.0) / (games + 2)
+
+    def weights(self) -> np.ndarray:
+        """Each snapshot's probability of being the next opponent."""
+        if self.rule == "uniform":
+            weights = np.ones(len(self.snapshots))
+        else:
+            weights = np.array([(1.0 - self.score(v)) ** self.pfsp_power for v in self.snapshots])
+        return weights / weights.sum()
+
+    def sample(self) -> int:
+        self.refresh()
+        if self.rule == "latest" or not self.snapshots:
+            return NEWEST
+        return int(self.rng.choice(self.snapshots, p=self.weights()))
+
+    def record(self, version: int, learner_return: float) -> None:
+        """A finished game against `version`, by the learner's return (> 0 a win, 0 a draw, < 0 a loss)."""
+        entry = self.scores.setdefault(version, [0.0, 0])
+        entry[0] += 1.0 if learner_return > 0 else 0.5 if learner_return == 0 else 0.0
+        entry[1] += 1
+
+
+class Seats:
+    """Per env of a ring group (`k` seats each, rows env-major): the learner's seat this episode and the version
+    playing the others."""
+
+    def __init__(self, num_envs: int, k: int, pool: OpponentPool, first: int = 0):
+        self.k, self.pool = k, pool
+        self.learner = (first + np.arange(num_envs)) % k  # envs start on different seats
+        self.opponent = np.array([pool.sample() for _ in range(num_envs)], np.int64)
+
+    def learner_rows(self) -> np.ndarray:
+        rows = np.zeros((len(self.learner), self.k), bool)
+        rows[np.arange(len(self.learner)), self.learner] = True
+        return rows.reshape(-1)
+
+    def versions(self) -> tuple[int, ...]:
+        """Per row, the version its request asks for: NEWEST for the learner's, the opponent's for the others."""
+        per_row = np.repeat(self.opponent, self.k)
+        per_row[self.learner_rows()] = NEWEST
+        return tuple(int(v) for v in per_row)
+
+    def episode_over(self, env: int, learner_return: float) -> tuple[int, int]:
+        """Env `env`'s game ended with the learner's `learner_return`: scored, then the next game's learner seat
+        and opponent are chosen. Returns (the opponent, the learner's seat) of the game that ended."""
+        ended = int(self.opponent[env]), int(self.learner[env])
+        self.pool.record(ended[0], learner_return)
+        self.learner[env] = (self.learner[env] + 1) % self.k
+        self.opponent[env] = self.pool.sample()
+        return ended
