@@ -139,7 +139,8 @@ def build(exp: Experiment) -> Graph:
     workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
     workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
                 for a in actors]
-    workers += [WorkerNode(e, ("eval",), "eval", "cpu") for e in evaluators]
+    evaluation = "rating" if exp.opponents.rule != "none" else "eval"  # self-play: versions rated against each other
+    workers += [WorkerNode(e, (evaluation,), "eval", "cpu") for e in evaluators]
 
     streams = []
     for p in policies:  # every actor acts for every policy: a request to one of each policy's servers

@@ -77,9 +77,11 @@ def test_a_resumed_store_is_the_one_its_checkpoint_indexed(tmp_path):
     db.tag("latest", 40)
     db.tag("best", 30, mean_return=1.0)
     db.untag(snapshot_tag(10))
+    db.write_ratings({"anchor": "random", "games": [[10, "random", 3, 4], [30, 10, 2, 4], [20, 10, 1, 4]]})
     ParameterDB(tmp_path / "p").restore(index)  # the next attempt trains versions 21.. again
     assert db.versions() == [10, 20]
     assert db.tags() == index["tags"]
+    assert db.ratings()["games"] == [[10, "random", 3, 4], [20, 10, 1, 4]]  # version 30's games are gone with it
 
 
 def _write_versions(root, count: int, keep: int) -> None:

@@ -17,6 +17,7 @@ from srl_hpc.envs.connect_four import connect_four, has_four, one_ply_player
 from srl_hpc.envs.turns import play, random_player
 from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.opponents import NEWEST, OpponentPool, Seats
+from srl_hpc.ratings import elo, expected_score
 from srl_hpc.services.parameter_db import ParameterDB, snapshot_tag
 from srl_hpc.streams.contract import Contract
 
@@ -153,10 +154,21 @@ def test_opponent_seats_samples_are_never_trained_on_counted_per_seat(tmp_path):
     assert min(games_by_seat) > 0  # the learner played both seats
 
 
+def test_elo_is_fitted_to_all_games_at_once_whatever_their_order():
+    results = {("a", "random"): [76, 100], ("b", "a"): [50, 100], ("c", "b"): [24, 100]}
+    ratings = elo(results, "random")
+    assert ratings["random"] == 0.0
+    assert abs(expected_score(ratings["a"], 0.0) - 0.76) < 0.02  # what a's games against random say
+    assert abs(ratings["b"] - ratings["a"]) < 5 and ratings["c"] < ratings["b"] - 150
+    assert elo(dict(reversed(results.items())), "random") == pytest.approx(ratings)
+    unbeaten = elo({(1, "random"): [10, 10]}, "random")[1]  # the imagined draw keeps it finite
+    assert 300 < unbeaten < 1000
+
+
 @pytest.mark.parametrize("override, key", [
     ("policies={a: ['player_0'], b: ['player_1']}", "policies"),
     ("workers.trainer.snapshot_every=0", "workers.trainer.snapshot_every"),
-    ("workers.eval.count=1", "workers.eval.count"),
+    ("stop.target_eval_return=0.5", "stop.target_eval_return"),
 ])
 def test_self_play_settings_that_cannot_work_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -170,10 +182,11 @@ def test_self_play_on_a_single_agent_env_is_refused_at_validate():
 
 
 @pytest.mark.e2e
-def test_self_play_trains_the_learners_seat_against_stored_versions_and_beats_a_random_player(tmp_path):
+def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_and_beats_a_random_player(
+        tmp_path):
     run_dir = tmp_path / "run"
-    _, summary = run_local(EXPERIMENT, run_dir, "stop.wall_time=40", "workers.trainer.snapshot_every=5",
-                           "workers.actor.count=1")
+    _, summary = run_local(EXPERIMENT, run_dir, "stop.wall_time=30", "workers.trainer.snapshot_every=5",
+                           "workers.actor.count=1", "workers.eval.interval=1", "workers.eval.episodes=6")
     assert summary["status"] == "succeeded" and summary["policy_version"] > 20
     assert_every_frame_accounted_for(summary)
     with h5py.File(run_dir / "traces" / "actor-0.h5") as f:
@@ -186,6 +199,21 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_and_beats_a_
     assert set(seats.tolist()) == {0, 1}
     # frames are the learner's steps, one per move of its games: the opponents' seats would double them
     assert len(lengths) == len(opponents) and summary["env_frames"] < lengths.sum() + 64 * 32
+    # the rating worker: Elo of snapshots, fixed players as negative versions, the best tagged
+    with h5py.File(run_dir / "traces" / "eval-0.h5") as f:
+        rating = f["rating"]
+        rounds, versions, ratings = rating["round"][:], rating["version"][:], rating["elo"][:]
+    last = rounds == rounds.max()
+    assert rounds.max() >= 2 and {-1, -2} <= set(versions[last].tolist()) and (versions[last] >= 5).sum() >= 2
+    assert ratings[last][versions[last] == -1].tolist() == [0.0]  # the random player anchors the scale
+    db = ParameterDB(run_dir / "parameters" / "default")
+    stored = dict((p if isinstance(p, str) else int(p), r) for p, r in db.ratings()["elo"])
+    best = db.tags()["best"]
+    assert best["version"] == max((v for v in stored if isinstance(v, int)), key=stored.get)
+    assert best["elo"] == pytest.approx(stored[best["version"]])
+    plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
+                           capture_output=True, text=True, timeout=120)
+    assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
     duel = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
                           capture_output=True, text=True, timeout=120)
     assert duel.returncode == 0, duel.stderr

@@ -298,7 +298,9 @@ class BufferConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     """Evaluation workers: whole episodes with the newest published weights, for a score a researcher can
-    report (training returns mix policy versions and exploration)."""
+    report (training returns mix policy versions and exploration). With self-play (opponents.rule) they rate
+    the stored snapshots instead: `episodes` games against each opponent a round, moves sampled (greedy does
+    not apply), Elo in the parameter database and the traces (srl_hpc/handlers/rating.py)."""
     count: int = 0  # evaluation worker processes, each playing its own rounds; 0: no evaluation
     interval: float = 30.0  # seconds from the start of one evaluation round to the start of the next (at least)
     episodes: int = 10  # per round: one episode on each of this many envs, with seeds no actor uses
@@ -679,16 +681,16 @@ class Experiment:
 
 
     def _check_opponents(self) -> list[tuple[str, str]]:
-        """Self-play needs one policy whose past versions are stored, an on-policy algorithm (opponent seats'
-        steps are left out of segments, not of a replay) and no evaluation workers (they play every seat)."""
+        """Self-play needs one policy whose past versions are stored and an on-policy algorithm (opponent seats'
+        steps are left out of segments, not of a replay); its evaluation workers rate versions, not returns."""
         rule = self.opponents.rule
         if rule == "none":
             return []
         needs = {"policies": (bool(self.policies), "one policy plays every seat; leave policies empty"),
                  "algorithm.name": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
                                     "self-play trains on-policy algorithms (ppo)"),
-                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers would play the newest "
-                                        "weights on every seat; set 0"),
+                 "stop.target_eval_return": (self.stop.target_eval_return is not None, "evaluation workers "
+                                             "rate versions (Elo) instead of returning a score"),
                  "workers.trainer.snapshot_every": (rule != "latest" and not self.workers.trainer.snapshot_every,
                                                     f"rule {rule!r} draws opponents from the stored snapshots: "
                                                     "set it >= 1")}

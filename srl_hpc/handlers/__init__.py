@@ -18,6 +18,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
     "trainer": "srl_hpc.handlers.trainer:TrainerHandler",
     "buffer": "srl_hpc.handlers.buffer:BufferHandler",
     "eval": "srl_hpc.handlers.evaluation:EvalHandler",
+    "rating": "srl_hpc.handlers.rating:RatingHandler",
     "relay": "srl_hpc.handlers.relay:RelayHandler",
 }
 

@@ -11,6 +11,7 @@ reading the tag and the version (the tag moved on) reads the tag again.
 
     RUN/parameters/<policy>/v000000042.npz   version 42: the model's state as published (weights and buffers)
     RUN/parameters/<policy>/tags/<tag>       {"version": 42, ...}: latest, best, snapshot-40, a user's own
+    RUN/parameters/<policy>/ratings.json     self-play: the rating workers' game results and Elo per version
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ LATEST = "latest"  # the version of the policy's last checkpoint
 BEST = "best"  # the version evaluation scored highest
 SNAPSHOT = "snapshot-"  # + version: every workers.trainer.snapshot_every-th version, kept until untagged
 TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RATINGS = "ratings.json"
 STALE_TEMPORARY_SECONDS = 600.0  # a temporary file this old belongs to a writer that died: collected
 RETRIES = 100  # re-reads of a tag whose version vanished before a reader gives up (a writer far faster than it)
 
@@ -123,6 +125,17 @@ class ParameterDB:
         versions = self.versions()
         return f"{len(versions)} versions, {versions[0]}..{versions[-1]}" if versions else "none"
 
+    def ratings(self) -> dict:
+        """The rating workers' record ({} before their first round): see srl_hpc/handlers/rating.py."""
+        try:
+            return json.loads((self.root / RATINGS).read_text())
+        except FileNotFoundError:
+            return {}
+
+    def write_ratings(self, record: dict) -> None:
+        data = json.dumps(record).encode()
+        self._write_atomically(self.root / RATINGS, lambda f: f.write(data))
+
     def collect(self, keep_newest: int) -> list[int]:
         """Garbage collection: remove every version that no tag names, except the newest `keep_newest`
         (and temporary files left by writers that died). Returns the versions removed."""
@@ -161,3 +174,8 @@ class ParameterDB:
             if self.has(record["version"]):
                 info = {k: v for k, v in record.items() if k != "version"}
                 self.tag(tag, record["version"], **info)
+        ratings = self.ratings()
+        if ratings:  # games of versions the resumed attempt will train anew are not theirs
+            ratings["games"] = [g for g in ratings["games"] if all(not isinstance(p, int) or p <= newest
+                                                                   for p in g[:2])]
+            self.write_ratings(ratings)

@@ -39,6 +39,9 @@ def write_plots(run: RunTrace, summary: dict, out_dir: str | Path) -> list[Path]
                "timeline.png": lambda: _timeline(run, edges, title),
                "returns.png": lambda: _returns(run, title),
                "distributions.png": lambda: _distributions(summary, title)}
+    ratings = [w.table("rating") for w in run.hosting("rating") if "elo" in w.table("rating")]
+    if ratings:  # self-play: the rating workers' Elo of every version
+        figures["ratings.png"] = lambda: _ratings(ratings[0], title)
     written = []
     for name, draw in figures.items():
         fig = draw()
@@ -166,6 +169,29 @@ def _returns(run: RunTrace, title):
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _ratings(table, title):
+    """Each version's Elo after the last round (the random player at 0), the fixed players as lines."""
+    from srl_hpc.envs.turns import FIXED_PLAYERS
+
+    last = table["round"] == table["round"].max()
+    versions, elo = table["version"][last], table["elo"][last]
+    mine = versions >= 0
+    order = np.argsort(versions[mine])
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.plot(versions[mine][order], elo[mine][order], marker="o", color="tab:blue", label="snapshot")
+    for k, name in enumerate(FIXED_PLAYERS):
+        fixed = elo[versions == -1 - k]
+        if len(fixed):
+            ax.axhline(fixed[0], linestyle="--", color=POLICY_COLOURS[k % len(POLICY_COLOURS)][1],
+                       label=f"{name} player")
+    ax.set(xlabel="version (trainer updates)", ylabel="Elo (random player = 0)",
+           title=f"{title}: rating over versions (after round {int(table['round'].max())})")
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     return fig
 
