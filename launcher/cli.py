@@ -135,8 +135,9 @@ def cmd_run(argv) -> int:
 
 def _dry_run(exp, args, command) -> int:
     """The very request `--slurm` would submit (slurm.prepare), printed instead of sent."""
-    if args.seeds or args.sweep or args.sweep_set:
-        raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds, --sweep) go through submitit")
+    if _sweep_points(exp, args):
+        raise UsageError("--dry-run shows the hetjob script; sweeps (--seeds, --sweep, slurm.sweep's grid, sets "
+                         "or seeds) go through submitit")
     run_dir = runs.resolve(exp, args.run_dir)
     request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
                             require_cluster=False)
@@ -163,13 +164,15 @@ def _follow(run: RunDir, job_id: str) -> int:
 
 
 def _sweep_points(exp, args) -> list[sweep.Point]:
-    """The members of a sweep (--seeds, --sweep, --sweep-set), each one's experiment built and so checked
-    now; none for a single run."""
-    if not (args.seeds or args.sweep or args.sweep_set):
+    """The members of a sweep (--seeds, --sweep, --sweep-set, or else the experiment's slurm.sweep grid, sets
+    and seeds), each one's experiment built and so checked now; none for a single run."""
+    grid, sets, seeds = sweep.from_experiment(exp.slurm.sweep)
+    if args.seeds or args.sweep or args.sweep_set:
+        grid, sets, seeds = args.sweep, args.sweep_set, _parse_seeds(args.seeds) if args.seeds else []
+    if not (grid or sets or seeds):
         return []
-    seeds = _parse_seeds(args.seeds) if args.seeds else [exp.seed]
     try:
-        members = sweep.points(sweep.configurations(args.sweep, args.sweep_set), seeds)
+        members = sweep.points(sweep.configurations(grid, sets), seeds or [exp.seed])
     except sweep.SweepError as e:
         raise UsageError(str(e)) from None
     sweep.member_experiments(exp, members)

@@ -2,7 +2,8 @@
 node, run one after another here or as one submitit job array on Slurm.
 
 `--sweep KEY=V1,V2` (repeatable: every combination) or `--sweep-set "K1=V1 K2=V2"` (repeatable: one
-configuration each) times `--seeds`: each member is its own run directory, SWEEP/<overrides>/seed-N/
+configuration each) times `--seeds`, or the same in the experiment file (`slurm.sweep.grid`, `.sets`,
+`.seeds`; the command line's replace them): each member is its own run directory, SWEEP/<overrides>/seed-N/
 (SWEEP/seed-N/ for seeds alone), and SWEEP/sweep.json lists them for status, cancel and srl-trace.
 On Slurm each array task runs the local-mode launcher on its node. submitit cannot express heterogeneous
 jobs, so multi-node runs use the hetjob template instead (launcher.slurm). With `slurm.requeue`, a member
@@ -127,6 +128,17 @@ def configurations(grid: list[str], sets: list[str]) -> list[tuple[str, ...]]:
     return found or list(itertools.product(*axes))
 
 
+def from_experiment(sweep) -> tuple[list[str], list[str], list[int]]:
+    """An experiment's slurm.sweep grid, sets and seeds as the command line's --sweep, --sweep-set and --seeds
+    words (each value written as YAML flow text, so that --set reads it back the same)."""
+    def word(value) -> str:
+        return json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+
+    grid = [f"{key}={','.join(word(v) for v in values)}" for key, values in sweep.grid.items()]
+    sets = [" ".join(shlex.quote(f"{key}={word(v)}") for key, v in one.items()) for one in sweep.sets]
+    return grid, sets, list(sweep.seeds)
+
+
 def points(configs: list[tuple[str, ...]], seeds: list[int]) -> list[Point]:
     """Every configuration with every seed (configuration outermost); two configurations whose directory names
     would be the same are refused."""
@@ -141,7 +153,8 @@ def points(configs: list[tuple[str, ...]], seeds: list[int]) -> list[Point]:
 def member_experiments(exp: config.Experiment, members: list[Point]) -> list[config.Experiment]:
     """Each member's experiment: the overrides, then the seed. Every member is built (and so checked) before
     any run directory is made."""
-    return [config.replace(config.with_overrides(exp, list(p.overrides)), seed=p.seed) for p in members]
+    plain = config.with_overrides(exp, ["slurm.sweep.grid={}", "slurm.sweep.sets=[]", "slurm.sweep.seeds=[]"])
+    return [config.replace(config.with_overrides(plain, list(p.overrides)), seed=p.seed) for p in members]
 
 
 def create_members(exp: config.Experiment, members: list[Point], sweep_dir: Path) -> list[tuple[config.Experiment,

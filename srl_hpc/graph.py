@@ -168,8 +168,9 @@ def build(exp: Experiment) -> Graph:
             streams.append(Stream("parameters", root, subscribers, "inline"))
             subscribers = ()
         tree = parameter_tree(root, subscribers, w.parameter_fanout)
-        if tree[0][1] or evaluators:  # evaluators (a few) take the weights from trainer/0 itself
-            streams.append(Stream("parameters", root, tree[0][1] + tuple(evaluators), "zmq"))
+        readers = tuple(evaluators) if evaluation == "eval" else ()  # (raters read stored versions instead)
+        if tree[0][1] or readers:  # evaluators (a few) take the weights from trainer/0 itself
+            streams.append(Stream("parameters", root, tree[0][1] + readers, "zmq"))
         streams += [Stream("parameters", relay, children, "zmq") for relay, children in tree[1:]]
         relays |= {relay for relay, _ in tree[1:]}
     workers = [replace(n, handlers=n.handlers + ("relay",)) if n.name in relays else n for n in workers]

@@ -280,6 +280,32 @@ def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, exper
     assert len({table[w]["node"] for w in ("trainer/0", "trainer/1", "policy/1")}) == 3  # a node each
 
 
+def test_connect_four_self_play_runs_as_one_het_job_rates_its_versions_and_beats_a_random_player(tmp_path):
+    """The self-play experiment as shipped, shorter: opponents' versions and the ratings go through the
+    parameter database on the run directory, which the policy worker and the rating worker read from nodes of
+    their own."""
+    run_dir = tmp_path / "run"
+    sets = [arg for o in ["stop.wall_time=40", "workers.trainer.snapshot_every=5", "workers.eval.interval=2",
+                          "workers.eval.episodes=6"] for arg in ("--set", o)]
+    proc = srl(ROOT / "experiments" / "connect_four_selfplay.yaml", "--slurm", "--follow", "--run-dir", run_dir,
+               *sets)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["policy_version"] > 20
+    assert_every_frame_accounted_for(summary)
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert len({table[w]["node"] for w in ("trainer/0", "policy/0", "eval/0")}) == 3
+    run = read_run(run_dir)
+    (policy,) = run.hosting("policy")
+    assert len(policy.table("opponent_load")["version"]) >= 2  # stored versions played the opponents' seats
+    (rater,) = run.hosting("rating")
+    assert rater.table("rating")["round"].max() >= 2 and (run_dir / "parameters/default/ratings.json").exists()
+    duel = srl("enjoy", run_dir, "--against", "random", "--games", "100", timeout=120)
+    assert duel.returncode == 0, duel.stderr
+    assert int(duel.stdout.split("won ")[1].split()[0]) >= 70, duel.stdout  # a random policy wins about half
+
+
 def requeue_run(tmp_path):
     """A CartPole job with slurm.requeue, a budget of the whole run's wall time for a stop, under way (a few
     updates trained)."""

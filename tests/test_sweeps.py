@@ -12,6 +12,16 @@ from launcher.cli import main
 from srl_hpc import config
 
 
+GRID_IN_THE_FILE = """\
+env: {id: CartPole-v1}
+stop: {wall_time: 5}
+slurm:
+  sweep:
+    grid: {algorithm.lr: [1.0e-3, 1.0e-4], model.hidden_sizes: [[64, 64], [32]]}
+    seeds: [1, 2, 3]
+"""
+
+
 def test_a_grid_is_every_combination_of_its_axes_times_the_seeds():
     configs = sweep.configurations(["algorithm.lr=1e-3,3e-4", "model.hidden_sizes=[64,64],[32]"], [])
     assert configs == [(f"algorithm.lr={lr}", f"model.hidden_sizes={h}") for lr in ("1e-3", "3e-4")
@@ -43,6 +53,33 @@ def test_values_split_on_commas_outside_brackets_and_quotes():
 def test_a_malformed_sweep_is_named(grid, sets, error):
     with pytest.raises(sweep.SweepError, match=error):
         sweep.configurations(grid, sets)
+
+
+def test_the_experiment_files_grid_sets_and_seeds_are_the_command_lines_sweep():
+    exp = config.loads(GRID_IN_THE_FILE)
+    grid, sets, seeds = sweep.from_experiment(exp.slurm.sweep)
+    assert seeds == [1, 2, 3] and sets == []
+    members = sweep.points(sweep.configurations(grid, sets), seeds)
+    assert [m.path for m in members[::3]] == ["algorithm.lr=0.001+model.hidden_sizes=_64_64_/seed-1",
+                                              "algorithm.lr=0.001+model.hidden_sizes=_32_/seed-1",
+                                              "algorithm.lr=0.0001+model.hidden_sizes=_64_64_/seed-1",
+                                              "algorithm.lr=0.0001+model.hidden_sizes=_32_/seed-1"]
+    built = sweep.member_experiments(exp, members)
+    assert built[3].algorithm.lr == 1e-3 and built[3].model.hidden_sizes == (32,) and built[3].seed == 1
+    assert built[-1].slurm.sweep.grid == {} and built[-1].slurm.sweep.seeds == ()  # a member is one run
+    listed = config.loads(GRID_IN_THE_FILE.replace(
+        "grid: {algorithm.lr: [1.0e-3, 1.0e-4], model.hidden_sizes: [[64, 64], [32]]}",
+        "sets: [{algorithm.lr: 1.0e-3, algorithm.epochs: 8}, {model.hidden_sizes: [32, 32]}]"))
+    grid, sets, _ = sweep.from_experiment(listed.slurm.sweep)
+    assert sweep.configurations(grid, sets) == [("algorithm.lr=0.001", "algorithm.epochs=8"),
+                                                ("model.hidden_sizes=[32,32]",)]
+
+
+def test_a_sweep_in_the_file_is_checked_at_load_naming_its_key():
+    with pytest.raises(config.ConfigError, match=r"slurm\.sweep\.grid\.algorithm\.lr: must be a list"):
+        config.loads(GRID_IN_THE_FILE.replace("[1.0e-3, 1.0e-4]", "1.0e-3"))
+    with pytest.raises(config.ConfigError, match=r"slurm\.sweep\.seeds: must be distinct"):
+        config.loads(GRID_IN_THE_FILE.replace("seeds: [1, 2, 3]", "seeds: [1, 1]"))
 
 
 def test_members_whose_directories_would_collide_are_refused():

@@ -12,7 +12,7 @@ import ipaddress
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from srl_hpc.algorithms import spec
 
@@ -444,7 +444,13 @@ class SlurmGroupConfig:
 
 @dataclass(frozen=True)
 class SweepResources:
-    """One node for one whole run of a sweep (submitit job array, each task a local-mode run)."""
+    """A sweep: its members, as `srl-launch EXP.yaml` runs them here or (--slurm) as a submitit job array
+    (the command line's --sweep, --sweep-set and --seeds replace these), and one node for each member's run."""
+    # a grid: every combination of these keys' values ({algorithm.lr: [1.0e-3, 3.0e-4]}), each times `seeds`
+    grid: dict[str, Any] = field(default_factory=dict)
+    # or a list of configurations, each a mapping of keys to values ([{algorithm.lr: 1.0e-3, algorithm.epochs: 8}])
+    sets: tuple[dict[str, Any], ...] = ()
+    seeds: tuple[int, ...] = ()  # each configuration's seeds; none: the experiment's seed only
     partition: Optional[str] = None  # default: the cluster's default partition
     cpus: int = 4  # CPUs of each run (its array task's --cpus-per-task): all of its workers share them
     mem: str = "8G"  # memory of each run, in Slurm size syntax (512M, 2G)
@@ -453,6 +459,15 @@ class SweepResources:
 
     def check(self) -> list[tuple[str, str]]:
         problems = _check_counts(self, ("cpus",))
+        if self.grid and self.sets:
+            problems.append(("sets", "a grid and a list of configurations cannot be combined: write the grid's "
+                                     "points as sets, or the list's keys as a grid"))
+        problems += [(f"grid.{key}", f"must be a list of at least one value, got {values!r}")
+                     for key, values in self.grid.items() if not isinstance(values, list) or not values]
+        problems += [(f"sets[{i}]", "must map at least one key to its value") for i, one in enumerate(self.sets)
+                     if not one]
+        if len(set(self.seeds)) != len(self.seeds):
+            problems.append(("seeds", f"must be distinct, got {list(self.seeds)}"))
         if self.gpus < 0:
             problems.append(("gpus", f"must be >= 0, got {self.gpus}"))
         if parse_size_mb(self.mem) is None:

@@ -99,7 +99,7 @@ def cmd_compare(argv) -> int:
 
 def _report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-trace report", usage=USAGE, description="A sweep's scores over seeds: "
-                                "IQM, mean, median and optimality gap with stratified bootstrap 95%% intervals and "
+                                "IQM, mean, median and optimality gap with stratified bootstrap 95% intervals and "
                                 "performance profiles (rliable), for the final score and the area under the curve.")
     p.add_argument("sweep_dir", help="a sweep directory (holds sweep.json)").completer = RUN_DIRS
     p.add_argument("--score", choices=("auto", "train", "eval"), default="auto",
