@@ -513,9 +513,15 @@ def cmd_params(argv) -> int:
     for name, record in db.tags().items():
         tags_of.setdefault(record["version"], []).append(name)
     versions = db.versions()
-    print(f"{root}: {len(versions)} versions stored")
+    rated = {player: elo for player, elo in db.ratings().get("elo", [])}  # self-play: the rating workers' Elo
+    print(f"{root}: {len(versions)} versions stored" + ("; Elo (random player 0) from the rating workers" if rated
+                                                         else ""))
     for v in versions:
-        print(f"  {v:>9}  {' '.join(tags_of.get(v, []))}")
+        elo = f"{rated[v]:>7.0f}  " if v in rated else " " * 9 if rated else ""
+        print(f"  {v:>9}  {elo}{' '.join(tags_of.get(v, []))}")
+    fixed = [f"{player} {elo:.0f}" for player, elo in rated.items() if isinstance(player, str)]
+    if fixed:
+        print(f"  fixed players: {', '.join(fixed)}")
     return 0
 
 

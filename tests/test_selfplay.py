@@ -211,6 +211,9 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     best = db.tags()["best"]
     assert best["version"] == max((v for v in stored if isinstance(v, int)), key=stored.get)
     assert best["elo"] == pytest.approx(stored[best["version"]])
+    listing = subprocess.run([script("srl-launch"), "params", str(run_dir)], capture_output=True, text=True,
+                             timeout=60).stdout
+    assert "fixed players: random 0, one-ply" in listing and f"best snapshot-{best['version']}" in listing
     plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
                            capture_output=True, text=True, timeout=120)
     assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
