@@ -217,6 +217,7 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
                            capture_output=True, text=True, timeout=120)
     assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
+    assert f"best version {best['version']} " in plots.stdout and "self-play: " in plots.stdout, plots.stdout
     duel = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
                           capture_output=True, text=True, timeout=120)
     assert duel.returncode == 0, duel.stderr

@@ -379,6 +379,23 @@ def evaluation(run: RunTrace) -> dict:
     return out
 
 
+def ratings(run: RunTrace) -> dict:
+    """Self-play: the rating workers' Elo after their last round (versions; the fixed players as negative
+    versions, srl_hpc/handlers/rating.py) and the actors' games by opponent (-1: the newest weights)."""
+    out = {"rounds": 0}
+    for worker in run.hosting("rating"):
+        tab = worker.table("rating")
+        if "elo" in tab and len(tab["round"]):
+            last = tab["round"] == tab["round"].max()
+            out = {"rounds": int(tab["round"].max()),
+                   "elo": {int(v): float(e) for v, e in zip(tab["version"][last], tab["elo"][last])}}
+    opponents = pooled(run, "actor", "game", "opponent")
+    if len(opponents):
+        versions, counts = np.unique(opponents, return_counts=True)
+        out["games"] = {int(v): int(n) for v, n in zip(versions, counts)}
+    return out
+
+
 def summarize(run: RunTrace) -> dict:
     """Everything srl-trace reports about one run, as plain JSON-ready data."""
     t0 = run.t0
@@ -423,6 +440,7 @@ def summarize(run: RunTrace) -> dict:
         "returns": returns_over_time(run),
         "returns_by_policy": {name: returns_over_time(run, policy=i) for i, name in enumerate(run.policies)},
         "evaluation": evaluation(run),
+        "ratings": ratings(run),
         "verdict": {"stage": found.stage, "evidence": found.evidence},
     }
 

@@ -206,10 +206,33 @@ def format_summary(s: dict) -> str:
                       f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} "
                       f"{e['best']['mean_return']:.1f}",
                   "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown)]
+    lines += _ratings_lines(s.get("ratings", {}))
     v = s["verdict"]
     lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
               f"  {v['evidence']}"]
     return "\n".join(lines)
+
+
+def _ratings_lines(r: dict) -> list[str]:
+    """Self-play: games by opponent, and the rating workers' last Elo (the fixed players by name)."""
+    from srl_hpc.envs.turns import FIXED_PLAYERS
+
+    lines = []
+    if r.get("games"):
+        games = r["games"]
+        newest, total = games.get(-1, 0), sum(games.values())
+        lines += ["", f"self-play: {total:,} games of the learner; against the newest weights {newest:,}, "
+                      f"against {len(games) - (newest > 0)} stored versions {total - newest:,}"]
+    if r.get("rounds"):
+        elo = r["elo"]
+        names = list(FIXED_PLAYERS)
+        fixed = [f"{names[-1 - v]} {e:.0f}" for v, e in elo.items() if v < 0 and -1 - v < len(names)]
+        versions = sorted(v for v in elo if v >= 0)
+        best = max(versions, key=elo.get)
+        lines += ["", f"ratings (Elo, random 0) after {r['rounds']} rounds: best version {best} {elo[best]:.0f}; "
+                      f"fixed players: {', '.join(fixed)}",
+                  "  " + " | ".join(f"v{v} {elo[v]:.0f}" for v in versions[::max(1, len(versions) // 10)])]
+    return lines
 
 
 def format_compare(a: dict, b: dict) -> str:
