@@ -3,8 +3,9 @@ plays one seat of each env with the newest weights and a version of its own past
 learner's seat is trained on. Which version, `opponents.rule` decides afresh for every episode:
 
 - latest:  the newest weights on every seat (the other seats still not trained on);
-- uniform: any snapshot in the parameter database (workers.trainer.snapshot_every), each as likely;
-- pfsp:    prioritised fictitious self-play: snapshot v with weight (1 - p_v) ** opponents.pfsp_power, p_v the
+- uniform: any of the newest `opponents.pool` snapshots in the parameter database
+           (workers.trainer.snapshot_every), each as likely;
+- pfsp:    prioritised fictitious self-play: of the same snapshots, v with weight (1 - p_v) ** opponents.pfsp_power, p_v the
            learner's score against v so far (win 1, draw 1/2, loss 0; 1/2 before any game), so the versions
            it still loses to are played most.
 
@@ -28,22 +29,23 @@ REFRESH_SECONDS = 5.0  # between looks at the parameter database for new snapsho
 class OpponentPool:
     """The versions an actor's opponents are drawn from (the database's snapshots) and its scores against them."""
 
-    def __init__(self, db: ParameterDB, rule: str, rng: np.random.Generator, pfsp_power: float = 2.0):
+    def __init__(self, db: ParameterDB, rule: str, rng: np.random.Generator, pfsp_power: float = 2.0, size: int = 8):
         if rule not in RULES:
             raise ValueError(f"opponents.rule must be one of {RULES}, got {rule!r}")
-        self.db, self.rule, self.rng, self.pfsp_power = db, rule, rng, pfsp_power
+        self.db, self.rule, self.rng, self.pfsp_power, self.size = db, rule, rng, pfsp_power, size
         self.snapshots: list[int] = []
         self.scores: dict[int, list[float]] = {}  # version -> [points, games]
         self._looked_at = float("-inf")
 
     def refresh(self) -> None:
-        """Take in snapshots stored since the last look (at most every REFRESH_SECONDS)."""
+        """Take in snapshots stored since the last look (at most every REFRESH_SECONDS); the oldest beyond
+        `size` leave the pool, so that the policy workers never hold more than a few more engines than that."""
         now = time.monotonic()
         if self.rule == "latest" or now - self._looked_at < REFRESH_SECONDS:
             return
         self._looked_at = now
         self.snapshots = sorted(info["version"] for tag, info in self.db.tags().items()
-                                if tag.startswith(SNAPSHOT))
+                                if tag.startswith(SNAPSHOT))[-self.size:]
 
     def score(self, version: int) -> float:
         """The learner's mean score against `version` (1/2 before any game: one won and one lost, imagined)."""

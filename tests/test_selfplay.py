@@ -98,6 +98,8 @@ def test_opponents_are_the_newest_weights_until_a_snapshot_is_stored_then_snapsh
     pfsp.record(20, 0.0)
     weights = dict(zip(pfsp.snapshots, pfsp.weights()))
     assert weights[30] > weights[20] > weights[10] and abs(sum(weights.values()) - 1) < 1e-9
+    newest_two = OpponentPool(db, "uniform", rng, size=2)  # the pool: the newest snapshots only
+    assert {newest_two.sample() for _ in range(200)} == {20, 30}
     drawn = [pfsp.sample() for _ in range(2000)]
     assert drawn.count(30) > drawn.count(20) > drawn.count(10)
 
@@ -194,8 +196,10 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
         opponents, seats = games["opponent"][:], games["seat"][:]
         lengths = f["episode"]["length"][:]
     with h5py.File(run_dir / "traces" / "policy-0.h5") as f:
-        loaded = set(f["opponent_load"]["version"][:].tolist())
+        loads = f["opponent_load"]["version"][:].tolist()
+    loaded = set(loads)
     assert set(opponents[opponents != NEWEST].tolist()) <= loaded and len(loaded) >= 2
+    assert len(loads) == len(loaded), loads  # each loaded once: the policy worker holds the actors' pool
     assert set(seats.tolist()) == {0, 1}
     # frames are the learner's steps, one per move of its games: the opponents' seats would double them
     assert len(lengths) == len(opponents) and summary["env_frames"] < lengths.sum() + 64 * 32

@@ -361,9 +361,12 @@ class OpponentsConfig:
     # snapshot, "pfsp" snapshots the learner scores worst against most often; "none": no self-play
     rule: OpponentRule = "none"
     pfsp_power: float = 2.0  # pfsp: a snapshot's weight is (1 - the learner's score against it) ** this
+    # uniform, pfsp: opponents are drawn from the newest this many snapshots, each kept loaded in the policy
+    # workers (a larger pool costs their memory, and a forward pass per version in a batch)
+    pool: int = 8
 
     def check(self) -> list[tuple[str, str]]:
-        return _check_positive(self, ("pfsp_power",))
+        return _check_positive(self, ("pfsp_power", "pool"))
 
 
 @dataclass(frozen=True)

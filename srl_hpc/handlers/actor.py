@@ -191,7 +191,7 @@ class ActorHandler(Handler):
         pool = None  # self-play: the past versions opponents are drawn from
         if exp.opponents.rule != "none":
             pool = OpponentPool(ParameterDB(worker.run_dir.parameters_of("")), exp.opponents.rule,
-                                np.random.default_rng(seed), exp.opponents.pfsp_power)
+                                np.random.default_rng(seed), exp.opponents.pfsp_power, exp.opponents.pool)
         groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
             group_seed = seed + g * per_group

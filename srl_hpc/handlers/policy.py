@@ -8,7 +8,8 @@ and the policy version; new weights are taken between batches, never waited for.
 
 With self-play (opponents.rule) a request names, per row, the version to act with: the newest for the
 learner's seats, a stored one (from the run's parameter database) for its opponents'. Stored versions are
-loaded on first use and the least recently used dropped beyond STORED_ENGINES.
+loaded on first use and the least recently used dropped beyond twice the opponents' pool (the actors each
+draw from the newest `opponents.pool` snapshots, and look for new ones at their own times).
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ from srl_hpc.streams.inference import InferenceServer
 
 
 PULL_INTERVAL = 0.005  # seconds between looks for newer weights
-STORED_ENGINES = 8  # stored versions (self-play opponents) kept loaded at once
 
 
 class InferenceEngine:
@@ -109,7 +109,7 @@ class PolicyHandler(Handler):
                                       device, seed, bf16=bf16)
         self.stored = StoredEngines(ParameterDB(worker.run_dir.parameters_of(self.policy)), lambda: InferenceEngine(
             build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device, seed, bf16=bf16),
-            self.trace)
+            self.trace, capacity=2 * exp.opponents.pool)
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
         self.max_batch = cfg.max_batch
@@ -211,11 +211,11 @@ class PolicyHandler(Handler):
 
 class StoredEngines:
     """Engines of versions from the parameter database (self-play opponents), loaded on first use; the least
-    recently used is dropped beyond STORED_ENGINES. A version no longer stored (untagged and collected since
+    recently used is dropped beyond `capacity`. A version no longer stored (untagged and collected since
     the actor chose it) is played by the newest weights' engine instead, with a warning."""
 
-    def __init__(self, db: ParameterDB, new_engine, trace):
-        self.db, self.new_engine, self.trace = db, new_engine, trace
+    def __init__(self, db: ParameterDB, new_engine, trace, capacity: int):
+        self.db, self.new_engine, self.trace, self.capacity = db, new_engine, trace, capacity
         self.engines: collections.OrderedDict[int, InferenceEngine | None] = collections.OrderedDict()
 
     def engine(self, version: int) -> InferenceEngine | None:
@@ -235,6 +235,6 @@ class StoredEngines:
             engine.version = version
             self.trace.record("opponent_load", version=version, seconds=time.perf_counter() - t0)
         self.engines[version] = engine
-        if len(self.engines) > STORED_ENGINES:
+        if len(self.engines) > self.capacity:
             self.engines.popitem(last=False)
         return engine
