@@ -54,7 +54,7 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     except FileNotFoundError:
         env.close()
         raise
-    choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
+    choose = policy_function(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
     writer = None
     returns = []
     try:
@@ -116,7 +116,7 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
         fixed = FIXED_PLAYERS[against](env, np.random.default_rng(seed))
         obs_space, action_space = spaces(exp.env)
         model, version, source = _load(run, exp, obs_space, action_space, version, tag)
-        choose = _policy(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
+        choose = policy_function(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
 
         def policy(obs):
             with torch.inference_mode():
@@ -141,12 +141,12 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
     return counts
 
 
-def _policy(exp, greedy: bool, contract: Contract):
+def policy_function(exp, greedy: bool, contract: Contract, seed: int | None = None):
     """model, one env's observation, recurrent state (None without) -> (the env's action, next state), as
-    evaluation workers choose it."""
+    evaluation workers choose it; sampled actions from a generator seeded with `seed` (default: the run's)."""
     act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
     explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
-    generator = torch.Generator().manual_seed(exp.seed)
+    generator = torch.Generator().manual_seed(exp.seed if seed is None else seed)
 
     def choose(model, obs, hidden):
         batch = contract.obs.pack({k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict)

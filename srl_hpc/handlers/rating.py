@@ -19,7 +19,8 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import spec, watching_policy
+from srl_hpc.algorithms import spec
+from srl_hpc.enjoy import policy_function
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.envs.turns import FIXED_PLAYERS, play
 from srl_hpc.handlers import Handler
@@ -52,9 +53,8 @@ class RatingHandler(Handler):
             except ValueError:  # a player of another game (one-ply: Connect Four)
                 continue
         self.obs_space, self.action_space = spaces(exp.env)
-        self.contract = Contract.of(self.obs_space, self.action_space, spec(exp.algorithm), exp)
-        self.act, self.explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy=False)
-        self.generator = torch.Generator().manual_seed(self.seed)
+        contract = Contract.of(self.obs_space, self.action_space, spec(exp.algorithm), exp)
+        self.choose = policy_function(exp, False, contract, seed=self.seed)  # sampled moves, as an actor's
         self.db = ParameterDB(worker.run_dir.parameters_of(""))
         self.games: list[list] | None = None  # [a, b, a's points, games]: read from the database at the first round
         self.rated: list[int] = []
@@ -125,13 +125,10 @@ class RatingHandler(Handler):
         model = build_model(self.exp, self.obs_space, self.action_space)
         load_arrays(model, self.db.get(version)[1])
         model.eval()
-        explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in self.explore.items()}
 
         def choose(obs: dict) -> int:
-            batch = self.contract.obs.pack({k: np.asarray(v)[None] for k, v in obs.items()})
             with torch.inference_mode():
-                out = self.act(model, torch.from_numpy(batch), explore, self.generator)
-            return int(self.contract.action.to_env(out["actions"].numpy())[0])
+                return int(self.choose(model, obs, None)[0])
         return choose
 
     def close(self):
