@@ -37,9 +37,8 @@ class TooBigForThisMachine(ValueError):
 
 def check_fits(exp) -> None:
     """Refuse, before anything starts, a run that would start more processes than this machine can hold."""
-    w = exp.workers
-    counts = {"actor": w.actor.count, "policy": w.policy.count, "trainer": w.trainer.count,
-              "buffer": w.buffer.count, "eval": w.eval.count, "controller": 1}
+    kinds = [node.kind for node in wiring.build(exp).workers]  # (per policy or member, where they are)
+    counts = {kind: kinds.count(kind) for kind in ("actor", "policy", "trainer", "buffer", "eval", "controller")}
     total = sum(counts.values())
     cores = os.cpu_count() or 1
     available_mb = _mem_available_mb()

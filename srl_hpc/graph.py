@@ -15,6 +15,11 @@ each policy's trainers and policy workers carry its name (WorkerNode.policy), it
 trainer to its own policy workers, and every actor is a client of one policy worker and every trainer of
 each policy (it plays whole envs, all agents of every policy).
 
+A population (population-based training) is that graph once per member (member-0, member-1, ...), actors
+included: a member's actors (WorkerNode.policy) act and send segments for it alone. The controller's worker
+also hosts the population manager, which reads every member's weights and sends a copying member's trainer
+its new weights and hyper-parameters (stream "population").
+
 Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
 """
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from srl_hpc.config import Experiment
+from srl_hpc import population
 
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
@@ -93,8 +99,14 @@ class Graph:
         return [w for w in self.workers if handler in w.handlers]
 
     def policies(self) -> list[str]:
-        """The run's policies in order: their names, or [""] for the one policy of every agent."""
+        """The run's policies in order: their names (or a population's members), or [""] for the one policy of
+        every agent."""
         return list(dict.fromkeys(w.policy for w in self.workers if w.kind == "trainer"))
+
+    def acted_for(self, actor: str) -> list[str]:
+        """The policies an actor acts for: its member's in a population, else every policy."""
+        own = self.worker(actor).policy
+        return [own] if own else self.policies()
 
     def trainers(self, policy: str) -> list[WorkerNode]:
         """A policy's trainers, in rank order; the first publishes its weights and writes its checkpoint."""
@@ -121,36 +133,43 @@ class Graph:
 def build(exp: Experiment) -> Graph:
     w = exp.workers
     # several policies: each has workers.trainer.count trainers, policy.count policy workers
-    policies = list(exp.policies) or [""]
+    policies = list(exp.policies) or population.members(exp.population.size) or [""]
     trainers = {p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
                 for k, p in enumerate(policies)}
     servers = {p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)]
                for k, p in enumerate(policies)}
     buffers = [f"buffer/{i}" for i in range(w.buffer.count)]
-    actors = [f"actor/{i}" for i in range(w.actor.count)]
+    if exp.population.size:  # each member has workers.actor.count actors of its own
+        acting = {p: [f"actor/{i}" for i in range(k * w.actor.count, (k + 1) * w.actor.count)]
+                  for k, p in enumerate(policies)}
+    else:
+        acting = {p: [f"actor/{i}" for i in range(w.actor.count)] for p in policies}
+    actors = list(dict.fromkeys(a for p in policies for a in acting[p]))
+    member_of = {a: p for p in policies for a in acting[p]} if exp.population.size else {}
     evaluators = [f"eval/{i}" for i in range(w.eval.count)]
 
     actor_handlers = ("actor", "policy") if w.placement == "impala" else ("actor",)
     trainer0_handlers = ("trainer", "policy") if w.placement == "seed" else ("trainer",)
-    workers = [WorkerNode(CONTROLLER, ("controller",), "trainer", "cpu")]
+    controller = ("controller", "population") if exp.population.size else ("controller",)
+    workers = [WorkerNode(CONTROLLER, controller, "trainer", "cpu")]
     workers += [WorkerNode(t, trainer0_handlers if t == "trainer/0" else ("trainer",), "trainer", w.trainer.device, p)
                 for p in policies for t in trainers[p]]
     workers += [WorkerNode(s, ("policy",), "policy", w.policy.device, p) for p in policies for s in servers[p]]
     workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
-    workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu")
-                for a in actors]
+    workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu",
+                           member_of.get(a, "")) for a in actors]
     evaluation = "rating" if exp.opponents.rule != "none" else "eval"  # self-play: versions rated against each other
     workers += [WorkerNode(e, (evaluation,), "eval", "cpu") for e in evaluators]
 
     streams = []
-    for p in policies:  # every actor acts for every policy: a request to one of each policy's servers
+    for p in policies:  # an actor acts for every policy (a member's for its own): one of its servers each
         if w.placement == "srl":  # actors spread evenly over the policy workers
-            streams += [Stream("inference", s, tuple(a for i, a in enumerate(actors) if i % len(servers[p]) == k),
+            streams += [Stream("inference", s, tuple(a for i, a in enumerate(acting[p]) if i % len(servers[p]) == k),
                                w.actor.inference_transport) for k, s in enumerate(servers[p])]
         elif w.placement == "seed":
-            streams.append(Stream("inference", trainers[p][0], tuple(actors), w.actor.inference_transport))
+            streams.append(Stream("inference", trainers[p][0], tuple(acting[p]), w.actor.inference_transport))
         else:
-            streams += [Stream("inference", a, (a,), "inline") for a in actors]
+            streams += [Stream("inference", a, (a,), "inline") for a in acting[p]]
     if buffers:  # off-policy: actors spread over the buffers; every buffer feeds every trainer
         every = trainers[""]
         streams += [Stream("samples", b, tuple(a for i, a in enumerate(actors) if i % len(buffers) == k), "zmq")
@@ -158,8 +177,8 @@ def build(exp: Experiment) -> Graph:
         streams += [Stream("replay", t, tuple(buffers), "zmq") for t in every]
         streams += [Stream("priorities", b, tuple(every), "zmq") for b in buffers]
     else:  # any actor to any of a policy's trainers, each segment with the leave of the trainer it goes to
-        streams += [Stream("samples", t, tuple(actors), "zmq") for p in policies for t in trainers[p]]
-        streams += [Stream("credits", t, tuple(actors), "zmq") for p in policies for t in trainers[p]]
+        streams += [Stream("samples", t, tuple(acting[p]), "zmq") for p in policies for t in trainers[p]]
+        streams += [Stream("credits", t, tuple(acting[p]), "zmq") for p in policies for t in trainers[p]]
     relays = set()
     for p in policies:
         root = trainers[p][0]
@@ -169,10 +188,13 @@ def build(exp: Experiment) -> Graph:
             subscribers = ()
         tree = parameter_tree(root, subscribers, w.parameter_fanout)
         readers = tuple(evaluators) if evaluation == "eval" else ()  # (raters read stored versions instead)
+        readers += (CONTROLLER,) if exp.population.size else ()  # the population manager copies members' weights
         if tree[0][1] or readers:  # evaluators (a few) take the weights from trainer/0 itself
             streams.append(Stream("parameters", root, tree[0][1] + readers, "zmq"))
         streams += [Stream("parameters", relay, children, "zmq") for relay, children in tree[1:]]
         relays |= {relay for relay, _ in tree[1:]}
+    if exp.population.size:  # the manager sends a copying member's trainer its new weights and hyper-parameters
+        streams += [Stream("population", trainers[p][0], (CONTROLLER,), "zmq") for p in policies]
     workers = [replace(n, handlers=n.handlers + ("relay",)) if n.name in relays else n for n in workers]
     streams.append(Stream("control", CONTROLLER, tuple(n.name for n in workers[1:]), "zmq"))
     return Graph(tuple(workers), tuple(streams))

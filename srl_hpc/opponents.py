@@ -5,9 +5,9 @@ learner's seat is trained on. Which version, `opponents.rule` decides afresh for
 - latest:  the newest weights on every seat (the other seats still not trained on);
 - uniform: any of the newest `opponents.pool` snapshots in the parameter database
            (workers.trainer.snapshot_every), each as likely;
-- pfsp:    prioritised fictitious self-play: of the same snapshots, v with weight (1 - p_v) ** opponents.pfsp_power, p_v the
-           learner's score against v so far (win 1, draw 1/2, loss 0; 1/2 before any game), so the versions
-           it still loses to are played most.
+- pfsp:    prioritised fictitious self-play: of the same snapshots, v with weight
+           (1 - p_v) ** opponents.pfsp_power, p_v the learner's score against v so far (win 1, draw 1/2,
+           loss 0; 1/2 before any game), so the versions it still loses to are played most.
 
 Until the first snapshot is stored, the opponent is the newest weights. The learner's seat moves round the
 env's seats from one episode to the next. Each actor keeps its own scores from its own games (no traffic

@@ -13,6 +13,7 @@
     RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
     RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
     RUN/parameters/<policy>/  the parameter database: stored versions and their tags (services/parameter_db.py)
+    RUN/population/lineage.jsonl   a population's copies (exploit and explore), one JSON record per line
     RUN/rendezvous/<worker>.json   local mode's rendezvous table
     RUN/rendezvous/barrier/<worker>, barrier.go   Slurm mode: the barrier before the MPI allgather
     RUN/launcher.pid          the local launcher running this run
@@ -117,6 +118,11 @@ class RunDir:
     def parameters_of(self, policy: str) -> Path:
         """A policy's parameter database; "" is the one policy of a run without `policies` ("default")."""
         return self.root / "parameters" / (policy or "default")
+
+    @property
+    def lineage(self) -> Path:
+        """A population's lineage: which member copied which, when, and with what hyper-parameters."""
+        return self.root / "population" / "lineage.jsonl"
 
     @property
     def rendezvous(self) -> Path:

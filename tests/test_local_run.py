@@ -345,7 +345,7 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
     run_dir = tmp_path / "run"
     proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
                            str(run_dir), "--set", "workers.actor.count=32", "--set", "workers.actor.ring_size=4",
-                           "--set", "workers.policy.count=2", "--set", "stop.wall_time=40",
+                           "--set", "workers.policy.count=2", "--set", "stop.wall_time=20",
                            "--set", "stop.target_return=null",
                            "--set", "workers.actor.max_restarts=0"],  # no supervisors: 36 processes start, not 68
                           capture_output=True, text=True, timeout=240)

@@ -15,6 +15,8 @@ clipped value loss.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from torch import nn
@@ -98,6 +100,7 @@ class PPO:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)
         self.action_dist = model.action_dist  # (before the trainer may wrap the model for DDP)
         self.return_scale = ReturnScale() if cfg.scale_rewards else None
+        self.restarted_with: dict[str, float] = {}  # hyper-parameters changed by restart(), kept by checkpoints
 
     def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Segments (N, T, ...) -> flat CPU training tensors with advantages and returns (the trainer moves
@@ -196,13 +199,28 @@ class PPO:
             if any_statistics:
                 self.evaluate(batch)
 
+    def restart(self, values: dict[str, float]) -> None:
+        """Population-based training: the model now holds another member's weights, trained from the next
+        update with these hyper-parameters (keys of the algorithm's config); the optimizer's moments were the
+        old weights' and start afresh."""
+        self.cfg = dataclasses.replace(self.cfg, **values)
+        self.restarted_with = {**self.restarted_with, **values}
+        self.optimizer.state.clear()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr
+
     def state_dict(self) -> dict:
-        """What a checkpoint needs besides the model's weights (observation statistics are in the model)."""
+        """What a checkpoint needs besides the model's weights (observation statistics are in the model), and
+        the hyper-parameters (a population member's change)."""
         scale = {"return_scale": self.return_scale.state_dict()} if self.return_scale is not None else {}
-        return {"optimizer": self.optimizer.state_dict(), **scale}
+        return {"optimizer": self.optimizer.state_dict(), "restarted_with": self.restarted_with, **scale}
 
     def load_state_dict(self, state: dict) -> None:
-        """A resumed run: the optimizer's moments come back (the learning-rate schedule follows frames_done)."""
+        """A resumed run: the optimizer's moments and the hyper-parameters come back (the learning-rate
+        schedule follows frames_done)."""
         self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("restarted_with"):
+            self.cfg = dataclasses.replace(self.cfg, **state["restarted_with"])
+            self.restarted_with = dict(state["restarted_with"])
         if self.return_scale is not None and "return_scale" in state:
             self.return_scale.load_state_dict(state["return_scale"])

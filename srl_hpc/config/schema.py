@@ -370,6 +370,36 @@ class OpponentsConfig:
 
 
 @dataclass(frozen=True)
+class PopulationConfig:
+    """Population-based training: `size` members, each a PPO policy with its own actors, policy workers and
+    trainer, trained side by side in one run. Every `interval` seconds a population manager beside the
+    controller ranks the members by their mean training return; each of the worst `fraction` copies the
+    weights and hyper-parameters of one of the best `fraction` (exploit) and multiplies each `explore` key by
+    one of its factors (explore). srl_hpc/population.py; the lineage goes to RUN/population/lineage.jsonl."""
+    size: int = 0  # members (named member-0 .. member-{size-1}); 0: no population
+    # seconds between rounds; a member takes part once it has ended stop.return_window episodes since its last copy
+    interval: float = 30.0
+    fraction: float = 0.25  # the worst this fraction of the ranked members copy the best this fraction (at least one)
+    # algorithm keys -> one starting value per member ({lr: [1e-4, 3e-4, 1e-3, 3e-3]}); members share the others
+    init: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # algorithm keys -> factors, one drawn at random per copy ({lr: [0.8, 1.25]}): what explore changes
+    explore: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        if not self.size:
+            return [(k, "needs population.size >= 2") for k in ("init", "explore") if getattr(self, k)]
+        problems = [] if self.size >= 2 else [("size", f"a population needs at least 2 members, got {self.size}")]
+        problems += _check_positive(self, ("interval",))
+        if not 0.0 < self.fraction <= 0.5:
+            problems.append(("fraction", f"must be in (0, 0.5] (the worst copy the best), got {self.fraction}"))
+        problems += [(f"init.{key}", f"one value per member: {self.size} values, got {len(values)}")
+                     for key, values in self.init.items() if len(values) != self.size]
+        problems += [(f"explore.{key}", "at least one factor, each > 0")
+                     for key, factors in self.explore.items() if not factors or min(factors) <= 0]
+        return problems
+
+
+@dataclass(frozen=True)
 class StopConfig:
     env_frames: Optional[int] = None  # frames stepped by all actors
     wall_time: Optional[float] = None  # seconds
@@ -641,6 +671,7 @@ class Experiment:
     # trainers, checkpoint and parameter tag (its name). Empty: one policy acts for every agent.
     policies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     opponents: OpponentsConfig = field(default_factory=OpponentsConfig)  # self-play against past versions
+    population: PopulationConfig = field(default_factory=PopulationConfig)  # population-based training (PBT)
     model: ModelConfig = field(default_factory=ModelConfig)  # the network that acts and trains
     algorithm: AlgorithmConfig = field(default_factory=PPOConfig)  # what trains it, chosen by algorithm.name
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # how many workers of each kind, and how they run
@@ -673,6 +704,7 @@ class Experiment:
             problems.append(("stop.target_eval_return", "needs evaluation workers: set workers.eval.count >= 1"))
         problems += self._check_policies()
         problems += self._check_opponents()
+        problems += self._check_population()
         if isinstance(alg, DQNConfig):
             if workers.actor.segment_length <= alg.n_step:
                 problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
@@ -713,6 +745,33 @@ class Experiment:
                                                     f"rule {rule!r} draws opponents from the stored snapshots: "
                                                     "set it >= 1")}
         return [(key, f"with opponents.rule {rule!r}: {why}") for key, (bad, why) in needs.items() if bad]
+
+
+    def _check_population(self) -> list[tuple[str, str]]:
+        """PBT copies one member's PPO weights into another's trainer: one trainer and policy workers of its
+        own per member, keys the algorithm reads at every update."""
+        population = self.population
+        if not population.size:
+            return []
+        problems = []
+        for section in ("init", "explore"):
+            for key in getattr(population, section):
+                value = getattr(self.algorithm, key, None)
+                if isinstance(value, bool) or not isinstance(value, float):
+                    problems.append((f"population.{section}.{key}", f"not a number {self.algorithm.name} has: "
+                                     f"use keys of the algorithm section such as lr, entropy_coef, clip_coef"))
+        needs = {"algorithm.name": (self.algorithm.name != "ppo", "members train with ppo"),
+                 "policies": (bool(self.policies), "every member is one policy of every agent; leave it empty"),
+                 "opponents.rule": (self.opponents.rule != "none", "self-play and populations do not mix yet"),
+                 "workers.placement": (self.workers.placement != "srl", "members have policy workers of their "
+                                       "own: set 'srl'"),
+                 "workers.trainer.count": (self.workers.trainer.count != 1, "one trainer per member (a copy "
+                                           "replaces its weights between updates)"),
+                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
+                 "algorithm.anneal_lr": (getattr(self.algorithm, "anneal_lr", False), "explore changes the "
+                                         "learning rate itself")}
+        problems += [(key, f"with population.size set: {why}") for key, (bad, why) in needs.items() if bad]
+        return problems
 
 
 def _check_counts(obj, keys) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
     "buffer": "srl_hpc.handlers.buffer:BufferHandler",
     "eval": "srl_hpc.handlers.evaluation:EvalHandler",
     "rating": "srl_hpc.handlers.rating:RatingHandler",
+    "population": "srl_hpc.handlers.population:PopulationHandler",
     "relay": "srl_hpc.handlers.relay:RelayHandler",
 }
 

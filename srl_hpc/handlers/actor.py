@@ -185,8 +185,9 @@ class ActorHandler(Handler):
         gamma = getattr(exp.algorithm, "gamma", 0.99)
         logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
                                          exp.env.backend, resolve_backend(exp.env))  # what auto picked
+        acted_for = self.graph.acted_for(self.name)
         self.contracts = [Contract.of(*spaces(exp.env, exp.policies, policy, reads_global_state(exp.algorithm)),
-                                      self.spec, exp) for policy in self.graph.policies()]
+                                      self.spec, exp) for policy in acted_for]
         self.team_rows = []  # per ring group, with `policies`: the envs every policy's rows step in
         pool = None  # self-play: the past versions opponents are drawn from
         if exp.opponents.rule != "none":
@@ -205,7 +206,10 @@ class ActorHandler(Handler):
                 seats = None if pool is None else Seats(per_group, envs.k, pool, first=index + g)
                 groups.append([RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma,
                                          seats=seats)])
-        self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(self.graph.policies())]
+        self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(acted_for)]
+        # episodes are reported per policy (the controller's index) with several policies or in a population
+        self.policy_index = [self.graph.policies().index(name) for name in acted_for] \
+            if exp.policies or exp.population.size else None
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
@@ -333,9 +337,10 @@ class ActorHandler(Handler):
         self.trace.record("env_step", group=g, envs=groups[0].n, step_seconds=t2 - t1, request_seconds=t3 - t2,
                           wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
         self._sent_at[g] = t3
-        for p, group in enumerate(groups):
+        for link, group in enumerate(groups):
             for ret, length in group.finished_episodes:
-                if self.team_rows:
+                if self.policy_index is not None:
+                    p = self.policy_index[link]
                     self.trace.record("episode", episode_return=ret, length=length, policy=p)
                     self._returns.append((p, ret, length))
                 else:
@@ -386,4 +391,4 @@ class ActorHandler(Handler):
         returns, self._returns = self._returns, []
         return {"env_frames": self.env_frames, "frames_sent": self.frames_sent,
                 "frames_discarded": self.frames_discarded, "episodes": self.episodes,
-                ("policy_returns" if self.team_rows else "returns"): returns}
+                ("returns" if self.policy_index is None else "policy_returns"): returns}

@@ -32,6 +32,9 @@ class BatchAssembler:
         self.max_lag = max_lag
         self.prepare = prepare
         self.current_version = current_version  # callable: the trainer's version now
+        # segments acted by an earlier version are another policy's (a population member that copied another
+        # at this version): dropped, counted, like those beyond max_lag
+        self.oldest_version = 0
         self.frames_received = 0
         self.frames_dropped = 0
         self.lags: list[int] = []  # policy lag of each accepted segment, read and cleared by stats()
@@ -60,7 +63,7 @@ class BatchAssembler:
         self.frames_received += frames
         self.credits.used(msg.meta["actor"], msg.meta["fill_seconds"])
         lag = self.current_version() - int(seg["versions"].min())
-        dropped = self.max_lag is not None and lag > self.max_lag
+        dropped = (self.max_lag is not None and lag > self.max_lag) or int(seg["versions"].min()) < self.oldest_version
         actor = int(msg.meta["actor"].partition("/")[2])
         self.trace.record("segment", frames=frames, lag=lag, dropped=dropped, actor=actor)
         if dropped:

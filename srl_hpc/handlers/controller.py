@@ -42,9 +42,10 @@ class ControllerHandler(Handler):
         self.workers = [w for w in self.graph.names if w != self.name]
         self.drainers = [w for w in self.workers if self.graph.drains(w)]
         self.attempt = worker.attempt
-        self.totals = RunTotals(self.graph, list(exp.policies), exp.stop.return_window,
+        policies = [p for p in self.graph.policies() if p]  # several (or a population's members): returns apart
+        self.totals = RunTotals(self.graph, policies, exp.stop.return_window,
                                 earlier_attempts(self.run_dir, self.attempt))
-        self.console = Console(list(exp.policies), bool(exp.workers.eval.count), out)
+        self.console = Console(policies, bool(exp.workers.eval.count), out)
         self.sinks: list = [self.console]  # what every progress line goes to
         self.dashboards: Dashboards | None = None
         self.outcome: tuple[str, str] | None = None  # (status, reason) once decided
@@ -53,6 +54,9 @@ class ControllerHandler(Handler):
         # in a run so big that workers report less often than every second, silence is judged accordingly
         self.rules = StopRules(exp.stop, max(exp.monitor.heartbeat_timeout, 3 * report_interval(len(self.graph.names))))
         self._last_decision = 0.0
+        # each policy's (mean return of its window, episodes ended): renewed, never changed in place, so that
+        # a handler beside it in its own thread (the population manager) reads a consistent one
+        self.scores: dict[str, tuple[float | None, int]] = {}
         self._last_drain = 0.0
         self._last_ping = 0.0
 
@@ -94,6 +98,7 @@ class ControllerHandler(Handler):
         if now - self._last_decision >= DECIDE_INTERVAL or self.totals.failed:  # its sums are over every worker
             self._last_decision = now
             self.outcome = self.rules.decide(self.totals, now)
+            self.scores = self.totals.policy_scores()
         if self.outcome is None and now - self.totals.last_line[0] >= self.exp.monitor.status_interval:
             self._progress()
 

@@ -51,6 +51,7 @@ class RunTotals:
         self.policies = policies  # several: their returns are kept apart (an agent's, by its policy)
         self.policy_returns = [collections.deque(maxlen=return_window) for _ in policies]
         self.policy_ended: list[list[float]] = [[] for _ in policies]
+        self.policy_episodes = [0] * len(policies)
         self.evaluations: list[dict] = []  # evaluation rounds, in the order they came
         self.lag_sum = self.lag_count = 0
         self.t0 = time.monotonic()
@@ -89,6 +90,7 @@ class RunTotals:
         for p, ret, length in meta.pop("policy_returns", []):
             self.policy_returns[int(p)].append(ret)
             self.policy_ended[int(p)].append(ret)
+            self.policy_episodes[int(p)] += 1
             self.episodes += 1
         rounds = self._evaluated(worker, meta.pop("eval_episodes", []))
         self.lag_sum += meta.pop("lag_sum", 0)
@@ -173,6 +175,19 @@ class RunTotals:
                         f"{name}/version": self.policy_version(name)})
             ended.clear()
         return out
+
+    def policy_scores(self) -> dict[str, tuple[float | None, int]]:
+        """Each policy's mean return over its last return_window episodes (None before the first) and the
+        number of its episodes ended in this attempt."""
+        return {name: (_mean(list(window)), ended)
+                for name, window, ended in zip(self.policies, self.policy_returns, self.policy_episodes)}
+
+    def best_policy(self) -> tuple[str, float] | None:
+        """The policy with the highest mean return over a full window, and that mean (None while no window is
+        full)."""
+        full = [(name, _mean(list(window))) for name, window in zip(self.policies, self.policy_returns)
+                if window and len(window) == window.maxlen]
+        return max(full, key=lambda item: item[1], default=None)
 
     def policies_summary(self, run_dir: RunDir) -> dict:
         """summary.json's "policies" (several policies): each one's mean return of its last return_window

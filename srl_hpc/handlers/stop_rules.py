@@ -35,6 +35,10 @@ class StopRules:
                 and len(totals.returns) == stop.return_window and mean_return >= stop.target_return:
             return "succeeded", (f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
                                  f"over the last {stop.return_window} episodes")
+        best = totals.best_policy() if stop.target_return is not None else None  # a population: its best member
+        if best is not None and best[1] >= stop.target_return:
+            return "succeeded", (f"target reached by {best[0]}: mean return {best[1]:.1f} >= "
+                                 f"{stop.target_return:g} over its last {stop.return_window} episodes")
         if stop.env_frames is not None and frames >= stop.env_frames:
             return "succeeded", f"env frame budget reached: {frames:,} >= {stop.env_frames:,}"
         if stop.wall_time is not None and totals.elapsed(now) >= stop.wall_time:

@@ -9,13 +9,18 @@ sent the batch. With `prefetch` on, the source runs in its own thread (prefetch.
 ready while the current one trains. With several trainers they train one model data-parallel, in
 lockstep (lockstep.py); trainer/0 publishes and checkpoints (srl_hpc/checkpoint.py), and keeps the policy's
 parameter database (services/parameter_db.py): each checkpoint's version tagged `latest`, every
-`snapshot_every`-th version tagged `snapshot-N`, at most `keep_untagged` other versions.
+`snapshot_every`-th version tagged `snapshot-N`, at most `keep_untagged` other versions. In a population
+(population-based training) a member's trainer starts with its member's hyper-parameters and, between two
+updates, takes the copies the population manager sends it: another member's weights and new
+hyper-parameters (srl_hpc/population.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
+import zmq
 
 from srl_hpc.algorithms import reads_global_state, spec
 from srl_hpc.checkpoint import Checkpoint
@@ -24,7 +29,8 @@ from srl_hpc.handlers import Handler
 from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
 from srl_hpc.handlers.lockstep import Lockstep
 from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
-from srl_hpc.models import build_model, parameter_checksum, resolve_device, state_arrays
+from srl_hpc.models import build_model, load_arrays, parameter_checksum, resolve_device, state_arrays
+from srl_hpc.population import starting_values
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import LATEST, ParameterPublisher
@@ -71,7 +77,10 @@ class TrainerHandler(Handler):
         self.model = build_model(exp, obs_space, action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
         self.contract = Contract.of(obs_space, action_space, self.spec, exp)
-        self.algorithm = self.spec.load()(self.model, exp.algorithm, self.device, bf16=cfg.precision == "bf16",
+        algorithm = exp.algorithm
+        if exp.population.size:  # a member: its own starting hyper-parameters
+            algorithm = dataclasses.replace(algorithm, **starting_values(exp.population, algorithm, self.policy))
+        self.algorithm = self.spec.load()(self.model, algorithm, self.device, bf16=cfg.precision == "bf16",
                                           total_frames=exp.stop.env_frames)
         agents = getattr(self.model, "agents", 1)  # a centralised critic sees whole envs: batches must hold them
         if cfg.batch_segments % agents:
@@ -139,6 +148,11 @@ class TrainerHandler(Handler):
                                          lambda: self.version, self.trace, exp.env.frames_per_step)
         if self.leader:
             self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
+        self.copies = None  # a population member's: the manager's copies come in here
+        if self.graph.served_by("population", self.name):
+            self.copies = self.worker.ctx.socket(zmq.PULL)
+            self.copies.setsockopt(zmq.LINGER, 0)
+            ports["population"] = endpoints.bind(self.copies)
         if self.lockstep is not None:
             ports.update(self.lockstep.bind())
         return ports
@@ -186,6 +200,8 @@ class TrainerHandler(Handler):
         self.wait_seconds += t1 - t0
         if self.leader:
             self.publisher.maybe_republish()
+        if self.copies is not None:
+            self._take_copy()
         if batch is None:
             return
         t0 = self._ready_since  # the wait counts from the end of the previous training step
@@ -220,6 +236,26 @@ class TrainerHandler(Handler):
         if self.leader and time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
             self.save_checkpoint()
 
+    def _take_copy(self) -> bool:
+        """A population member copying another (exploit and explore): the other's weights, trained from now on
+        with the new hyper-parameters, published as the next version. False when no copy was waiting."""
+        try:
+            msg = wire.unpack(self.copies.recv_multipart(zmq.NOBLOCK))
+        except zmq.Again:
+            return False
+        load_arrays(self.model, msg.arrays)
+        self.algorithm.restart(msg.meta["values"])
+        self.version += 1
+        self.source.oldest_version = self.version  # what its actors played with the old weights is not trained on
+        self.publisher.publish(self.version, state_arrays(self.model), self.tags)
+        self.trace.record("copy", round=msg.meta["round"], source_version=msg.meta["source_version"],
+                          version=self.version, checksum=parameter_checksum(self.model),
+                          **{f"new_{k}": v for k, v in msg.meta["values"].items()})
+        print(f"[{self.name}] population round {msg.meta['round']}: version {self.version} is "
+              f"{msg.meta['source']}'s version {msg.meta['source_version']}, trained with {msg.meta['values']}",
+              flush=True)
+        return True
+
     def finish(self):
         """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames:
         keep receiving (and dropping, counted) until the controller says every frame sent has arrived."""
@@ -228,6 +264,8 @@ class TrainerHandler(Handler):
         if self._held_batch is not None:
             self._drop(self._held_batch)
             self._held_batch = None
+        while self.copies is not None and self._take_copy():  # sent before the stop: in the checkpoint too
+            pass
         self.trace.record("final_parameters", version=self.version, checksum=parameter_checksum(self.model))
         if self.leader:
             self.save_checkpoint()
@@ -242,6 +280,8 @@ class TrainerHandler(Handler):
     def close(self):
         if self.lockstep is not None:
             self.lockstep.close()
+        if self.copies is not None:
+            self.copies.close(0)
 
     def save_checkpoint(self):
         """The checkpoint's version goes into the parameter database first, tagged latest, so that the index

@@ -19,7 +19,6 @@ return what its algorithm's head returns (ObsDecoder(obs_space) reads a Dict obs
 """
 from __future__ import annotations
 
-import hashlib
 import os
 
 import gymnasium
@@ -30,6 +29,7 @@ from torch import nn
 from srl_hpc.algorithms import spec
 from srl_hpc.dotted import load_object
 from srl_hpc.envs.backends import agent_count, global_state_size
+from srl_hpc.services.parameters import arrays_checksum
 from srl_hpc.models.distributions import MASKED, ActionDistribution
 from srl_hpc.models.normalization import RunningMeanStd
 from srl_hpc.streams.contract import ACTION_MASK, ObsContract
@@ -394,11 +394,7 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
 def parameter_checksum(model: nn.Module) -> int:
     """A 63-bit digest of every weight's bytes: equal on two data-parallel trainers only if they hold
     bit-identical parameters."""
-    digest = hashlib.blake2b(digest_size=8)
-    for name, value in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(value.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return int.from_bytes(digest.digest(), "little") >> 1
+    return arrays_checksum(state_arrays(model))
 
 
 def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:

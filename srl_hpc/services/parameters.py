@@ -12,6 +12,7 @@ XPUB that passes every subscribe and unsubscribe up (XPUB_VERBOSER), which is ho
 """
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -22,6 +23,16 @@ from srl_hpc.streams.waiting import waiting
 
 LATEST = "latest"
 REPUBLISH_INTERVAL = 2.0
+
+
+def arrays_checksum(arrays: dict[str, np.ndarray]) -> int:
+    """A 63-bit digest of published weights (every array's name and bytes): equal for two models only if they
+    hold bit-identical parameters (srl_hpc.models.parameter_checksum)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for name, value in sorted(arrays.items()):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return int.from_bytes(digest.digest(), "little") >> 1
 
 
 class ParameterPublisher:

@@ -396,6 +396,20 @@ def ratings(run: RunTrace) -> dict:
     return out
 
 
+def population(run: RunTrace) -> dict:
+    """Population-based training: the copies the manager made (its trace table `copy`), in order, each with
+    the new values of what explore changes."""
+    copies = []
+    for worker in run.hosting("population"):
+        tab = worker.table("copy")
+        values = [k for k in tab if k.startswith("new_")]
+        for i in range(len(tab["t"])):
+            copies.append({"t": float(tab["t"][i] - run.t0), "round": int(tab["round"][i]),
+                           "target": run.policies[int(tab["target"][i])], "source": run.policies[int(tab["source"][i])],
+                           "values": {k.removeprefix("new_"): float(tab[k][i]) for k in values}})
+    return {"copies": copies}
+
+
 def summarize(run: RunTrace) -> dict:
     """Everything srl-trace reports about one run, as plain JSON-ready data."""
     t0 = run.t0
@@ -441,6 +455,7 @@ def summarize(run: RunTrace) -> dict:
         "returns_by_policy": {name: returns_over_time(run, policy=i) for i, name in enumerate(run.policies)},
         "evaluation": evaluation(run),
         "ratings": ratings(run),
+        "population": population(run),
         "verdict": {"stage": found.stage, "evidence": found.evidence},
     }
 

@@ -207,6 +207,13 @@ def format_summary(s: dict) -> str:
                       f"{e['best']['mean_return']:.1f}",
                   "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown)]
     lines += _ratings_lines(s.get("ratings", {}))
+    copies = s.get("population", {}).get("copies")
+    if copies:
+        shown = copies[-10:]
+        lines += ["", f"population: {len(copies)} copies in {copies[-1]['round']} rounds" +
+                  ("; the last 10:" if len(copies) > 10 else ":")]
+        lines += [f"  {c['t']:.0f}s round {c['round']}: {c['target']} copied {c['source']}"
+                  + "".join(f", {k} {v:.3g}" for k, v in c["values"].items()) for c in shown]
     v = s["verdict"]
     lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
               f"  {v['evidence']}"]
