@@ -37,6 +37,10 @@ def outcome(run_dir: Path, size: int) -> dict:
             "run_dir": str(run_dir)}
 
 
+def shown(seconds: float) -> str:
+    return "never" if seconds == math.inf else f"{seconds:.1f}s"
+
+
 def run_once(exp: config.Experiment, run_dir: Path) -> dict:
     exp, run = runs.create(exp, run_dir)
     local.run(exp, run, out=io.StringIO())
@@ -79,22 +83,20 @@ def main(argv=None) -> int:
     for seed in [int(s) for s in args.seeds.split(",")]:
         seeded = config.replace(exp, seed=seed)
         results["population"].append(run_once(seeded, out / "population" / f"seed-{seed}"))
-        print(f"seed {seed} population: {results['population'][-1]['seconds']:.1f}s", flush=True)
+        print(f"seed {seed} population: {shown(results['population'][-1]['seconds'])}", flush=True)
         dirs = [out / f"fixed-{k}" / f"seed-{seed}" for k in range(len(settings))]
         together = run_together(args.experiment, seed, [[f"stop.wall_time={args.cap}", *o] for _, o in settings], dirs)
         for (name, _), result in zip(settings, together):
             results[name].append(result)
-            print(f"seed {seed} {name}: {result['seconds']:.1f}s", flush=True)
+            print(f"seed {seed} {name}: {shown(result['seconds'])}", flush=True)
     medians = {name: statistics.median(r["seconds"] for r in rs) for name, rs in results.items()}
     frames = {name: statistics.median(r["frames_per_member"] for r in rs) for name, rs in results.items()}
     fixed_median = statistics.median(medians[name] for name, _ in settings)
     print(f"\n{'run':<28}{'median s':>10}{'frames/member':>15}   per seed (s)")
     for name, rs in results.items():
-        print(f"{name:<28}{medians[name]:>10.1f}{frames[name]:>15,.0f}   "
-              + ", ".join(f"{r['seconds']:.1f}" for r in rs))
-    print(f"median fixed member: {fixed_median:.1f}s; population: {medians['population']:.1f}s "
-          f"({fixed_median / medians['population']:.2f}x sooner)" if medians["population"] < math.inf else
-          f"median fixed member: {fixed_median:.1f}s; the population did not reach the target")
+        per_seed = ", ".join(shown(r["seconds"]) for r in rs)
+        print(f"{name:<28}{shown(medians[name]):>10}{frames[name]:>15,.0f}   {per_seed}")
+    print(f"median fixed member: {shown(fixed_median)}; population: {shown(medians['population'])}")
     print(json.dumps({"experiment": str(args.experiment), "cap": args.cap, "medians": medians,
                       "frames_per_member": frames, "median_fixed": fixed_median, "runs": results, "out": str(out)},
                      default=str))
