@@ -160,4 +160,4 @@ def test_shell_completion_of_experiment_files_and_run_directories(tmp_path):
     assert complete("srl-trace", f"srl-trace {tmp_path}/run", tmp_path) == runs
     experiments = sorted([str(tmp_path / "run-exp.yaml"), *runs])  # the directories, to walk into
     assert complete("srl-launch", f"srl-launch validate {tmp_path}/run", tmp_path) == experiments
-    assert complete("srl-launch", "srl-launch experiments/cartpole_p", tmp_path) == ["experiments/cartpole_ppo.yaml"]
+    assert complete("srl-launch", "srl-launch experiments/cartpole_pp", tmp_path) == ["experiments/cartpole_ppo.yaml"]
