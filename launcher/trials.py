@@ -1,0 +1,139 @@
+"""A measured trial: run an experiment for a fixed time (here, or as a Slurm job) and read what it achieved.
+
+Training throughput = env frames consumed by the trainer per second (Atari: agent steps x frame skip);
+sampling throughput = env frames stepped by all actors per second. Both over the whole run (after rendezvous)
+and over its steady part (metrics.csv rows after `warmup` seconds). From the run's traces: the trainer's busy
+fraction, inference batch sizes and latency, the policy workers' CPU per request, actor memory and start-up,
+and the verdict (the stage that bounds throughput). `srl-launch tune` and the benchmarks measure with this.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from launcher import local, runs
+from launcher.plan import PlanError
+from launcher.slurm import SlurmError
+from srl_hpc import config
+
+
+class TrialFailed(RuntimeError):
+    """The run did not finish its measured time (its log or state says why); `code`: its exit code (128+N: it
+    was stopped by signal N)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def timed(exp: config.Experiment, seconds: float) -> config.Experiment:
+    """`exp` stopped by time alone (env_frames stays: it is the lr-annealing horizon), reporting often enough."""
+    stop = dataclasses.replace(exp.stop, wall_time=seconds, target_return=None, target_eval_return=None)
+    monitor = dataclasses.replace(exp.monitor, status_interval=min(5.0, seconds / 4))
+    return config.replace(exp, stop=stop, monitor=monitor)
+
+
+def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir: Path | None = None,
+            slurm: bool = False) -> dict:
+    """Run `exp` for `seconds` in `run_dir`/run (default: a temporary directory) and return its figures; with
+    `slurm`, as one Slurm job (submitted, waited for). Raises TrialFailed with the log's end when it fails."""
+    exp = timed(exp, seconds)
+    run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"bench-{exp.name}-"))
+    if slurm:
+        from launcher import api
+
+        # a short job asks for little time (the backfill scheduler starts it sooner) and is never requeued
+        short = dataclasses.replace(exp.slurm, time=str(math.ceil(seconds / 60) + 10), requeue=None)
+        try:
+            handle = api.submit(config.replace(exp, slurm=short), slurm=True, run_dir=run_dir / "run")
+        except (PlanError, SlurmError) as e:  # e.g. more nodes than the partition has: this setting cannot run
+            raise TrialFailed(f"not submitted: {e}") from None
+        try:
+            state = handle.wait(timeout=seconds + 900)  # queueing and start-up on top of the measured time
+        except TimeoutError as e:
+            handle.cancel()
+            raise TrialFailed(f"{e}; cancelled") from None
+        run = handle.run
+        if state != "completed":
+            raise TrialFailed(f"Slurm job {handle.job_id} ended {state}: "
+                              f"{runs.tail(run.log('controller'), 5) if run.log('controller').exists() else ''}")
+    else:
+        exp, run = runs.create(exp, run_dir / "run")
+        log = io.StringIO()
+        code = local.run(exp, run, out=log)
+        if code != 0:
+            raise TrialFailed(f"exit {code}:\n{log.getvalue()[-3000:]}", code)
+    summary = json.loads(run.summary.read_text())
+    wall = summary["wall_time"]
+    result = {"experiment": exp.name, "seconds": wall, "run_dir": str(run.root),
+              "training_fps": round(summary["frames_consumed"] / wall, 1),
+              "sampling_fps": round(summary["env_frames"] / wall, 1),
+              **steady(run.metrics, warmup),
+              "policy_version": summary["policy_version"], "frames_dropped": summary["frames_dropped"],
+              "trace": exp.monitor.trace}
+    if exp.monitor.trace:
+        result.update(from_traces(run.root, warmup))
+    return result
+
+
+def steady(metrics: Path, warmup: float) -> dict:
+    """Training and sampling frames/s between the first metrics row after `warmup` and the last."""
+    rows = [r for r in csv.DictReader(open(metrics)) if float(r["wall_time"]) > warmup]
+    if len(rows) < 2:
+        return {"steady_training_fps": None, "steady_sampling_fps": None}
+    dt = float(rows[-1]["wall_time"]) - float(rows[0]["wall_time"])
+    delta = lambda key: (int(rows[-1][key]) - int(rows[0][key])) / dt  # noqa: E731
+    return {"steady_training_fps": round(delta("frames_consumed"), 1),
+            "steady_sampling_fps": round(delta("env_frames"), 1)}
+
+
+def from_traces(run_dir: Path, warmup: float) -> dict:
+    import numpy as np  # (h5py and numpy: not for every srl-launch command's start)
+
+    from srl_hpc.trace import analysis, reader
+
+    run = reader.read_run(run_dir)
+    s = analysis.summarize(run)
+    updates = [w.table("train_step")["t"] for w in run.hosting("trainer") if len(w.table("train_step")["t"])]
+    policy = analysis.policy_cost(run, float(updates[0][0]) + warmup, float(updates[0][-1])) if updates else {}
+    actors = run.hosting("actor")
+    rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if "rss_mb" in w.table("heartbeat")]
+    startup = [float(w.table("startup")["seconds"][0]) for w in actors if len(w.table("startup").get("seconds", []))]
+    busy = s["trainer_busy_fraction"]
+    return {"trainer_busy_fraction": None if busy is None else round(busy, 3),
+            "inference_batch_mean": s["batch_size"].get("mean"),
+            "inference_latency_ms": {k: round(1000 * v, 3) for k, v in s["latency"]["inference_latency"].items()
+                                     if k in ("p50", "p90", "p99") and v is not None},
+            "policy_cpu_us_per_request": policy.get("cpu_us_per_request"),
+            "policy_forward_us_per_request": policy.get("forward_us_per_request"),
+            "actor_rss_mb_max": round(max(rss), 1) if rss else None,
+            "actor_startup_s_max": round(max(startup), 2) if startup else None,
+            "verdict": s["verdict"]["stage"], "verdict_evidence": s["verdict"]["evidence"]}
+
+
+def training_fps(result: dict) -> float:
+    """The figure a trial is judged by: steady training frames/s, or the whole run's when too short for that."""
+    steady_fps = result.get("steady_training_fps")
+    return steady_fps if steady_fps is not None else result["training_fps"]
+
+
+def table(rows: list[dict], label_key: str = "label") -> str:
+    """A plain text table of the figures that matter, one row per measured configuration."""
+    cols = [("training fps", "steady_training_fps"), ("sampling fps", "steady_sampling_fps"),
+            ("trainer busy", "trainer_busy_fraction"), ("batch", "inference_batch_mean"),
+            ("actor RSS MB", "actor_rss_mb_max"), ("verdict", "verdict")]
+    width = max([len(str(r.get(label_key, r["experiment"]))) for r in rows] + [12])
+    lines = [f"{'configuration':<{width}} " + " ".join(f"{c:>13}" for c, _ in cols)]
+    for r in rows:
+        cells = []
+        for _, key in cols:
+            v = r.get(key)
+            cells.append(f"{v:>13,.1f}" if isinstance(v, float) and key != "trainer_busy_fraction"
+                         else f"{v:>13.0%}" if key == "trainer_busy_fraction" and v is not None else f"{str(v):>13}")
+        lines.append(f"{str(r.get(label_key, r['experiment'])):<{width}} " + " ".join(cells))
+    return "\n".join(lines)
