@@ -12,7 +12,7 @@ from pathlib import Path
 
 from argcomplete.completers import DirectoriesCompleter, FilesCompleter
 
-from launcher import doctor, local, overrides, plan, runs, slurm, status, sweep
+from launcher import doctor, local, overrides, plan, runs, slurm, status, sweep, trials, tune
 from srl_hpc import config, graph as wiring
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
@@ -31,6 +31,7 @@ srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/jo
 srl-launch validate EXPERIMENT.yaml... [KEY=VALUE...]  check files (--seed, --set as for a run); run nothing
 srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
 srl-launch graph EXPERIMENT.yaml...         print the workers, their handlers and het groups, and the streams
+srl-launch tune EXPERIMENT.yaml [--slurm] [--budget 600]   short measured runs choose placement, ring, threads...
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
@@ -286,6 +287,64 @@ def _overrides(p: argparse.ArgumentParser) -> None:
     add_profile_option(p)
 
 
+def _tune_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="srl-launch tune", description=(
+        "Short measured runs (here, or each as a Slurm job with --slurm) choose the settings that change "
+        "throughput but not what is learned: placement, ring size, inference splits, actors and policy workers, "
+        "max batch, torch threads, inference precision. The trace verdict of each trial (what bound it) decides "
+        "which to try next. Writes the tuned experiment file, a comment on each changed key, and a table of "
+        "every trial."))
+    p.add_argument("experiment", type=Path)
+    _overrides(p)
+    p.add_argument("--slurm", action="store_true", help="each trial a Slurm job, on the nodes the run will use")
+    p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole search (default 600)")
+    p.add_argument("--seconds", type=float, default=20.0, help="each trial's measured run (default 20)")
+    p.add_argument("--warmup", type=float, default=5.0,
+                   help="seconds at a trial's start left out of its training frames/s (default 5)")
+    p.add_argument("--keys", help="comma-separated knobs to search (default: all of them here; with --slurm, all "
+                                  "but the process counts, workers.actor.count and workers.policy.count): "
+                                  + ", ".join(tune.BY_KEY))
+    p.add_argument("--min-gain", type=float, default=0.05,
+                   help="how much faster than the best a setting must be, in both of its trials, to become the "
+                        "best (default 0.05: 5 percent)")
+    p.add_argument("--dir", type=Path, help="where the trials write (default: runs/<name>-tune-<time>)")
+    p.add_argument("-o", "--output", type=Path, help="the tuned experiment file (default: beside the experiment, "
+                                                      "EXPERIMENT.tuned.yaml; never overwritten)")
+    return p
+
+
+def cmd_tune(argv) -> int:
+    args = _parse(_tune_parser(), argv)
+    exp = _checked_experiment(args)
+    keys = tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else (
+        tune.SLURM_KEYS if args.slurm else tuple(tune.BY_KEY))
+    unknown = [k for k in keys if k not in tune.BY_KEY]
+    if unknown or not keys:
+        raise UsageError(f"--keys: {', '.join(unknown) or 'none given'} not among the knobs "
+                         f"({', '.join(tune.BY_KEY)})")
+    if args.seconds <= args.warmup or args.budget < 3 * args.seconds:
+        raise UsageError(f"--seconds ({args.seconds:g}) must exceed --warmup ({args.warmup:g}), and --budget "
+                         f"({args.budget:g}) hold at least 3 trials")
+    output = args.output or args.experiment.with_suffix(".tuned.yaml")
+    if output.exists():
+        raise FileExistsError(f"{output} exists; move it away or choose another --output")
+    if not args.slurm:
+        local.check_fits(exp)
+    tune_dir = runs.resolve(exp, args.dir, suffix="-tune")
+    if tune_dir.exists() and any(tune_dir.iterdir()):
+        raise FileExistsError(f"{tune_dir} is not empty; choose another --dir")
+    try:
+        tune.tune(exp, args.experiment, tune_dir, output, keys=keys, seconds=args.seconds, warmup=args.warmup,
+                  budget=args.budget, min_gain=args.min_gain, slurm=args.slurm, given=args.set)
+    except trials.TrialFailed as e:
+        print(f"srl-launch tune: {e}", file=sys.stderr)
+        return e.code if e.code >= 128 else 1
+    except KeyboardInterrupt:
+        print(f"srl-launch tune: interrupted; each trial's run directory is in {tune_dir}", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch status", description="State and outcome of a run or sweep.")
     p.add_argument("run_dir", type=RunDir)
@@ -528,10 +587,10 @@ def cmd_params(argv) -> int:
 # each command's parser, for --help and shell completion (_parser)
 PARSERS = {"run": _run_parser, "prepare": _prepare_parser, "validate": _validate_parser, "graph": _graph_parser,
            "status": _status_parser, "logs": _logs_parser, "cancel": _cancel_parser, "resume": _resume_parser,
-           "enjoy": _enjoy_parser, "params": _params_parser, "doctor": doctor.parser}
+           "enjoy": _enjoy_parser, "params": _params_parser, "doctor": doctor.parser, "tune": _tune_parser}
 COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph, "status": cmd_status,
             "logs": cmd_logs, "cancel": cmd_cancel, "resume": cmd_resume, "enjoy": cmd_enjoy, "params": cmd_params,
-            "doctor": doctor.cmd_doctor}
+            "doctor": doctor.cmd_doctor, "tune": cmd_tune}
 
 
 # 0 ok, 1 the run failed (returned by the commands), 2 what was asked cannot be done as written, 3 the scheduler

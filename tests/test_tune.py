@@ -1,0 +1,214 @@
+"""srl-launch tune (launcher/tune.py): the search's order and rules against given measurements, the tuned file
+it writes, and a real search on CartPole."""
+import collections
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from launcher import trials, tune
+from launcher.cli import main
+from srl_hpc import config
+
+CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
+KEYS = tuple(tune.BY_KEY)
+ROOMY = {"workers.trainer.torch_threads": 4, "workers.policy.torch_threads": 2, "bf16": False}
+
+
+class Machine:
+    """Measurements as a function of the setting: frames/s and the verdict each setting would get; `flukes`
+    gives a setting a high first measurement (what noise does to one short trial)."""
+
+    def __init__(self, fps, verdict, flukes=None):
+        self.fps, self.verdict, self.flukes, self.log = fps, verdict, dict(flukes or {}), []
+
+    def __call__(self, setting: dict, index: int) -> dict:
+        self.log.append(dict(setting))
+        key = tuple(sorted(setting.items()))
+        fps = self.flukes.pop(key) if key in self.flukes else self.fps(setting)
+        return {"training_fps": fps, "steady_training_fps": fps, "verdict": self.verdict(setting)}
+
+
+def clock_of(machine: Machine, seconds_per_trial: float):
+    return lambda: seconds_per_trial * len(machine.log)
+
+
+def base() -> dict:
+    return tune.read(config.load(CARTPOLE), KEYS)
+
+
+def test_the_verdict_puts_the_knobs_that_address_it_first():
+    assert tune.order("trainer", KEYS)[:2] == ["workers.trainer.torch_threads", "workers.actor.count"]
+    assert tune.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
+    assert tune.order("unknown", KEYS) == list(KEYS)
+    assert sorted(tune.order("env", KEYS)) == sorted(KEYS)  # every knob, once
+    assert tune.order("trainer", ("workers.actor.ring_size",)) == ["workers.actor.ring_size"]
+
+
+def test_a_placement_brings_the_policy_worker_count_it_needs_and_the_result_validates():
+    exp = config.load(CARTPOLE)
+    impala = tune.normalized({**tune.read(exp, KEYS), "workers.placement": "impala"})
+    assert impala["workers.policy.count"] == 0
+    assert tune.normalized({**impala, "workers.placement": "srl"})["workers.policy.count"] == 1
+    # the knob left out of the search: the words still make a valid experiment either way
+    as_impala = config.with_overrides(exp, tune.overrides({"workers.placement": "impala"}, exp))
+    assert as_impala.workers.policy.count == 0
+    back = config.with_overrides(as_impala, tune.overrides({"workers.placement": "srl"}, as_impala))
+    assert back.workers.policy.count == 1
+
+
+def test_values_that_cannot_help_here_are_skipped():
+    setting = {**base(), "workers.placement": "impala"}
+    assert "only with placement srl" in tune.skip_reason(setting, "workers.policy.count", 2, ROOMY)
+    assert "CPUs" in tune.skip_reason(setting, "workers.trainer.torch_threads", 4,
+                                     {**ROOMY, "workers.trainer.torch_threads": 2})
+    assert "bf16" in tune.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
+    assert tune.skip_reason(setting, "workers.actor.ring_size", 32, ROOMY) is None
+
+
+def test_the_search_follows_the_verdict_keeps_what_is_faster_and_finds_the_best():
+    # envs bind until the ring is 32; then the trainer binds, and 2 trainer threads help
+    def fps(s):
+        return 1000 * s["workers.actor.ring_size"] * (1.5 if s["workers.trainer.torch_threads"] == 2 else 1)
+
+    def verdict(s):
+        return "env" if s["workers.actor.ring_size"] < 32 else "trainer"
+
+    machine = Machine(fps, verdict)
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {"workers.actor.ring_size": 32, "workers.trainer.torch_threads": 2}
+    assert outcome.best.fps == 48_000 and outcome.base.fps == 16_000
+    assert [len(k.trials) for k in outcome.kept] == [2, 2, 2]  # each kept setting measured twice
+    # env-bound first: actor counts, then the ring; once trainer-bound, the trainer's threads come first
+    assert [t.setting["workers.actor.count"] for t in outcome.trials[2:4]] == [1, 4]
+    assert [t.why.split(":")[0] for t in outcome.trials[2:4]] == ["env-bound (trials 0, 1)"] * 2
+    ring = next(i for i, s in enumerate(machine.log) if s["workers.actor.ring_size"] == 32)
+    assert machine.log[ring + 1] == machine.log[ring]  # its check
+    assert machine.log[ring + 2]["workers.trainer.torch_threads"] == 2
+    counts = collections.Counter(tuple(sorted(s.items())) for s in machine.log)
+    twice = {setting for setting, n in counts.items() if n > 1}
+    assert twice == {tuple(sorted(k.setting.items())) for k in outcome.kept}  # only the kept ones measured twice
+
+
+def test_a_fluke_that_does_not_hold_in_its_check_is_not_kept():
+    fluke = {**base(), "workers.actor.count": 1}
+    machine = Machine(lambda s: 10_000, lambda s: "trainer", flukes={tuple(sorted(fluke.items())): 20_000})
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {} and outcome.best is outcome.base
+    won = next(t for t in outcome.trials if t.fps == 20_000)
+    assert outcome.trials[won.index + 1].why == f"check: trial {won.index} again"
+    assert outcome.trials[won.index + 1].fps == 10_000
+
+
+def test_the_budget_bounds_the_trials():
+    machine = Machine(lambda s: 1000 * s["workers.actor.count"], lambda s: "env")  # 4 actors: trial 3
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=65, clock=clock_of(machine, 10), say=lambda _: 0)
+    # 10 s a trial: a next trial starts only while it and its check fit; the fifth ends at 50 s
+    assert len(outcome.trials) == 5
+    assert outcome.trials[4].why == "check: trial 3 again"
+    assert outcome.changes == {"workers.actor.count": 4}
+
+
+def test_a_trial_that_fails_is_a_row_and_the_search_goes_on_and_what_cannot_run_is_not_tried():
+    def fps(s):
+        if s["workers.actor.count"] == 4:
+            raise trials.TrialFailed("exit 1:\nworker actor/3 ran out of memory")
+        return 1000.0
+
+    machine = Machine(fps, lambda s: "env")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0,
+                          invalid=lambda s: "too big here" if s["workers.actor.ring_size"] == 32 else None)
+    assert all(s["workers.actor.ring_size"] != 32 for s in machine.log)  # what cannot run is not tried
+    failed = [t for t in outcome.trials if t.error]
+    assert [t.error for t in failed] == ["worker actor/3 ran out of memory"]
+    assert len(outcome.trials) > 3
+    assert "failed: worker actor/3 ran out of memory" in tune.trial_table(outcome)
+
+
+def test_the_tuned_file_keeps_the_experiments_text_and_comments_each_change():
+    source = CARTPOLE.read_text()
+    changes = {"workers.placement": "impala", "workers.policy.count": 0, "workers.actor.ring_size": 32,
+               "workers.trainer.torch_threads": 2}
+    notes = {k: f"tune: note on {k}" for k in changes}
+    text = tune.tuned_yaml(source, changes, notes, ["Tuned by a test"])
+    assert text.startswith("# Tuned by a test\n# PPO on CartPole-v1")
+    assert re.search(r"^    ring_size: 32 +# tune: note on workers.actor.ring_size$", text, re.M), text
+    assert "one request per ring beats" in text  # another key's comment stays
+    assert 'time: "00:15:00"' in text  # a quoted string stays one (YAML 1.1 reads 00:15:00 as a number)
+    tuned = config.loads(text)
+    assert tuned == config.with_overrides(config.load(CARTPOLE), [f"{k}={v}" for k, v in changes.items()])
+    # a key in a map the file does not have
+    text = tune.tuned_yaml("env: {id: CartPole-v1}\nstop: {wall_time: 5}\n", {"workers.policy.max_batch": 64}, {}, [])
+    assert config.loads(text).workers.policy.max_batch == 64
+
+
+@pytest.mark.parametrize("words, error", [
+    (["--keys", "workers.actor.rings"], "--keys: workers.actor.rings not among the knobs"),
+    (["--seconds", "5", "--warmup", "5"], "--seconds (5) must exceed --warmup (5)"),
+    (["--budget", "30"], "hold at least 3 trials"),
+    (["-o", str(CARTPOLE)], "cartpole_ppo.yaml exists; move it away or choose another --output"),
+])
+def test_a_tune_that_cannot_work_is_refused_before_any_trial(words, error, capsys, tmp_path):
+    assert main(["tune", str(CARTPOLE), "--dir", str(tmp_path / "t"), "-o", str(tmp_path / "o.yaml"), *words]) == 2
+    assert error in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.e2e
+def test_tune_on_cartpole_measures_each_trial_and_writes_a_file_that_runs(tmp_path, capsys):
+    out = tmp_path / "tuned.yaml"
+    code = main(["tune", str(CARTPOLE), "--keys", "workers.actor.count,workers.placement", "--seconds", "6",
+                 "--warmup", "2", "--budget", "60", "--dir", str(tmp_path / "t"), "-o", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    record = json.loads((tmp_path / "t" / "trials.json").read_text())
+    assert len(record["trials"]) >= 3  # the experiment as given twice, then another setting
+    for t in record["trials"]:  # every trial ran, measured and diagnosed from its own traces
+        assert t["error"] == "" and t["fps"] > 0, t
+        assert t["verdict"] in ("env", "inference", "transport", "trainer"), t
+        assert (tmp_path / "t" / f"trial-{t['index']:02d}" / "run" / "traces").is_dir()
+    rows = [line for line in (tmp_path / "t" / "trials.md").read_text().splitlines() if re.match(r"\| \d", line)]
+    assert len(rows) == len(record["trials"])
+    tuned = config.load(out)
+    expected = config.with_overrides(config.load(CARTPOLE), [f"{k}={v}" for k, v in record["changes"].items()])
+    assert tuned.workers == expected.workers
+    text = out.read_text()
+    assert text.startswith("# Tuned by srl-launch tune")
+    for key in record["changes"]:
+        assert re.search(rf"^\s+{key.rsplit('.', 1)[-1]}: .*# tune: ", text, re.M), (key, text)
+    assert f"tuned experiment: {out}" in printed
+
+
+class Steps:
+    """A trainer's trace with only its updates (times and frames): what trials.between_updates reads."""
+
+    def __init__(self, t, frames):
+        self.steps = {"t": np.asarray(t, dtype=float), "frames": np.asarray(frames)}
+
+    def table(self, name):
+        assert name == "train_step"
+        return self.steps
+
+
+class Updates:
+    def __init__(self, t0, trainers):
+        self.t0, self.trainers = t0, trainers
+
+    def hosting(self, kind):
+        return self.trainers if kind == "trainer" else []
+
+
+def test_training_frames_per_second_come_from_the_updates_after_the_warmup_without_rounding_to_an_update():
+    t0 = 1000.0
+    # updates of 4,096 frames every 2 s from 4 s on; after a 5 s warmup: 6, 8, 10 s, 8,192 frames in 4 s
+    two_trainers = [Steps(t0 + np.array([4, 6, 8, 10]), [4096] * 4) for _ in range(2)]
+    assert trials.between_updates(Updates(t0, two_trainers), warmup=5) == 2 * 2048
+    # 9 updates 1.7 s apart: a fixed 15 s window of metrics rows would count 8 or 9 of them
+    uneven = [Steps(t0 + 5 + 1.7 * np.arange(9), [4096] * 9)]
+    assert trials.between_updates(Updates(t0, uneven), warmup=5) == pytest.approx(4096 / 1.7, abs=0.1)
+    assert trials.between_updates(Updates(t0, [Steps(t0 + np.array([6, 8]), [4096] * 2)]), warmup=5) is None
+    figures = {"update_training_fps": 2048.0, "steady_training_fps": 1911.0, "training_fps": 1500.0}
+    assert trials.training_fps(figures) == 2048.0
+    assert trials.training_fps({**figures, "update_training_fps": None}) == 1911.0
