@@ -125,6 +125,8 @@ def between_updates(run, warmup: float) -> float | None:
     total = 0.0
     for w in run.hosting("trainer"):
         steps = w.table("train_step")
+        if "frames" not in steps:  # no update at all (a trial whose start-up took its whole time)
+            return None
         after = steps["t"] >= run.t0 + warmup
         t, frames = steps["t"][after], steps["frames"][after]
         if len(t) < 3 or t[-1] <= t[0]:

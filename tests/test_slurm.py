@@ -220,18 +220,18 @@ def test_a_grid_sweep_of_two_values_and_three_seeds_through_submitit(tmp_path):
 
 def test_tune_measures_each_trial_as_a_slurm_job_and_writes_the_tuned_file(tmp_path):
     tune_dir, tuned = tmp_path / "tune", tmp_path / "tuned.yaml"
-    proc = srl("tune", experiment(tmp_path, name="tune"), "--slurm", "--keys", "workers.actor.ring_size",
-               "--seconds", "6", "--warmup", "2", "--budget", "60", "--dir", tune_dir, "-o", tuned)
+    proc = srl("tune", experiment(tmp_path, name="tune"), "--slurm", "--keys", "workers.policy.max_batch",
+               "--seconds", "4", "--warmup", "1", "--budget", "60", "--dir", tune_dir, "-o", tuned)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((tune_dir / "trials.json").read_text())
-    assert len(record["trials"]) >= 3 and record["where"] == "as Slurm jobs"  # the experiment twice, a ring
+    assert len(record["trials"]) >= 2 and record["where"] == "as Slurm jobs"  # the experiment twice, then others
     jobs = set()
     for t in record["trials"]:
         assert t["error"] == "" and t["fps"] > 0 and t["verdict"] in ("env", "inference", "transport", "trainer"), t
         jobs.add(slurm.job_id_of(RunDir(t["run_dir"])))  # each trial was a job of its own
         assert (Path(t["run_dir"]) / "traces").is_dir()
     assert len(jobs) == len(record["trials"])
-    assert config.load(tuned).workers.actor.ring_size == record["changes"].get("workers.actor.ring_size", 4)
+    assert config.load(tuned).workers.policy.max_batch == record["changes"].get("workers.policy.max_batch", 256)
 
 
 def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):

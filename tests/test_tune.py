@@ -209,6 +209,9 @@ def test_training_frames_per_second_come_from_the_updates_after_the_warmup_witho
     uneven = [Steps(t0 + 5 + 1.7 * np.arange(9), [4096] * 9)]
     assert trials.between_updates(Updates(t0, uneven), warmup=5) == pytest.approx(4096 / 1.7, abs=0.1)
     assert trials.between_updates(Updates(t0, [Steps(t0 + np.array([6, 8]), [4096] * 2)]), warmup=5) is None
+    no_update = Steps([], [])
+    no_update.steps = {}  # a trace table with no rows has no columns
+    assert trials.between_updates(Updates(t0, [no_update]), warmup=5) is None
     figures = {"update_training_fps": 2048.0, "steady_training_fps": 1911.0, "training_fps": 1500.0}
     assert trials.training_fps(figures) == 2048.0
     assert trials.training_fps({**figures, "update_training_fps": None}) == 1911.0
