@@ -361,6 +361,19 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
 
 
 @pytest.mark.e2e
+def test_a_window_smaller_than_the_actors_ring_groups_does_not_stall_them(tmp_path):
+    from srl_hpc.streams.credits import GRANT_TIMEOUT
+
+    # 2 actors, each a ring of 2 groups of 4 envs (one segment each per message), and a trainer batch of 4
+    # segments: a window of 2 grants, one per actor, for 4 groups. A ring that stood still at a group
+    # without leave stalled both actors until the grants were taken back (GRANT_TIMEOUT): 8 frames in 20 s.
+    wall_time = GRANT_TIMEOUT - 5
+    summary = launch(write_experiment(tmp_path, wall_time=wall_time), tmp_path / "run",
+                     "workers.actor.ring_size=8", "stop.env_frames=10000")
+    assert summary["reason"].startswith("env frame budget reached"), summary
+
+
+@pytest.mark.e2e
 def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",

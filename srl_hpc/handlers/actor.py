@@ -220,7 +220,7 @@ class ActorHandler(Handler):
         self._unsent: list[tuple] = []  # packed segments waiting for a consumer to take them (back-pressure)
         self._parked: set[int] = set()  # groups whose next requests wait for leave
         self._replies: dict[int, list] = {}  # group -> the replies in so far (one per policy)
-        self._leave_wait_since: float | None = None  # when the ring stopped at a group without leave
+        self._leave_wait_since: float | None = None  # since when every group has waited for leave
         self._segments = [0] * a.inference_splits  # per group: the number of the segment being filled
 
     def connect(self, table):
@@ -287,6 +287,11 @@ class ActorHandler(Handler):
         self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
 
+    def _next_stepping(self, g: int) -> int:
+        """The first group after g, round the ring, that is not parked."""
+        n = len(self._sent_at)
+        return next(h % n for h in range(g + 1, g + n) if h % n not in self._parked)
+
     def _meta(self, group: RingGroup) -> dict:
         """A request's settings: exploration, and with self-play the version each row asks for."""
         return self.explore if group.seats is None else {**self.explore, "opponents": group.seats.versions()}
@@ -296,12 +301,20 @@ class ActorHandler(Handler):
             self._push(timeout_ms)
             return
         g = self.next_group
-        if g in self._parked:  # the ring stands still until this group has leave (other groups may not wait)
-            if self._leave_wait_since is None:
+        if g in self._parked:
+            # A group without leave is passed over while another group can step: a group that holds leave
+            # must go on to fill its segment, whose arrival is what frees the trainer's next grant (with
+            # fewer grants than ring groups, a ring that stood still here would wait for itself). Only when
+            # every group waits for leave does the actor wait, and the trace counts that time.
+            everyone = len(self._parked) == len(self._sent_at)
+            if everyone and self._leave_wait_since is None:
                 self._leave_wait_since = time.perf_counter()
-            if self._unpark(g, timeout_ms):
-                self.trace.record("leave", wait_seconds=time.perf_counter() - self._leave_wait_since)
-                self._leave_wait_since = None
+            if self._unpark(g, timeout_ms if everyone else 0):
+                if self._leave_wait_since is not None:
+                    self.trace.record("leave", wait_seconds=time.perf_counter() - self._leave_wait_since)
+                    self._leave_wait_since = None
+            elif not everyone:
+                self.next_group = self._next_stepping(g)
             return
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
