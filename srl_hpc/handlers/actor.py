@@ -313,9 +313,10 @@ class ActorHandler(Handler):
                 if self._leave_wait_since is not None:
                     self.trace.record("leave", wait_seconds=time.perf_counter() - self._leave_wait_since)
                     self._leave_wait_since = None
-            elif not everyone:
-                self.next_group = self._next_stepping(g)
-            return
+                return
+            if everyone:
+                return
+            g = self.next_group = self._next_stepping(g)
         if self._waiting_since is None:
             self._waiting_since = time.perf_counter()
         replies = self._replies.setdefault(g, [])
