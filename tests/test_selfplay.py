@@ -16,7 +16,7 @@ from srl_hpc.envs.backends import spaces
 from srl_hpc.envs.connect_four import connect_four, has_four, one_ply_player
 from srl_hpc.envs.turns import play, random_player
 from srl_hpc.handlers.actor import RingGroup
-from srl_hpc.opponents import NEWEST, OpponentPool, Seats
+from srl_hpc.opponents import NEWEST, OpponentPool, Seats, fixed_code
 from srl_hpc.ratings import elo, expected_score
 from srl_hpc.services.parameter_db import ParameterDB, snapshot_tag
 from srl_hpc.streams.contract import Contract
@@ -156,6 +156,42 @@ def test_opponent_seats_samples_are_never_trained_on_counted_per_seat(tmp_path):
     assert min(games_by_seat) > 0  # the learner played both seats
 
 
+def test_a_fixed_player_takes_its_share_of_the_games_and_moves_instead_of_the_policy_when_its_turn(tmp_path):
+    db = ParameterDB(tmp_path / "parameters")
+    db.put(5, {"w": np.zeros(1)})
+    db.tag(snapshot_tag(5), 5)
+    one_ply = fixed_code("one-ply")
+    pool = OpponentPool(db, "uniform", np.random.default_rng(0), fixed={"one-ply": 0.25}, env=connect_four())
+    drawn = [pool.sample() for _ in range(4000)]
+    assert set(drawn) == {5, one_ply} and 0.22 < drawn.count(one_ply) / len(drawn) < 0.28
+    seats = Seats(2, 2, pool)
+    seats.opponent[:] = [one_ply, 5]  # game 0 against the one-ply player, game 1 against version 5
+    assert seats.versions() == (NEWEST, NEWEST, 5, NEWEST)  # the fixed player's row asks for the newest weights
+    # game 0: the fixed player (row 1) is to move and can win in column 3; game 1: version 5's row (row 2) moves
+    rows = [board(), board(mine=[(5, 3), (4, 3), (3, 3)], theirs=[(5, 0), (5, 1)]), board(), board()]
+    for row in (0, 3):
+        rows[row]["action_mask"] = np.eye(PASS + 1, dtype=np.int8)[PASS]  # not their turn: pass only
+    exp = config.load(EXPERIMENT)
+    contract = Contract.of(*spaces(exp.env), spec(exp.algorithm), exp)
+    obs = contract.obs.pack({key: np.stack([r[key] for r in rows]) for key in rows[0]})
+    policy = np.array([PASS, 6, 2, PASS])
+    assert seats.fixed_moves(policy, obs, contract.obs.unpack).tolist() == [PASS, 3, 2, PASS]
+    assert policy.tolist() == [PASS, 6, 2, PASS]  # (a reply's own array is not written to)
+    seats.episode_over(0, -1.0)
+    assert pool.scores[one_ply] == [0.0, 1]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("opponents.fixed={two-ply: 0.5}", "no fixed player 'two-ply'"),
+    ("opponents.fixed={one-ply: 1.5}", "in \\(0, 1\\]"),
+    ("opponents.fixed={one-ply: 0.6, random: 0.6}", "add up to 1.2"),
+    ("opponents.rule=none", "set opponents.rule"),
+])
+def test_fixed_opponents_that_cannot_work_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=f"opponents\\.fixed.*{message}"):
+        with_overrides(config.load(EXPERIMENT), ["opponents.fixed={one-ply: 0.25}", override])
+
+
 def test_elo_is_fitted_to_all_games_at_once_whatever_their_order():
     results = {("a", "random"): [76, 100], ("b", "a"): [50, 100], ("c", "b"): [24, 100]}
     ratings = elo(results, "random")
@@ -188,7 +224,8 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
         tmp_path):
     run_dir = tmp_path / "run"
     _, summary = run_local(EXPERIMENT, run_dir, "stop.wall_time=30", "workers.trainer.snapshot_every=5",
-                           "workers.actor.count=1", "workers.eval.interval=1", "workers.eval.episodes=6")
+                           "workers.actor.count=1", "workers.eval.interval=1", "workers.eval.episodes=6",
+                           "opponents.fixed={one-ply: 0.1}")
     assert summary["status"] == "succeeded" and summary["policy_version"] > 20
     assert_every_frame_accounted_for(summary)
     with h5py.File(run_dir / "traces" / "actor-0.h5") as f:
@@ -198,7 +235,8 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     with h5py.File(run_dir / "traces" / "policy-0.h5") as f:
         loads = f["opponent_load"]["version"][:].tolist()
     loaded = set(loads)
-    assert set(opponents[opponents != NEWEST].tolist()) <= loaded and len(loaded) >= 2
+    assert set(opponents[opponents >= 0].tolist()) <= loaded and len(loaded) >= 2
+    assert 0.05 < np.mean(opponents == fixed_code("one-ply")) < 0.15  # the fixed player's share of the games
     assert len(loads) == len(loaded), loads  # each loaded once: the policy worker holds the actors' pool
     assert set(seats.tolist()) == {0, 1}
     # frames are the learner's steps, one per move of its games: the opponents' seats would double them
@@ -221,7 +259,8 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
                            capture_output=True, text=True, timeout=120)
     assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
-    assert f"best version {best['version']} " in plots.stdout and "self-play: " in plots.stdout, plots.stdout
+    assert f"best version {best['version']} " in plots.stdout and "against the one-ply player" in plots.stdout, \
+        plots.stdout
     duel = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
                           capture_output=True, text=True, timeout=120)
     assert duel.returncode == 0, duel.stderr

@@ -364,9 +364,23 @@ class OpponentsConfig:
     # uniform, pfsp: opponents are drawn from the newest this many snapshots, each kept loaded in the policy
     # workers (a larger pool costs their memory, and a forward pass per version in a batch)
     pool: int = 8
+    # fixed players (srl_hpc/envs/turns.py: random, one-ply) among the opponents, each with its share of the
+    # games, e.g. {one-ply: 0.25}; the rule draws the rest
+    fixed: dict[str, float] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        return _check_positive(self, ("pfsp_power", "pool"))
+        from srl_hpc.envs.turns import FIXED_PLAYERS
+
+        problems = _check_positive(self, ("pfsp_power", "pool"))
+        for name, share in self.fixed.items():
+            if name not in FIXED_PLAYERS:
+                problems.append((f"opponents.fixed.{name}", f"no fixed player {name!r} (players: "
+                                 f"{', '.join(FIXED_PLAYERS)})"))
+            elif not 0 < share <= 1:
+                problems.append((f"opponents.fixed.{name}", f"a share of the games, in (0, 1]; got {share}"))
+        if sum(self.fixed.values()) > 1:
+            problems.append(("opponents.fixed", f"the shares add up to {sum(self.fixed.values()):g}, more than 1"))
+        return problems
 
 
 @dataclass(frozen=True)
@@ -735,7 +749,8 @@ class Experiment:
         steps are left out of segments, not of a replay); its evaluation workers rate versions, not returns."""
         rule = self.opponents.rule
         if rule == "none":
-            return []
+            return [("opponents.fixed", "fixed players are opponents in self-play: set opponents.rule")] \
+                if self.opponents.fixed else []
         needs = {"policies": (bool(self.policies), "one policy plays every seat; leave policies empty"),
                  "algorithm.name": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
                                     "self-play trains on-policy algorithms (ppo)"),

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from srl_hpc.algorithms import HIDDEN, reads_global_state, spec
-from srl_hpc.envs.backends import first_seed, make_env_group, make_env_teams, resolve_backend, spaces
+from srl_hpc.envs.backends import first_seed, make_env, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.opponents import OpponentPool, Seats
 from srl_hpc.services.parameter_db import ParameterDB
@@ -120,6 +120,8 @@ class RingGroup:
                 seg[HIDDEN][:] = self.hidden  # what this step's request carried
             self.hidden = np.array(reply[HIDDEN])  # (a copy: shared-memory replies are rewritten)
         self.actions = np.asarray(reply["actions"])
+        if self.seats is not None and self.seats.pool.players:  # fixed players move instead of the policy
+            self.actions = self.seats.fixed_moves(self.actions, self.obs, self.contract.obs.unpack)
         return finished
 
     @property
@@ -192,7 +194,8 @@ class ActorHandler(Handler):
         pool = None  # self-play: the past versions opponents are drawn from
         if exp.opponents.rule != "none":
             pool = OpponentPool(ParameterDB(worker.run_dir.parameters_of("")), exp.opponents.rule,
-                                np.random.default_rng(seed), exp.opponents.pfsp_power, exp.opponents.pool)
+                                np.random.default_rng(seed), exp.opponents.pfsp_power, exp.opponents.pool,
+                                exp.opponents.fixed, make_env(exp.env) if exp.opponents.fixed else None)
         groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
             group_seed = seed + g * per_group
