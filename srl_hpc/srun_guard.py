@@ -9,10 +9,11 @@ slurm_step_launch_wait_finish -> pmixp_abort_agent_stop -> pthread_join). Later 
 agent's users under a lock.
 
 The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`). It does nothing
-until the run has ended (the controller has written summary.json), then waits for the workers' exit
-bound; if srun is still there after it, it asks Slurm for the job's steps (one squeue every `interval`
-seconds, only then), and once Slurm has twice said that no step is left, it kills srun and exits 0: the
-job script then takes the run's own outcome as the job's. It exits 1 when srun ends by itself.
+until the run has ended (the controller has written summary.json); if srun is still there a few seconds
+later, it asks Slurm for the job's steps (one squeue every `interval` seconds, only then). While the
+workers wind down their step is still there and the guard goes on waiting; once Slurm has twice said that
+no step is left, it kills srun and exits 0: the job script then takes the run's own outcome as the job's.
+It exits 1 when srun ends by itself.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from pathlib import Path
 
 from srl_hpc.rundir import RunDir
 
-GRACE = 60.0  # after the summary: a worker's exit bound (30 s, srl_hpc.worker.EXIT_GRACE) and a margin
-INTERVAL = 10.0  # between two questions to Slurm once the grace is over
+GRACE = 5.0  # after the summary, before the first question: srun usually ends by itself within it
+INTERVAL = 5.0  # between two questions to Slurm once the grace is over
 
 
 def alive(pid: int) -> bool:
