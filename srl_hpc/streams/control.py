@@ -97,6 +97,9 @@ class ControlClient:
         self.events.setsockopt(zmq.LINGER, 5000)  # the final report must arrive
         self.events.connect(endpoints.address(table, controller, endpoints.EVENTS))
         self.commands = ctx.socket(zmq.SUB)
+        # a SUB has only its subscription to send, which an ended controller no longer takes: a linger would
+        # hold every worker's exit for its full length
+        self.commands.setsockopt(zmq.LINGER, 0)
         self.commands.setsockopt(zmq.SUBSCRIBE, b"")
         self.commands.connect(endpoints.address(table, controller, endpoints.COMMANDS))
 
