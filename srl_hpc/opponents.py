@@ -141,3 +141,8 @@ class Seats:
 def fixed_code(name: str) -> int:
     """The opponent code of the fixed player `name` (in versions(), the traces' games)."""
     return FIXED - list(FIXED_PLAYERS).index(name)
+
+
+def fixed_name(code: int) -> str:
+    """The fixed player whose opponent code is `code` (fixed_code's inverse)."""
+    return list(FIXED_PLAYERS)[FIXED - code]

@@ -223,20 +223,20 @@ def format_summary(s: dict) -> str:
 def _ratings_lines(r: dict) -> list[str]:
     """Self-play: games by opponent, and the rating workers' last Elo (the fixed players by name)."""
     from srl_hpc.envs.turns import FIXED_PLAYERS
-    from srl_hpc.opponents import FIXED
+    from srl_hpc.opponents import FIXED, fixed_name
 
     lines = []
-    names = list(FIXED_PLAYERS)
     if r.get("games"):
         games = r["games"]
         newest, total = games.get(-1, 0), sum(games.values())
-        fixed = {names[FIXED - v]: n for v, n in games.items() if v <= FIXED}
+        fixed = {fixed_name(v): n for v, n in games.items() if v <= FIXED}
         stored = {v: n for v, n in games.items() if v >= 0}
         lines += ["", f"self-play: {total:,} games of the learner; against the newest weights {newest:,}, "
                       f"against {len(stored)} stored versions {sum(stored.values()):,}"
                       + "".join(f", against the {name} player {n:,}" for name, n in fixed.items())]
     if r.get("rounds"):
         elo = r["elo"]
+        names = list(FIXED_PLAYERS)  # the rating table numbers them -1, -2, ... (srl_hpc/handlers/rating.py)
         fixed = [f"{names[-1 - v]} {e:.0f}" for v, e in elo.items() if v < 0 and -1 - v < len(names)]
         versions = sorted(v for v in elo if v >= 0)
         best = max(versions, key=elo.get)
