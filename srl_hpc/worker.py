@@ -38,7 +38,7 @@ from srl_hpc.trace.writer import TraceWriter
 HEARTBEAT_INTERVAL = 1.0
 POLL_MS = 100  # longest a handler's poll blocks, so commands and heartbeats are never late by more
 COMMANDS_INTERVAL = 0.01  # seconds between looks for the controller's commands (a busy loop turns ~3,000/s)
-EXIT_LINGER_MS = 5000  # at close: the longest a socket without a LINGER of its own keeps unsent messages
+EXIT_LINGER_MS = 5000  # at close: the longest a socket that sets no LINGER of its own keeps unsent messages
 
 
 def rss_mb() -> float:
@@ -75,9 +75,9 @@ class Worker:
         self.seed = exp.seed + 1_000 * (self.attempt - 1) + 1_000_000 * incarnation
         # every socket speaks CURVE with the run's keys (or none does: curve false, for a benchmark)
         self.ctx = PrivateContext(self.run_dir) if exp.curve else zmq.Context()
-        # At close a socket keeps its unsent messages (a final report, the last segments) this long at most;
-        # streams whose unsent messages are worthless then (credits, parameters, inference, commands) set
-        # LINGER 0 on their sockets, and close honours it
+        # Each stream sets its sockets' LINGER, which close honours: 5 s where an unsent message must still
+        # arrive (the final report, the last segments), 0 where it is worthless then (credits, parameters,
+        # inference, commands). A socket that sets none gets this bound, not libzmq's wait forever
         self.ctx.setsockopt(zmq.LINGER, EXIT_LINGER_MS)
         self.trace = TraceWriter(self.run_dir.trace(name, self.attempt, incarnation), name, enabled=exp.monitor.trace)
         self.stop_requested = False
