@@ -290,8 +290,9 @@ def _overrides(p: argparse.ArgumentParser) -> None:
 def _tune_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-launch tune", description=(
         "Short measured runs (here, or each as a Slurm job with --slurm) choose the settings that change "
-        "throughput but not what is learned: placement, ring size, inference splits, actors and policy workers, "
-        "max batch, torch threads, inference precision. The trace verdict of each trial (what bound it) decides "
+        "throughput but not the algorithm: placement, ring size, inference splits, actors and policy workers, "
+        "max batch, torch threads, inference and trainer precision (bf16 rounds the forward passes; --skip "
+        "them to keep fp32). The trace verdict of each trial (what bound it) decides "
         "which to try next. Writes the tuned experiment file, a comment on each changed key, and a table of "
         "every trial."))
     p.add_argument("experiment", type=Path)
@@ -304,6 +305,8 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", help="comma-separated knobs to search (default: all of them here; with --slurm, all "
                                   "but the process counts, workers.actor.count and workers.policy.count): "
                                   + ", ".join(tune.BY_KEY))
+    p.add_argument("--skip", help="comma-separated knobs not to search (e.g. workers.policy.precision,"
+                                  "workers.trainer.precision: fp32 arithmetic throughout)")
     p.add_argument("--min-gain", type=float, default=0.05,
                    help="how much faster than the best a setting must be, in both of its trials, to become the "
                         "best (default 0.05: 5 percent)")
@@ -316,12 +319,11 @@ def _tune_parser() -> argparse.ArgumentParser:
 def cmd_tune(argv) -> int:
     args = _parse(_tune_parser(), argv)
     exp = _checked_experiment(args)
-    keys = tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else (
-        tune.SLURM_KEYS if args.slurm else tuple(tune.BY_KEY))
-    unknown = [k for k in keys if k not in tune.BY_KEY]
-    if unknown or not keys:
-        raise UsageError(f"--keys: {', '.join(unknown) or 'none given'} not among the knobs "
-                         f"({', '.join(tune.BY_KEY)})")
+    keys = _knobs(args.keys, "--keys") if args.keys else tune.SLURM_KEYS if args.slurm else tuple(tune.BY_KEY)
+    skip = _knobs(args.skip, "--skip") if args.skip else ()
+    keys = tuple(k for k in keys if k not in skip)
+    if not keys:
+        raise UsageError("--keys and --skip leave no knob to search")
     if args.seconds <= args.warmup or args.budget < 3 * args.seconds:
         raise UsageError(f"--seconds ({args.seconds:g}) must exceed --warmup ({args.warmup:g}), and --budget "
                          f"({args.budget:g}) hold at least 3 trials")
@@ -343,6 +345,16 @@ def cmd_tune(argv) -> int:
         print(f"srl-launch tune: interrupted; each trial's run directory is in {tune_dir}", file=sys.stderr)
         return 130
     return 0
+
+
+def _knobs(words: str, option: str) -> tuple[str, ...]:
+    """A comma-separated list of tune's knobs, each checked."""
+    keys = tuple(k.strip() for k in words.split(",") if k.strip())
+    unknown = [k for k in keys if k not in tune.BY_KEY]
+    if unknown or not keys:
+        raise UsageError(f"{option}: {', '.join(unknown) or 'none given'} not among the knobs "
+                         f"({', '.join(tune.BY_KEY)})")
+    return keys
 
 
 def _status_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""`srl-launch tune`: the settings that change throughput but not what is learned, chosen by short measured runs.
+"""`srl-launch tune`: the settings that change throughput but not the algorithm (its losses and hyper-parameters;
+the precision knobs do round the forward passes), chosen by short measured runs.
 
 Each trial runs the experiment for a few seconds with tracing on (here, or as one Slurm job) and is judged by
 its steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best
@@ -44,6 +45,7 @@ KNOBS = (
     Knob("workers.trainer.torch_threads", (1, 2, 4), "the trainer's compute threads"),
     Knob("workers.policy.torch_threads", (1, 2), "inference threads"),
     Knob("workers.policy.precision", ("fp32", "bf16"), "inference in bf16"),
+    Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
 # the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
@@ -51,7 +53,8 @@ SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", 
 
 # the knobs that address each verdict, tried first (then the rest, in KNOBS' order)
 FIRST = {
-    "trainer": ("workers.trainer.torch_threads", "workers.actor.count", PLACEMENT, "workers.actor.ring_size"),
+    "trainer": ("workers.trainer.precision", "workers.trainer.torch_threads", "workers.actor.count", PLACEMENT,
+                "workers.actor.ring_size"),
     "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
                   "workers.policy.torch_threads", "workers.actor.inference_splits", "workers.actor.ring_size"),
     "transport": (PLACEMENT, "workers.actor.inference_splits", "workers.actor.ring_size", "workers.policy.max_batch"),
@@ -103,8 +106,8 @@ def skip_reason(setting: dict, key: str, value, limits: dict) -> str | None:
         return "an actor's inline inference batches its own ring"
     if key.endswith("torch_threads") and value > limits.get(key, 1):
         return f"more threads than the {limits.get(key, 1)} CPUs there"
-    if key == "workers.policy.precision" and value == "bf16" and not limits.get("bf16"):
-        return "no bf16 support where inference runs (a GPU, or a CPU with avx512_bf16/AMX)"
+    if key.endswith(".precision") and value == "bf16" and not limits.get(key):
+        return f"no fast bf16 where the {key.split('.')[1]} runs (a GPU, or a CPU with avx512_bf16/AMX)"
     return None
 
 
@@ -289,17 +292,21 @@ def tuned_yaml(source: str, changes: dict, notes: dict[str, str], header: list[s
 
 
 def limits(exp: config.Experiment, slurm: bool) -> dict:
-    """What bounds the knobs where the trials run: CPUs for threads, bf16 support for inference precision."""
+    """What bounds the knobs where the trials run, by knob: the CPUs there for threads, whether bf16 is fast
+    there for precision (a GPU; a CPU with avx512_bf16/AMX, known here only: a cluster's nodes may differ)."""
+    workers = exp.workers
     if slurm:
-        where_inference = exp.slurm.actor if exp.workers.placement == "impala" else exp.slurm.policy
+        where_inference = exp.slurm.actor if workers.placement == "impala" else exp.slurm.policy
         cpus = {"workers.trainer.torch_threads": exp.slurm.trainer.cpus_per_task,
                 "workers.policy.torch_threads": where_inference.cpus_per_task}
-        bf16 = exp.workers.policy.device.startswith("cuda")
+        cpu_bf16 = False
     else:
         n = os.cpu_count() or 1
         cpus = {"workers.trainer.torch_threads": n, "workers.policy.torch_threads": n}
-        bf16 = exp.workers.policy.device.startswith("cuda") or _cpu_has_bf16()
-    return {**cpus, "bf16": bf16}
+        cpu_bf16 = _cpu_has_bf16()
+    return {**cpus,
+            "workers.policy.precision": workers.policy.device.startswith("cuda") or cpu_bf16,
+            "workers.trainer.precision": workers.trainer.device.startswith("cuda") or cpu_bf16}
 
 
 def _cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:

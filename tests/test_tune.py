@@ -14,7 +14,8 @@ from srl_hpc import config
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 KEYS = tuple(tune.BY_KEY)
-ROOMY = {"workers.trainer.torch_threads": 4, "workers.policy.torch_threads": 2, "bf16": False}
+ROOMY = {"workers.trainer.torch_threads": 4, "workers.policy.torch_threads": 2,
+         "workers.policy.precision": False, "workers.trainer.precision": False}
 
 
 class Machine:
@@ -40,7 +41,8 @@ def base() -> dict:
 
 
 def test_the_verdict_puts_the_knobs_that_address_it_first():
-    assert tune.order("trainer", KEYS)[:2] == ["workers.trainer.torch_threads", "workers.actor.count"]
+    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.trainer.torch_threads",
+                                               "workers.actor.count"]
     assert tune.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
     assert tune.order("unknown", KEYS) == list(KEYS)
     assert sorted(tune.order("env", KEYS)) == sorted(KEYS)  # every knob, once
@@ -64,8 +66,23 @@ def test_values_that_cannot_help_here_are_skipped():
     assert "only with placement srl" in tune.skip_reason(setting, "workers.policy.count", 2, ROOMY)
     assert "CPUs" in tune.skip_reason(setting, "workers.trainer.torch_threads", 4,
                                      {**ROOMY, "workers.trainer.torch_threads": 2})
-    assert "bf16" in tune.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
+    assert "bf16 where the policy runs" in tune.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
+    assert "bf16 where the trainer runs" in tune.skip_reason(setting, "workers.trainer.precision", "bf16", ROOMY)
+    assert tune.skip_reason(setting, "workers.trainer.precision", "bf16",
+                            {**ROOMY, "workers.trainer.precision": True}) is None
     assert tune.skip_reason(setting, "workers.actor.ring_size", 32, ROOMY) is None
+
+
+def test_bf16_is_searched_where_it_is_fast_for_each_of_inference_and_the_trainer(monkeypatch):
+    exp = config.load(CARTPOLE)
+    on_gpus = config.with_overrides(exp, ["workers.trainer.device=cuda"])
+    for has_bf16 in (False, True):  # this CPU's flags count only when the trials run here
+        monkeypatch.setattr(tune, "_cpu_has_bf16", lambda: has_bf16)
+        here = tune.limits(exp, slurm=False)
+        assert here["workers.policy.precision"] is here["workers.trainer.precision"] is has_bf16
+        assert tune.limits(on_gpus, slurm=False)["workers.trainer.precision"] is True
+        on_slurm = tune.limits(on_gpus, slurm=True)
+        assert on_slurm["workers.trainer.precision"] is True and on_slurm["workers.policy.precision"] is False
 
 
 def test_the_search_follows_the_verdict_keeps_what_is_faster_and_finds_the_best():
@@ -146,6 +163,8 @@ def test_the_tuned_file_keeps_the_experiments_text_and_comments_each_change():
 
 @pytest.mark.parametrize("words, error", [
     (["--keys", "workers.actor.rings"], "--keys: workers.actor.rings not among the knobs"),
+    (["--skip", "workers.precision"], "--skip: workers.precision not among the knobs"),
+    (["--keys", "workers.trainer.precision", "--skip", "workers.trainer.precision"], "leave no knob to search"),
     (["--seconds", "5", "--warmup", "5"], "--seconds (5) must exceed --warmup (5)"),
     (["--budget", "30"], "hold at least 3 trials"),
     (["-o", str(CARTPOLE)], "cartpole_ppo.yaml exists; move it away or choose another --output"),
