@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -68,24 +67,13 @@ def main(argv=None) -> int:
                         say=lambda line: print(line, file=sys.stderr, flush=True))
     tune_seconds = time.monotonic() - began
 
-    traced = config.with_overrides(exp, ["monitor.trace=true"])
     settings = grid(exp, keys, tune.limits(exp, False))
     if outcome.best.setting not in settings:
         settings.append(outcome.best.setting)
-    measured = {i: [] for i in range(len(settings))}
-    verdicts = {i: [] for i in range(len(settings))}
-    for repeat in range(args.repeats):
-        for i, setting in enumerate(settings):
-            print(f"[grid {repeat + 1}/{args.repeats}] {label(setting, given)} ...", file=sys.stderr, flush=True)
-            try:
-                r = trials.measure(config.with_overrides(traced, tune.overrides(setting, exp)), args.seconds,
-                                   args.warmup, out / "grid" / f"{i:02d}-{repeat}")
-                measured[i].append(trials.training_fps(r))
-                verdicts[i].append(r.get("verdict"))
-            except trials.TrialFailed as e:
-                verdicts[i].append(f"failed: {str(e).strip().splitlines()[-1]}")
-    rows = [{"setting": label(s, given), "median_fps": statistics.median(measured[i]) if measured[i] else None,
-             "fps": measured[i], "verdicts": verdicts[i]} for i, s in enumerate(settings)]
+    measured = trials.round_robin([(label(s, given), config.with_overrides(exp, tune.overrides(s, exp)))
+                                   for s in settings], args.seconds, args.warmup, args.repeats, out / "grid",
+                                  say=lambda line: print(f"[grid] {line}", file=sys.stderr, flush=True))
+    rows = [{"setting": label(s, given), **m} for s, m in zip(settings, measured)]
     base_i, tuned_i = settings.index(given), settings.index(outcome.best.setting)
     best_i = max((i for i in range(len(rows)) if rows[i]["median_fps"]), key=lambda i: rows[i]["median_fps"])
     width = max(len(r["setting"]) for r in rows)

@@ -13,6 +13,7 @@ import dataclasses
 import io
 import json
 import math
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -142,6 +143,28 @@ def training_fps(result: dict) -> float:
         if result.get(key) is not None:
             return result[key]
     return result["training_fps"]
+
+
+def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float, warmup: float, repeats: int,
+                out: Path, say=print) -> list[dict]:
+    """Each (label, experiment) measured `repeats` times, traced, one at a time in turns (drift in the machine's
+    speed hits every one alike). Per experiment: the training frames/s of each trial (None where it failed), their
+    median over the trials that ran, and each trial's verdict (or its failure)."""
+    fps = [[] for _ in candidates]
+    verdicts = [[] for _ in candidates]
+    for repeat in range(repeats):
+        for i, (label, exp) in enumerate(candidates):
+            say(f"[{repeat + 1}/{repeats}] {label} ...")
+            try:
+                r = measure(config.with_overrides(exp, ["monitor.trace=true"]), seconds, warmup,
+                            out / f"{i:02d}-{repeat}")
+                fps[i].append(training_fps(r))
+                verdicts[i].append(r.get("verdict"))
+            except TrialFailed as e:
+                fps[i].append(None)
+                verdicts[i].append(f"failed: {str(e).strip().splitlines()[-1] if str(e).strip() else e.code}")
+    return [{"fps": f, "median_fps": statistics.median([x for x in f if x is not None]) if any(
+             x is not None for x in f) else None, "verdicts": v} for f, v in zip(fps, verdicts)]
 
 
 def table(rows: list[dict], label_key: str = "label") -> str:
