@@ -6,7 +6,9 @@ its steady training frames/s (launcher.trials). The search is greedy and led by 
 setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
 trainer) are tried first, one value at a time; a setting that beats the best by `min_gain` becomes the best, and
 its own verdict orders the next knobs. One short trial is noisy, so the experiment as given is measured twice
-and a setting that wins is measured again: it becomes the best only when both of its trials win. The search
+and a setting whose trial beats the best is measured again: it becomes the best only when both of its trials
+beat the best and their mean beats it by `min_gain` (a gain about the size of the noise is found more often
+than by asking each trial for the full gain, and one lucky trial still changes nothing). The search
 ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why it
 was tried go in a table.
 """
@@ -202,7 +204,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
     improved = True
     while improved:
         improved, best = False, kept[-1]
-        beats = lambda t: t.fps is not None and t.fps > best.fps * (1 + min_gain)  # noqa: E731
+        beats = lambda t: t.fps is not None and t.fps > best.fps  # noqa: E731
         for key in order(best.verdict, keys):
             for value in BY_KEY[key].values:
                 candidate = normalized({**best.setting, key: value})
@@ -217,8 +219,9 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
                                        f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
                 if beats(first):  # one short trial is noisy: a win counts when a second trial wins too
                     check = run(candidate, f"check: trial {first.index} again")
-                    if beats(check):
-                        kept.append(Kept(candidate, [first, check]))
+                    won = Kept(candidate, [first, check])
+                    if beats(check) and won.fps > best.fps * (1 + min_gain):
+                        kept.append(won)
                         improved = True
                         break
             if improved:

@@ -119,6 +119,30 @@ def test_a_fluke_that_does_not_hold_in_its_check_is_not_kept():
     assert outcome.trials[won.index + 1].fps == 10_000
 
 
+@pytest.mark.parametrize("first, check, kept", [
+    (10_300, 10_800, True),  # each faster, the mean 5.5% faster: kept, though its first trial alone was under 5%
+    (10_300, 10_400, False),  # each faster, the mean 3.5%: within the noise
+    (12_000, 9_900, False),  # a lucky first trial, a check slower than the best
+])
+def test_a_setting_is_kept_when_both_its_trials_beat_the_best_and_their_mean_beats_it_by_the_min_gain(
+        first, check, kept):
+    ring = {**base(), "workers.actor.ring_size": 32}
+    key = tuple(sorted(ring.items()))
+    measured = {key: [first, check]}
+
+    def fps(s):
+        runs = measured.get(tuple(sorted(s.items())))
+        return runs.pop(0) if runs else 10_000
+
+    machine = Machine(fps, lambda s: "env")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == ({"workers.actor.ring_size": 32} if kept else {})
+    tried = [t for t in outcome.trials if t.setting == ring]
+    assert [t.fps for t in tried] == [first, check]  # measured twice, and never again
+    if kept:
+        assert outcome.best.fps == (first + check) / 2
+
+
 def test_the_budget_bounds_the_trials():
     machine = Machine(lambda s: 1000 * s["workers.actor.count"], lambda s: "env")  # 4 actors: trial 3
     outcome = tune.search(base(), KEYS, machine, ROOMY, budget=65, clock=clock_of(machine, 10), say=lambda _: 0)
