@@ -163,8 +163,11 @@ def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float,
             except TrialFailed as e:
                 fps[i].append(None)
                 verdicts[i].append(f"failed: {str(e).strip().splitlines()[-1] if str(e).strip() else e.code}")
-    return [{"fps": f, "median_fps": statistics.median([x for x in f if x is not None]) if any(
-             x is not None for x in f) else None, "verdicts": v} for f, v in zip(fps, verdicts)]
+    rows = []
+    for f, v in zip(fps, verdicts):
+        ran = [x for x in f if x is not None]
+        rows.append({"fps": f, "median_fps": statistics.median(ran) if ran else None, "verdicts": v})
+    return rows
 
 
 def table(rows: list[dict], label_key: str = "label") -> str:

@@ -129,7 +129,8 @@ class Trial:
 @dataclasses.dataclass
 class Kept:
     """A setting the search kept, with the two trials it was measured by (the experiment as given is measured
-    twice; any other setting becomes the best only when both of its trials beat the best before it)."""
+    twice; any other setting becomes the best only when both of its trials beat the best before it and their
+    mean beats it by min_gain)."""
     setting: dict
     trials: list[Trial]
 
