@@ -8,9 +8,9 @@ trainer) are tried first, one value at a time; a setting that beats the best by 
 its own verdict orders the next knobs. One short trial is noisy, so the experiment as given is measured twice
 and a setting whose trial beats the best is measured again: it becomes the best only when both of its trials
 beat the best and their mean beats it by `min_gain` (a gain about the size of the noise is found more often
-than by asking each trial for the full gain, and one lucky trial still changes nothing). The search
-ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why it
-was tried go in a table.
+than by asking each trial for the full gain, and one lucky trial still changes nothing). A kept change is
+not undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every
+trial, its verdict and why it was tried go in a table.
 """
 from __future__ import annotations
 
@@ -55,8 +55,9 @@ SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", 
 
 # the knobs that address each verdict, tried first (then the rest, in KNOBS' order)
 FIRST = {
-    "trainer": ("workers.trainer.precision", "workers.trainer.torch_threads", "workers.actor.count", PLACEMENT,
-                "workers.actor.ring_size"),
+    # (with the trials here, every worker shares the cores: what the others stop spending is the trainer's)
+    "trainer": ("workers.trainer.precision", "workers.policy.precision", "workers.trainer.torch_threads",
+                "workers.actor.count", PLACEMENT, "workers.actor.ring_size"),
     "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
                   "workers.policy.torch_threads", "workers.actor.inference_splits", "workers.actor.ring_size"),
     "transport": (PLACEMENT, "workers.actor.inference_splits", "workers.actor.ring_size", "workers.policy.max_batch"),
@@ -199,6 +200,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
         return clock() - start + 2 * mean <= budget
 
     kept = [Kept(base, [run(base, "the experiment as given"), run(base, "the experiment as given, again")])]
+    undone: set[tuple] = set()  # (knob, value) pairs a kept setting changed away from
     failed = [t.error for t in kept[0].trials if t.fps is None]
     if failed:
         raise trials.TrialFailed(f"the experiment as given failed to run: {failed[0]}")
@@ -209,7 +211,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
         for key in order(best.verdict, keys):
             for value in BY_KEY[key].values:
                 candidate = normalized({**best.setting, key: value})
-                if value == best.setting[key] or tuple(sorted(candidate.items())) in seen:
+                if value == best.setting[key] or (key, value) in undone or tuple(sorted(candidate.items())) in seen:
                     continue
                 if skip_reason(best.setting, key, value, limits) or invalid(candidate):
                     continue
@@ -223,6 +225,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
                     won = Kept(candidate, [first, check])
                     if beats(check) and won.fps > best.fps * (1 + min_gain):
                         kept.append(won)
+                        undone.add((key, best.setting[key]))  # measured slower by two trials: not tried again
                         improved = True
                         break
             if improved:

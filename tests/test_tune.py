@@ -41,8 +41,9 @@ def base() -> dict:
 
 
 def test_the_verdict_puts_the_knobs_that_address_it_first():
-    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.trainer.torch_threads",
-                                               "workers.actor.count"]
+    # on shared cores, inference's CPU is the trainer's
+    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.policy.precision",
+                                               "workers.trainer.torch_threads"]
     assert tune.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
     assert tune.order("unknown", KEYS) == list(KEYS)
     assert sorted(tune.order("env", KEYS)) == sorted(KEYS)  # every knob, once
@@ -141,6 +142,21 @@ def test_a_setting_is_kept_when_both_its_trials_beat_the_best_and_their_mean_bea
     assert [t.fps for t in tried] == [first, check]  # measured twice, and never again
     if kept:
         assert outcome.best.fps == (first + check) / 2
+
+
+def test_a_kept_change_is_not_undone_by_a_later_round():
+    # fewer actors are faster; with 1 actor a ring of 32 is faster still, and the trainer binds throughout
+    def fps(s):
+        return 10_000 * (2 if s["workers.actor.count"] == 1 else 1) * (1.5 if s["workers.actor.ring_size"] == 32 else 1)
+
+    machine = Machine(fps, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {"workers.actor.count": 1, "workers.actor.ring_size": 32}
+    one_actor = outcome.kept[1].trials[0].index
+    assert all(t.setting["workers.actor.count"] != 2 for t in outcome.trials[one_actor:])
+    assert any(t.setting["workers.actor.count"] == 4 for t in outcome.trials[one_actor:])  # the knob's other values
+    ring = outcome.kept[2].trials[0].index
+    assert all(t.setting["workers.actor.ring_size"] != 16 for t in outcome.trials[ring:])
 
 
 def test_the_budget_bounds_the_trials():
