@@ -308,8 +308,8 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", help="comma-separated knobs not to search (e.g. workers.policy.precision,"
                                   "workers.trainer.precision: fp32 arithmetic throughout)")
     p.add_argument("--min-gain", type=float, default=0.05,
-                   help="how much faster than the best a setting must be, by the mean of its two trials (each "
-                        "faster than the best), to become the best (default 0.05: 5 percent)")
+                   help="how much faster than the best a setting must be, by the mean of its two trials against "
+                        "the best's trial measured between them, to become the best (default 0.05: 5 percent)")
     p.add_argument("--dir", type=Path, help="where the trials write (default: runs/<name>-tune-<time>)")
     p.add_argument("-o", "--output", type=Path, help="the tuned experiment file (default: beside the experiment, "
                                                       "EXPERIMENT.tuned.yaml; never overwritten)")

@@ -8,7 +8,10 @@ trainer) are tried first, one value at a time; a setting that beats the best by 
 its own verdict orders the next knobs. One short trial is noisy, so the experiment as given is measured twice
 and a setting whose trial beats the best is measured again: it becomes the best only when both of its trials
 beat the best and their mean beats it by `min_gain` (a gain about the size of the noise is found more often
-than by asking each trial for the full gain, and one lucky trial still changes nothing). A kept change is
+than by asking each trial for the full gain, and one lucky trial still changes nothing). The machine's speed
+drifts during a search, so the check is paired in time: the best is measured again between the setting's two
+trials, and the setting must beat that new trial of the best. The best is measured again, too, after
+STALE_AFTER trials without one; its figure, which a first trial must beat, is the mean of its two latest. A kept change is
 not undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every
 trial, its verdict and why it was tried go in a table.
 """
@@ -50,6 +53,7 @@ KNOBS = (
     Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
+STALE_AFTER = 6  # trials since the best's latest, after which it is measured again before the next trial
 # the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
 SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", "workers.policy.count"))
 
@@ -129,9 +133,9 @@ class Trial:
 
 @dataclasses.dataclass
 class Kept:
-    """A setting the search kept, with the two trials it was measured by (the experiment as given is measured
-    twice; any other setting becomes the best only when both of its trials beat the best before it and their
-    mean beats it by min_gain)."""
+    """A setting the search kept, with its two latest trials (the experiment as given is measured twice; any
+    other setting becomes the best when its two trials beat the best's figure and the best's trial measured
+    between them, their mean by min_gain; the best is measured again now and then)."""
     setting: dict
     trials: list[Trial]
 
@@ -195,9 +199,17 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
         say(_progress(trial))
         return trial
 
-    def affordable() -> bool:  # a trial, and its check should it win
+    def affordable(trials: int) -> bool:
         mean = sum(t.seconds for t in done) / len(done)
-        return clock() - start + 2 * mean <= budget
+        return clock() - start + trials * mean <= budget
+
+    def again(best: Kept, why: str) -> Trial:
+        """The best measured once more (the machine's speed drifts during a search): its figure becomes the
+        mean of its two latest trials."""
+        trial = run(best.setting, why)
+        if trial.fps is not None:
+            kept[-1] = Kept(best.setting, [best.trials[-1], trial])
+        return trial
 
     kept = [Kept(base, [run(base, "the experiment as given"), run(base, "the experiment as given, again")])]
     undone: set[tuple] = set()  # (knob, value) pairs a kept setting changed away from
@@ -215,15 +227,23 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
                     continue
                 if skip_reason(best.setting, key, value, limits) or invalid(candidate):
                     continue
-                if not affordable():
+                stale = done[-1].index - best.trials[-1].index >= STALE_AFTER
+                if not affordable(stale + 3):  # (the best again,) a trial, and its check should it win
                     say(f"budget spent after {len(done)} trials")
                     return Outcome(done, kept)
+                if stale:
+                    again(best, f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
+                    best = kept[-1]
                 first = run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
                                        f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
                 if beats(first):  # one short trial is noisy: a win counts when a second trial wins too
+                    # the check is paired in time: the best, then the setting again, against the best's new trial
+                    fresh = again(best, f"check: the best ({best.label}) again, beside trial {first.index}")
+                    best = kept[-1]
+                    now = fresh.fps if fresh.fps is not None else best.fps
                     check = run(candidate, f"check: trial {first.index} again")
                     won = Kept(candidate, [first, check])
-                    if beats(check) and won.fps > best.fps * (1 + min_gain):
+                    if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
                         kept.append(won)
                         undone.add((key, best.setting[key]))  # measured slower by two trials: not tried again
                         improved = True
