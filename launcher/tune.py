@@ -5,15 +5,15 @@ Each trial runs the experiment for a few seconds with tracing on (here, or as on
 its steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best
 setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
 trainer) are tried first, one value at a time; a setting that beats the best by `min_gain` becomes the best, and
-its own verdict orders the next knobs. One short trial is noisy, so the experiment as given is measured twice
-and a setting whose trial beats the best is measured again: it becomes the best only when both of its trials
-beat the best and their mean beats it by `min_gain` (a gain about the size of the noise is found more often
-than by asking each trial for the full gain, and one lucky trial still changes nothing). The machine's speed
-drifts during a search, so the check is paired in time: the best is measured again between the setting's two
-trials, and the setting must beat that new trial of the best. The best is measured again, too, after
-STALE_AFTER trials without one; its figure, which a first trial must beat, is the mean of its two latest. A kept change is
-not undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every
-trial, its verdict and why it was tried go in a table.
+its own verdict orders the next knobs. One short trial is noisy, and the machine's speed drifts during a
+search, so the experiment as given is measured twice, and a setting whose trial beats the best's figure is
+checked, paired in time: the best again, then the setting again. It becomes the best when its second trial
+beats that trial of the best and the mean of its two beats it by `min_gain` (a gain about the size of the
+noise is found more often than by asking each trial for the full gain; one lucky trial, or a machine faster
+than when the best was measured, changes nothing). The best is also measured again after STALE_AFTER trials
+without one; its figure is the mean of its two latest trials. A kept change is not undone later. The search
+ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why it
+was tried go in a table.
 """
 from __future__ import annotations
 
@@ -203,9 +203,10 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
         mean = sum(t.seconds for t in done) / len(done)
         return clock() - start + trials * mean <= budget
 
-    def again(best: Kept, why: str) -> Trial:
+    def again(why: str) -> Trial:
         """The best measured once more (the machine's speed drifts during a search): its figure becomes the
         mean of its two latest trials."""
+        best = kept[-1]
         trial = run(best.setting, why)
         if trial.fps is not None:
             kept[-1] = Kept(best.setting, [best.trials[-1], trial])
@@ -232,20 +233,20 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
                     say(f"budget spent after {len(done)} trials")
                     return Outcome(done, kept)
                 if stale:
-                    again(best, f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
+                    again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
                     best = kept[-1]
                 first = run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
                                        f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
                 if beats(first):  # one short trial is noisy: a win counts when a second trial wins too
                     # the check is paired in time: the best, then the setting again, against the best's new trial
-                    fresh = again(best, f"check: the best ({best.label}) again, beside trial {first.index}")
+                    fresh = again(f"check: the best ({best.label}) again, beside trial {first.index}")
                     best = kept[-1]
                     now = fresh.fps if fresh.fps is not None else best.fps
                     check = run(candidate, f"check: trial {first.index} again")
                     won = Kept(candidate, [first, check])
                     if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
                         kept.append(won)
-                        undone.add((key, best.setting[key]))  # measured slower by two trials: not tried again
+                        undone.add((key, best.setting[key]))  # measured slower: not tried again
                         improved = True
                         break
             if improved:
