@@ -309,7 +309,8 @@ def _tune_parser() -> argparse.ArgumentParser:
                                   "workers.trainer.precision: fp32 arithmetic throughout)")
     p.add_argument("--min-gain", type=float, default=0.05,
                    help="how much faster than the best a setting must be, by the mean of its two trials against "
-                        "the best's trial measured between them, to become the best (default 0.05: 5 percent)")
+                        "the best's trial measured between them, to become the best; a knob's fastest value is "
+                        "checked so when its trial comes within this of the best (default 0.05: 5 percent)")
     p.add_argument("--dir", type=Path, help="where the trials write (default: runs/<name>-tune-<time>)")
     p.add_argument("-o", "--output", type=Path, help="the tuned experiment file (default: beside the experiment, "
                                                       "EXPERIMENT.tuned.yaml; never overwritten)")

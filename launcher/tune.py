@@ -4,16 +4,17 @@ the precision knobs do round the forward passes), chosen by short measured runs.
 Each trial runs the experiment for a few seconds with tracing on (here, or as one Slurm job) and is judged by
 its steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best
 setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
-trainer) are tried first, one value at a time; a setting that beats the best by `min_gain` becomes the best, and
-its own verdict orders the next knobs. One short trial is noisy, and the machine's speed drifts during a
-search, so the experiment as given is measured twice, and a setting whose trial beats the best's figure is
-checked, paired in time: the best again, then the setting again. It becomes the best when its second trial
-beats that trial of the best and the mean of its two beats it by `min_gain` (a gain about the size of the
-noise is found more often than by asking each trial for the full gain; one lucky trial, or a machine faster
-than when the best was measured, changes nothing). The best is also measured again after STALE_AFTER trials
-without one; its figure is the mean of its two latest trials. A kept change is not undone later. The search
-ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why it
-was tried go in a table.
+trainer) are tried first, one knob at a time, each of its values once; a setting that beats the best by
+`min_gain` becomes the best, and its own verdict orders the next knobs. One short trial is noisy (a faster
+setting can measure below the best in its one trial), and the machine's speed drifts during a search, so the
+experiment as given is measured twice, and a knob's fastest value, when its trial comes within `min_gain` of
+the best's figure or beats it, is checked, paired in time: the best again, then the value again. It becomes
+the best when its second trial beats that trial of the best and the mean of its two beats it by `min_gain` (a
+gain about the size of the noise is found more often than by asking each trial for the full gain; one lucky
+trial, or a machine faster than when the best was measured, changes nothing). The best is also measured again
+after STALE_AFTER trials without one; its figure is the mean of its two latest trials. A kept change is not
+undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every trial,
+its verdict and why it was tried go in a table.
 """
 from __future__ import annotations
 
@@ -134,8 +135,8 @@ class Trial:
 @dataclasses.dataclass
 class Kept:
     """A setting the search kept, with its two latest trials (the experiment as given is measured twice; any
-    other setting becomes the best when its two trials beat the best's figure and the best's trial measured
-    between them, their mean by min_gain; the best is measured again now and then)."""
+    other setting becomes the best when its second trial beats the best's trial measured between its two, and
+    their mean beats that by min_gain; the best is measured again now and then)."""
     setting: dict
     trials: list[Trial]
 
@@ -220,36 +221,42 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
     improved = True
     while improved:
         improved, best = False, kept[-1]
-        beats = lambda t: t.fps is not None and t.fps > best.fps  # noqa: E731
         for key in order(best.verdict, keys):
+            candidates = []
             for value in BY_KEY[key].values:
                 candidate = normalized({**best.setting, key: value})
                 if value == best.setting[key] or (key, value) in undone or tuple(sorted(candidate.items())) in seen:
                     continue
                 if skip_reason(best.setting, key, value, limits) or invalid(candidate):
                     continue
-                stale = done[-1].index - best.trials[-1].index >= STALE_AFTER
-                if not affordable(stale + 3):  # (the best again,) a trial, and its check should it win
-                    say(f"budget spent after {len(done)} trials")
-                    return Outcome(done, kept)
-                if stale:
-                    again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
-                    best = kept[-1]
-                first = run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
-                                       f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
-                if beats(first):  # one short trial is noisy: a win counts when a second trial wins too
-                    # the check is paired in time: the best, then the setting again, against the best's new trial
-                    fresh = again(f"check: the best ({best.label}) again, beside trial {first.index}")
-                    best = kept[-1]
-                    now = fresh.fps if fresh.fps is not None else best.fps
-                    check = run(candidate, f"check: trial {first.index} again")
-                    won = Kept(candidate, [first, check])
-                    if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
-                        kept.append(won)
-                        undone.add((key, best.setting[key]))  # measured slower: not tried again
-                        improved = True
-                        break
-            if improved:
+                candidates.append((value, candidate))
+            if not candidates:
+                continue
+            stale = done[-1].index - best.trials[-1].index >= STALE_AFTER
+            if not affordable(stale + len(candidates) + 2):  # (the best again,) each value, the fastest's check
+                say(f"budget spent after {len(done)} trials")
+                return Outcome(done, kept)
+            if stale:
+                again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
+                best = kept[-1]
+            firsts = [run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
+                                     f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
+                      for value, candidate in candidates]
+            fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
+            # one short trial is noisy (a faster setting can measure below the best in its one trial): the
+            # knob's fastest value, if near the best or above it, is checked, paired in time: the best again,
+            # then the value again, against the best's new trial
+            if fastest is None or fastest.fps < best.fps * (1 - min_gain):
+                continue
+            fresh = again(f"check: the best ({best.label}) again, beside trial {fastest.index}")
+            best = kept[-1]
+            now = fresh.fps if fresh.fps is not None else best.fps
+            check = run(fastest.setting, f"check: trial {fastest.index} again")
+            won = Kept(fastest.setting, [fastest, check])
+            if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
+                kept.append(won)
+                undone.add((key, best.setting[key]))  # measured slower: not tried again
+                improved = True
                 break
     return Outcome(done, kept)
 

@@ -108,7 +108,10 @@ def test_the_search_follows_the_verdict_keeps_what_is_faster_and_finds_the_best(
     assert machine.log[ring + 3]["workers.trainer.torch_threads"] == 2
     counts = collections.Counter(tuple(sorted(s.items())) for s in machine.log)
     twice = {setting for setting, n in counts.items() if n > 1}
-    assert twice == {tuple(sorted(k.setting.items())) for k in outcome.kept}  # only the kept ones measured twice
+    assert {tuple(sorted(k.setting.items())) for k in outcome.kept} <= twice
+    # a knob's fastest value is checked when it comes near the best: the slower rings never are
+    assert all(dict(setting)["workers.actor.ring_size"] >= 16 for setting in twice)
+    assert any(dict(setting)["workers.actor.ring_size"] < 16 for setting in counts)
 
 
 def test_a_fluke_that_does_not_hold_in_its_check_is_not_kept():
@@ -117,9 +120,10 @@ def test_a_fluke_that_does_not_hold_in_its_check_is_not_kept():
     outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
     assert outcome.changes == {} and outcome.best is outcome.base
     won = next(t for t in outcome.trials if t.fps == 20_000)
-    assert outcome.trials[won.index + 1].why.startswith("check: the best (trials 0, 1) again")
-    assert outcome.trials[won.index + 2].why == f"check: trial {won.index} again"
-    assert outcome.trials[won.index + 2].fps == 10_000
+    fresh = next(t for t in outcome.trials if t.why.endswith(f"again, beside trial {won.index}"))
+    assert fresh.why.startswith("check: the best (") and fresh.setting == base()
+    assert outcome.trials[fresh.index + 1].why == f"check: trial {won.index} again"
+    assert outcome.trials[fresh.index + 1].fps == 10_000
 
 
 @pytest.mark.parametrize("first, check, kept", [
@@ -145,6 +149,19 @@ def test_a_setting_is_kept_when_both_its_trials_beat_the_best_and_their_mean_bea
     assert len(tried) == 2 or kept  # a setting that lost is never tried again; the best is measured again
 
 
+def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_and_kept():
+    # impala runs a third faster, but its first trial met a slow minute of the machine: 3% under the best;
+    # seed runs slower by more than the noise
+    impala = tune.normalized({**base(), "workers.placement": "impala"})
+    speed = {"impala": 13_500, "seed": 6_000, "srl": 10_000}
+    machine = Machine(lambda s: speed[s["workers.placement"]], lambda s: "trainer",
+                      flukes={tuple(sorted(impala.items())): 9_700})
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes["workers.placement"] == "impala"
+    assert [t.fps for t in outcome.trials if t.setting == impala][:2] == [9_700, 13_500]  # its trial, its check
+    assert sum(s["workers.placement"] == "seed" for s in machine.log) == 1  # far under the best: measured once
+
+
 def test_a_kept_change_is_not_undone_by_a_later_round():
     # fewer actors are faster; with 1 actor a ring of 32 is faster still, and the trainer binds throughout
     def fps(s):
@@ -167,11 +184,21 @@ def test_the_check_is_paired_in_time_so_a_machine_getting_faster_makes_no_settin
     outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
     assert outcome.changes == {}
     checks = [t for t in outcome.trials if t.why.startswith("check: trial")]
-    assert bool(checks) == (drift > 0)  # each setting's first trial beat the experiment's older ones
+    assert checks  # each knob's fastest value came near the best (or beat its older trials)
     assert all(outcome.trials[c.index - 1].setting == outcome.base.setting for c in checks)
-    stale = [t for t in outcome.trials if "trials since its last" in t.why]
-    assert stale or drift  # without checks, the best is measured again all the same
     assert outcome.base.trials[-1].index > 1  # its figure is from its latest trials
+
+
+def test_the_best_is_measured_again_when_its_latest_trial_is_old():
+    # every other setting is far slower: nothing is checked, so only its age brings the best back
+    machine = Machine(lambda s: 10_000 if s == base() else 5_000, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {} and not any(t.why.startswith("check") for t in outcome.trials)
+    again = [t.index for t in outcome.trials if "trials since its last" in t.why]
+    assert again and all(t.setting == base() for t in outcome.trials if t.index in again)
+    latest = [1] + again
+    assert all(b - a <= tune.STALE_AFTER + 3 for a, b in zip(latest, latest[1:]))  # 3: a knob's values at most
+    assert outcome.base.trials[-1].index == again[-1]
 
 
 def test_the_budget_bounds_the_trials():
