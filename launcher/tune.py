@@ -275,16 +275,15 @@ def _progress(t: Trial) -> str:
 
 def trial_table(outcome: Outcome) -> str:
     """Every trial as a markdown table: the knob values that differ from the experiment as given, the result,
-    the verdict, and why it was tried."""
-    kept = {t.index for k in outcome.kept for t in k.trials}
-    best = {t.index for t in outcome.best.trials}
+    the verdict, and why it was tried; every trial of a setting the search kept is marked."""
     lines = ["| trial | setting (vs the experiment as given) | training frames/s | verdict | why tried |",
              "|---|---|---|---|---|"]
     for t in outcome.trials:
         diff = ", ".join(f"{k.removeprefix('workers.')}={v}"
                          for k, v in t.setting.items() if outcome.base.setting.get(k) != v) or "as given"
         fps = f"{t.fps:,.0f}" if t.fps is not None else f"failed: {t.error}"
-        mark = " (best)" if t.index in best else " (kept)" if t.index in kept else ""
+        mark = (" (best)" if t.setting == outcome.best.setting
+                else " (kept)" if any(t.setting == k.setting for k in outcome.kept) else "")
         lines.append(f"| {t.index}{mark} | {diff} | {fps} | {t.verdict or '-'} | {t.why} |")
     return "\n".join(lines)
 

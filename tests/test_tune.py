@@ -160,6 +160,11 @@ def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_an
     assert outcome.changes["workers.placement"] == "impala"
     assert [t.fps for t in outcome.trials if t.setting == impala][:2] == [9_700, 13_500]  # its trial, its check
     assert sum(s["workers.placement"] == "seed" for s in machine.log) == 1  # far under the best: measured once
+    # the table marks every trial of the kept settings, the earlier ones of a best measured again included
+    cells = [line.split("|")[1].split() for line in tune.trial_table(outcome).splitlines()[2:]]
+    marks = {int(c[0]): " ".join(c[1:]) for c in cells}
+    for t in outcome.trials:
+        assert marks[t.index] == ("(best)" if t.setting == impala else "(kept)" if t.setting == base() else "")
 
 
 def test_a_kept_change_is_not_undone_by_a_later_round():
