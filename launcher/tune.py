@@ -136,9 +136,11 @@ class Trial:
 class Kept:
     """A setting the search kept, with its two latest trials (the experiment as given is measured twice; any
     other setting becomes the best when its second trial beats the best's trial measured between its two, and
-    their mean beats that by min_gain; the best is measured again now and then)."""
+    their mean beats that by min_gain; the best is measured again now and then). `decided`: what it was kept by,
+    its first trial, the best's trial after it and its check (empty for the experiment as given)."""
     setting: dict
     trials: list[Trial]
+    decided: tuple[Trial, ...] = ()
 
     @property
     def fps(self) -> float:
@@ -210,7 +212,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
         best = kept[-1]
         trial = run(best.setting, why)
         if trial.fps is not None:
-            kept[-1] = Kept(best.setting, [best.trials[-1], trial])
+            kept[-1] = dataclasses.replace(best, trials=[best.trials[-1], trial])
         return trial
 
     kept = [Kept(base, [run(base, "the experiment as given"), run(base, "the experiment as given, again")])]
@@ -252,7 +254,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
             best = kept[-1]
             now = fresh.fps if fresh.fps is not None else best.fps
             check = run(fastest.setting, f"check: trial {fastest.index} again")
-            won = Kept(fastest.setting, [fastest, check])
+            won = Kept(fastest.setting, [fastest, check], decided=(fastest, fresh, check))
             if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
                 kept.append(won)
                 undone.add((key, best.setting[key]))  # measured slower: not tried again
@@ -289,13 +291,16 @@ def trial_table(outcome: Outcome) -> str:
 
 
 def comments(outcome: Outcome) -> dict[str, str]:
-    """Per changed key, what was measured when it changed."""
+    """Per changed key, what it was kept by: the setting's two trials and the best's trial between them (later
+    trials of either, when the best was measured again, are in the table)."""
     out = {}
     for previous, kept in zip(outcome.kept, outcome.kept[1:]):
+        first, against, check = kept.decided
         for key, value in kept.setting.items():
             if previous.setting.get(key) != value:
-                out[key] = (f"tune: was {outcome.base.setting[key]}; {kept.label}: {previous.fps:,.0f} -> "
-                            f"{kept.fps:,.0f} training frames/s (means; from a {previous.verdict}-bound setting)")
+                out[key] = (f"tune: was {outcome.base.setting[key]}; trials {first.index}, {check.index}: "
+                            f"{first.fps:,.0f}, {check.fps:,.0f} training frames/s against the best's "
+                            f"{against.fps:,.0f} between them ({against.verdict}-bound)")
     return {k: v for k, v in out.items() if k in outcome.changes}
 
 

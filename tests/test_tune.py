@@ -160,6 +160,12 @@ def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_an
     assert outcome.changes["workers.placement"] == "impala"
     assert [t.fps for t in outcome.trials if t.setting == impala][:2] == [9_700, 13_500]  # its trial, its check
     assert sum(s["workers.placement"] == "seed" for s in machine.log) == 1  # far under the best: measured once
+    # the tuned file's comment says what it was kept by, though the best was measured again since
+    first, check = [t for t in outcome.trials if t.setting == impala][:2]
+    assert outcome.best.trials != [first, check]
+    assert tune.comments(outcome)["workers.placement"] == (
+        f"tune: was srl; trials {first.index}, {check.index}: 9,700, 13,500 training frames/s against the best's "
+        "10,000 between them (trainer-bound)")
     # the table marks every trial of the kept settings, the earlier ones of a best measured again included
     cells = [line.split("|")[1].split() for line in tune.trial_table(outcome).splitlines()[2:]]
     marks = {int(c[0]): " ".join(c[1:]) for c in cells}
