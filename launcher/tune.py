@@ -296,11 +296,14 @@ def comments(outcome: Outcome) -> dict[str, str]:
     out = {}
     for previous, kept in zip(outcome.kept, outcome.kept[1:]):
         first, against, check = kept.decided
+        # (when the best's trial between them failed, the setting was judged against the best's figure, which
+        # has not changed since: only the best is measured again)
+        best = (f"{against.fps:,.0f} between them ({against.verdict}-bound)" if against.fps is not None
+                else f"{previous.fps:,.0f} (its trial between them failed)")
         for key, value in kept.setting.items():
             if previous.setting.get(key) != value:
                 out[key] = (f"tune: was {outcome.base.setting[key]}; trials {first.index}, {check.index}: "
-                            f"{first.fps:,.0f}, {check.fps:,.0f} training frames/s against the best's "
-                            f"{against.fps:,.0f} between them ({against.verdict}-bound)")
+                            f"{first.fps:,.0f}, {check.fps:,.0f} training frames/s against the best's {best}")
     return {k: v for k, v in out.items() if k in outcome.changes}
 
 

@@ -173,6 +173,21 @@ def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_an
         assert marks[t.index] == ("(best)" if t.setting == impala else "(kept)" if t.setting == base() else "")
 
 
+def test_a_setting_kept_while_the_best_failed_its_trial_between_says_so_in_its_comment():
+    # the best's trial beside impala's fails (a lost node): impala is judged against the best's figure
+    def fps(s):
+        if s == base() and len(machine.log) > 1 and machine.log[-2]["workers.placement"] == "seed":
+            raise trials.TrialFailed("exit 1:\nnode lost")
+        return 13_500 if s["workers.placement"] == "impala" else 10_000
+
+    machine = Machine(fps, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes["workers.placement"] == "impala"
+    assert [t.error for t in outcome.trials if t.error] == ["node lost"]
+    assert tune.comments(outcome)["workers.placement"].endswith(
+        "training frames/s against the best's 10,000 (its trial between them failed)")
+
+
 def test_a_kept_change_is_not_undone_by_a_later_round():
     # fewer actors are faster; with 1 actor a ring of 32 is faster still, and the trainer binds throughout
     def fps(s):
