@@ -5,7 +5,8 @@ Each trial runs the experiment for a few seconds with tracing on (here, or as on
 its steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best
 setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
 trainer) are tried first, one knob at a time, each of its values once; a setting that beats the best by
-`min_gain` becomes the best, and its own verdict orders the next knobs. One short trial is noisy (a faster
+`min_gain` becomes the best, and its own verdict orders the next knobs, except that a knob whose values all came
+well under the best when last tried goes last (the budget goes to the knobs not yet ruled out). One short trial is noisy (a faster
 setting can measure below the best in its one trial), and the machine's speed drifts during a search, so the
 experiment as given is measured twice, and a knob's fastest value, when its trial comes within `min_gain` of
 the best's figure or beats it, is checked, paired in time: the best again, then the value again. It becomes
@@ -60,9 +61,10 @@ SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", 
 
 # the knobs that address each verdict, tried first (then the rest, in KNOBS' order)
 FIRST = {
-    # (with the trials here, every worker shares the cores: what the others stop spending is the trainer's)
-    "trainer": ("workers.trainer.precision", "workers.policy.precision", "workers.trainer.torch_threads",
-                "workers.actor.count", PLACEMENT, "workers.actor.ring_size"),
+    # the trainer's own precision (one trial; on a GPU the largest lever), then what gives the trainer cores where
+    # every worker shares them, as in the trials here: a process fewer (the placement), fewer or more actors
+    "trainer": ("workers.trainer.precision", PLACEMENT, "workers.actor.count", "workers.policy.precision",
+                "workers.trainer.torch_threads", "workers.actor.ring_size"),
     "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
                   "workers.policy.torch_threads", "workers.actor.inference_splits", "workers.actor.ring_size"),
     "transport": (PLACEMENT, "workers.actor.inference_splits", "workers.actor.ring_size", "workers.policy.max_batch"),
@@ -70,10 +72,11 @@ FIRST = {
 }
 
 
-def order(verdict: str | None, keys: tuple[str, ...]) -> list[str]:
-    """The knobs to try from a setting whose trial had this verdict: those addressing it first."""
+def order(verdict: str | None, keys: tuple[str, ...], far: set[str] = frozenset()) -> list[str]:
+    """The knobs to try from a setting whose trial had this verdict: those addressing it first; those in `far`
+    (every value measured well under the best when last tried, from a neighbouring setting) last."""
     first = [k for k in FIRST.get(verdict or "", ()) if k in keys]
-    return first + [k for k in keys if k not in first]
+    return sorted(first + [k for k in keys if k not in first], key=lambda k: k in far)
 
 
 def value_of(exp: config.Experiment, key: str):
@@ -217,13 +220,14 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
 
     kept = [Kept(base, [run(base, "the experiment as given"), run(base, "the experiment as given, again")])]
     undone: set[tuple] = set()  # (knob, value) pairs a kept setting changed away from
+    far: set[str] = set()  # knobs whose values all came well under the best when last tried
     failed = [t.error for t in kept[0].trials if t.fps is None]
     if failed:
         raise trials.TrialFailed(f"the experiment as given failed to run: {failed[0]}")
     improved = True
     while improved:
         improved, best = False, kept[-1]
-        for key in order(best.verdict, keys):
+        for key in order(best.verdict, keys, far):
             candidates = []
             for value in BY_KEY[key].values:
                 candidate = normalized({**best.setting, key: value})
@@ -249,7 +253,9 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
             # knob's fastest value, if near the best or above it, is checked, paired in time: the best again,
             # then the value again, against the best's new trial
             if fastest is None or fastest.fps < best.fps * (1 - min_gain):
+                far.add(key)  # tried last from the next best: the least likely to pay there
                 continue
+            far.discard(key)
             fresh = again(f"check: the best ({best.label}) again, beside trial {fastest.index}")
             best = kept[-1]
             now = fresh.fps if fresh.fps is not None else best.fps

@@ -41,13 +41,40 @@ def base() -> dict:
 
 
 def test_the_verdict_puts_the_knobs_that_address_it_first():
-    # on shared cores, inference's CPU is the trainer's
-    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.policy.precision",
-                                               "workers.trainer.torch_threads"]
+    # the trainer's own precision, then what gives it cores on shared ones: a process fewer, fewer actors
+    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.placement",
+                                               "workers.actor.count"]
     assert tune.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
     assert tune.order("unknown", KEYS) == list(KEYS)
     assert sorted(tune.order("env", KEYS)) == sorted(KEYS)  # every knob, once
     assert tune.order("trainer", ("workers.actor.ring_size",)) == ["workers.actor.ring_size"]
+    # knobs ruled out from a neighbouring setting go last, in their order
+    far = {"workers.trainer.precision", "workers.actor.count"}
+    assert tune.order("trainer", KEYS, far)[:2] == ["workers.placement", "workers.policy.precision"]
+    assert tune.order("trainer", KEYS, far)[-2:] == ["workers.trainer.precision", "workers.actor.count"]
+
+
+def test_knobs_whose_values_all_came_well_under_the_best_are_tried_last_from_the_next_best():
+    # a ring of 32 is 1.5x; a placement other than srl, other actor counts or trainer threads lose 30%
+    def fps(s):
+        worse = (s["workers.placement"] != "srl" or s["workers.actor.count"] != 2
+                 or s["workers.trainer.torch_threads"] != 1)
+        return 10_000 * (1.5 if s["workers.actor.ring_size"] == 32 else 1) * (0.7 if worse else 1)
+
+    machine = Machine(fps, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {"workers.actor.ring_size": 32}
+    kept_at = next(t.index for t in outcome.trials if t.why == f"check: trial {outcome.best.decided[0].index} again")
+    tried = []  # the knobs in the order their values were first tried from the ring of 32
+    for t in outcome.trials[kept_at + 1:]:
+        key = t.why.split("): ")[-1].split(" ")[0]
+        if "-bound (" in t.why and not t.why.startswith("check") and key not in tried:
+            tried.append(key)
+    ruled_out = ["workers.placement", "workers.actor.count", "workers.trainer.torch_threads"]
+    # the knobs not yet tried (policy workers, inference splits...) come first; by the verdict alone these three
+    # would, as they did from the experiment as given
+    assert tried[-3:] == ruled_out and len(tried) > 3
+    assert [t.why.split("): ")[-1].split(" ")[0] for t in outcome.trials[2:4]] == ["workers.placement"] * 2
 
 
 def test_a_placement_brings_the_policy_worker_count_it_needs_and_the_result_validates():
@@ -99,13 +126,15 @@ def test_the_search_follows_the_verdict_keeps_what_is_faster_and_finds_the_best(
     assert outcome.changes == {"workers.actor.ring_size": 32, "workers.trainer.torch_threads": 2}
     assert outcome.best.fps == 48_000 and outcome.base.fps == 16_000
     assert [len(k.trials) for k in outcome.kept] == [2, 2, 2]  # each kept setting measured twice
-    # env-bound first: actor counts, then the ring; once trainer-bound, the trainer's threads come first
+    # env-bound first: actor counts, then the ring; once trainer-bound, what gives the trainer cores (its own
+    # precision is not searched here)
     assert [t.setting["workers.actor.count"] for t in outcome.trials[2:4]] == [1, 4]
     assert [t.why.split(":")[0] for t in outcome.trials[2:4]] == ["env-bound (trials 0, 1)"] * 2
     ring = next(i for i, s in enumerate(machine.log) if s["workers.actor.ring_size"] == 32)
     assert machine.log[ring + 1] == outcome.kept[-3].setting  # the best again, between the setting's trials
     assert machine.log[ring + 2] == machine.log[ring]  # its check
-    assert machine.log[ring + 3]["workers.trainer.torch_threads"] == 2
+    assert machine.log[ring + 3]["workers.placement"] == "impala"
+    assert outcome.trials[ring + 3].why.startswith("trainer-bound")
     counts = collections.Counter(tuple(sorted(s.items())) for s in machine.log)
     twice = {setting for setting, n in counts.items() if n > 1}
     assert {tuple(sorted(k.setting.items())) for k in outcome.kept} <= twice
