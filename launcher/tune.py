@@ -6,13 +6,13 @@ its steady training frames/s (launcher.trials). The search is greedy and led by 
 setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
 trainer) are tried first, one knob at a time, each of its values once; a setting that beats the best by
 `min_gain` becomes the best, and its own verdict orders the next knobs, except that a knob whose values all came
-well under the best when last tried goes last (the budget goes to the knobs not yet ruled out). One short trial is noisy (a faster
-setting can measure below the best in its one trial), and the machine's speed drifts during a search, so the
-experiment as given is measured twice, and a knob's fastest value, when its trial comes within `min_gain` of
-the best's figure or beats it, is checked, paired in time: the best again, then the value again. It becomes
-the best when its second trial beats that trial of the best and the mean of its two beats it by `min_gain` (a
-gain about the size of the noise is found more often than by asking each trial for the full gain; one lucky
-trial, or a machine faster than when the best was measured, changes nothing). The best is also measured again
+well under the best when last tried goes last (the budget goes to the knobs not yet ruled out). One short trial
+is noisy (a faster setting can measure below the best in its one trial), and the machine's speed drifts during a
+search, so the experiment as given is measured twice, and a knob's fastest value, when its trial comes within
+`min_gain` of the best's figure or beats it, is checked, paired in time: the best again, then the value again.
+It becomes the best when its second trial beats that trial of the best and the mean of its two beats it by
+`min_gain` (a gain about the size of the noise is found more often than by asking each trial for the full gain;
+one lucky trial, or a machine faster than when the best was measured, changes nothing). The best is also measured again
 after STALE_AFTER trials without one; its figure is the mean of its two latest trials. A kept change is not
 undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every trial,
 its verdict and why it was tried go in a table.
