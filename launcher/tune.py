@@ -1,21 +1,21 @@
 """`srl-launch tune`: the settings that change throughput but not the algorithm (its losses and hyper-parameters;
 the precision knobs do round the forward passes), chosen by short measured runs.
 
-Each trial runs the experiment for a few seconds with tracing on (here, or as one Slurm job) and is judged by
-its steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best
-setting so far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or
-trainer) are tried first, one knob at a time, each of its values once; a setting that beats the best by
-`min_gain` becomes the best, and its own verdict orders the next knobs, except that a knob whose values all came
-well under the best when last tried goes last (the budget goes to the knobs not yet ruled out). One short trial
-is noisy (a faster setting can measure below the best in its one trial), and the machine's speed drifts during a
+Each trial runs the experiment for a few seconds with tracing on (here, or as one Slurm job) and is judged by its
+steady training frames/s (launcher.trials). The search is greedy and led by the traces: from the best setting so
+far, the knobs that address its verdict (the stage that bounds it: env, inference, transport or trainer) are tried
+first, one knob at a time, each of its values once (and with its JOINT companions); a setting that beats the best
+by `min_gain` becomes the best, and its own verdict orders the next knobs, except that a knob whose values all came
+well under the best when last tried goes last (the budget goes to the knobs not yet ruled out). One short trial is
+noisy (a faster setting can measure below the best in its one trial), and the machine's speed drifts during a
 search, so the experiment as given is measured twice, and a knob's fastest value, when its trial comes within
-`min_gain` of the best's figure or beats it, is checked, paired in time: the best again, then the value again.
-It becomes the best when its second trial beats that trial of the best and the mean of its two beats it by
-`min_gain` (a gain about the size of the noise is found more often than by asking each trial for the full gain;
-one lucky trial, or a machine faster than when the best was measured, changes nothing). The best is also measured again
-after STALE_AFTER trials without one; its figure is the mean of its two latest trials. A kept change is not
-undone later. The search ends when no knob's value beats the best, or when the budget is spent. Every trial,
-its verdict and why it was tried go in a table.
+`min_gain` of the best's figure or beats it, is checked, paired in time: the best again, then the value again. It
+becomes the best when its second trial beats that trial of the best and the mean of its two beats it by `min_gain`
+(a gain about the size of the noise is found more often than by asking each trial for the full gain; one lucky
+trial, or a machine faster than when the best was measured, changes nothing). The best is also measured again after
+STALE_AFTER trials without one; its figure is the mean of its two latest trials. A kept change is not undone later.
+The search ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why
+it was tried go in a table.
 """
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ KNOBS = (
     Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
+# values whose gains come together: bf16 in the trainer alone or in inference alone is worth a few percent on Pong
+# here, about one trial's noise, bf16 in both 15-17%; so each knob's value is also tried with its companions
+JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
+         ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"}}
 STALE_AFTER = 6  # trials since the best's latest, after which it is measured again before the next trial
 # the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
 SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", "workers.policy.count"))
@@ -106,6 +110,20 @@ def overrides(setting: dict, exp: config.Experiment) -> list[str]:
     elif placement == "srl" and count == 0:
         words.append("workers.policy.count=1")
     return words
+
+
+def changes_of(key: str, setting: dict, keys: tuple[str, ...]) -> list[dict]:
+    """What trying `key` from `setting` changes, value by value: the value alone, then with its JOINT companions
+    (those searched and not already so)."""
+    out = []
+    for value in BY_KEY[key].values:
+        if value == setting[key]:
+            continue
+        out.append({key: value})
+        also = {k: v for k, v in JOINT.get((key, value), {}).items() if k in keys and setting.get(k) != v}
+        if also:
+            out.append({key: value, **also})
+    return out
 
 
 def skip_reason(setting: dict, key: str, value, limits: dict) -> str | None:
@@ -228,14 +246,14 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
     while improved:
         improved, best = False, kept[-1]
         for key in order(best.verdict, keys, far):
-            candidates = []
-            for value in BY_KEY[key].values:
-                candidate = normalized({**best.setting, key: value})
-                if value == best.setting[key] or (key, value) in undone or tuple(sorted(candidate.items())) in seen:
+            candidates = []  # (the change, the setting)
+            for change in changes_of(key, best.setting, keys):
+                candidate = normalized({**best.setting, **change})
+                if (any((k, v) in undone or skip_reason(best.setting, k, v, limits) for k, v in change.items())
+                        or tuple(sorted(candidate.items())) in seen or candidate in [c for _, c in candidates]
+                        or invalid(candidate)):
                     continue
-                if skip_reason(best.setting, key, value, limits) or invalid(candidate):
-                    continue
-                candidates.append((value, candidate))
+                candidates.append((change, candidate))
             if not candidates:
                 continue
             stale = done[-1].index - best.trials[-1].index >= STALE_AFTER
@@ -246,8 +264,9 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
                 again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
                 best = kept[-1]
             firsts = [run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
-                                     f"{key} {best.setting[key]} -> {value}, {BY_KEY[key].why}")
-                      for value, candidate in candidates]
+                                     + " with ".join(f"{k} {best.setting[k]} -> {v}" for k, v in change.items())
+                                     + f", {BY_KEY[key].why}")
+                      for change, candidate in candidates]
             fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
             # one short trial is noisy (a faster setting can measure below the best in its one trial): the
             # knob's fastest value, if near the best or above it, is checked, paired in time: the best again,
@@ -263,7 +282,7 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
             won = Kept(fastest.setting, [fastest, check], decided=(fastest, fresh, check))
             if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
                 kept.append(won)
-                undone.add((key, best.setting[key]))  # measured slower: not tried again
+                undone.update((k, v) for k, v in best.setting.items() if won.setting[k] != v)  # measured slower
                 improved = True
                 break
     return Outcome(done, kept)

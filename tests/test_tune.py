@@ -372,3 +372,28 @@ def test_training_frames_per_second_come_from_the_updates_after_the_warmup_witho
     figures = {"update_training_fps": 2048.0, "steady_training_fps": 1911.0, "training_fps": 1500.0}
     assert trials.training_fps(figures) == 2048.0
     assert trials.training_fps({**figures, "update_training_fps": None}) == 1911.0
+
+
+def test_values_whose_gains_come_together_are_also_tried_together():
+    # Pong here: bf16 in the trainer alone or in inference alone is worth 3%, under the 5% asked; both 16%
+    bf16 = {**ROOMY, "workers.policy.precision": True, "workers.trainer.precision": True}
+
+    def fps(s):
+        n = [s["workers.trainer.precision"], s["workers.policy.precision"]].count("bf16")
+        return 10_000 * (1.0, 1.03, 1.16)[n]
+
+    machine = Machine(fps, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, bf16, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
+    assert outcome.changes == {"workers.trainer.precision": "bf16", "workers.policy.precision": "bf16"}
+    # the trainer's precision first (trainer-bound): alone, then with inference's
+    assert [t.why.split("): ")[1].split(", ")[0] for t in outcome.trials[2:4]] == [
+        "workers.trainer.precision fp32 -> bf16",
+        "workers.trainer.precision fp32 -> bf16 with workers.policy.precision fp32 -> bf16"]
+    assert outcome.kept[1].decided[0].index == 3  # kept by its first trial and its check
+    # a companion that is not searched, or not fast where it runs, is not tried with it
+    searched = tuple(k for k in KEYS if k != "workers.policy.precision")
+    assert tune.changes_of("workers.trainer.precision", base(), searched) == [{"workers.trainer.precision": "bf16"}]
+    machine = Machine(fps, lambda s: "trainer")
+    outcome = tune.search(base(), KEYS, machine, {**bf16, "workers.policy.precision": False}, budget=10_000,
+                          clock=clock_of(machine, 10), say=lambda _: 0)
+    assert all(s["workers.policy.precision"] == "fp32" for s in machine.log) and outcome.changes == {}
