@@ -55,8 +55,8 @@ KNOBS = (
     Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
-# values whose gains come together: bf16 in the trainer alone or in inference alone is worth a few percent on Pong
-# here, about one trial's noise, bf16 in both 15-17%; so each knob's value is also tried with its companions
+# values whose gains come together: on Pong here bf16 in the trainer alone or in inference alone gains about one
+# trial's noise, bf16 in both several times that (docs/tuning.md); so each is also tried with its companion
 JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
          ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"}}
 STALE_AFTER = 6  # trials since the best's latest, after which it is measured again before the next trial
