@@ -158,7 +158,7 @@ def nothing_left_running(request):
     jobs = [json.loads(p.read_text()).get("job_id") for p in tmp.rglob("slurm.json")]
     jobs += [m["job_id"].split("_")[0] for p in tmp.rglob("sweep.json")
              for m in json.loads(p.read_text()).get("members", []) if m.get("job_id")]
-    if any(jobs):
+    if any(jobs) and shutil.which("scancel"):  # (a test that faked its jobs on a machine without Slurm: none to cancel)
         subprocess.run(["scancel", *{str(j) for j in jobs if j}], capture_output=True, timeout=30)
     for pid, _ in processes_mentioning(str(tmp)):
         try:

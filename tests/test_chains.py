@@ -23,6 +23,7 @@ SINFO = "\n".join(f"n{k}|{p}|16|16000|(null)" for k in range(1, 5) for p in ("cp
 @pytest.fixture
 def cluster(monkeypatch):
     monkeypatch.setattr(slurm, "cluster_facts", lambda: plan.parse_sinfo(SINFO))
+    monkeypatch.setattr(slurm, "mpi_plugins", lambda: ["none", "pmix"])  # (srun --mpi=list: no srun needed)
 
 
 def test_resume_chain_queues_continuations_each_after_the_one_before(tmp_path, fake_bin, cluster, capsys):  # noqa: F811
