@@ -1,5 +1,7 @@
 """Experiment files side by side: each measured --repeats times, round-robin, in one invocation (this machine's
-speed drifts between days, so only figures from one invocation compare). The first file is the reference.
+speed drifts between days, so only figures from one invocation compare), after one trial of the first that is not
+counted (launcher.trials.round_robin: the first trial of an invocation runs slow here). The first file is
+the reference.
 
     python benchmarks/experiment_files.py experiments/atari_pong_ppo.yaml experiments/atari_pong_ppo.tuned.yaml
 

@@ -148,10 +148,18 @@ def training_fps(result: dict) -> float:
 def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float, warmup: float, repeats: int,
                 out: Path, say=print) -> list[dict]:
     """Each (label, experiment) measured `repeats` times, traced, one at a time in turns (drift in the machine's
-    speed hits every one alike). Per experiment: the training frames/s of each trial (None where it failed), their
-    median over the trials that ran, and each trial's verdict (or its failure)."""
+    speed hits every one alike), after one trial of the first that is not counted: the first trial of an invocation
+    runs slow here, and in turns it is always the first experiment's. Per experiment: the training
+    frames/s of each trial (None where it failed), their median over the trials that ran, and each trial's verdict
+    (or its failure)."""
     fps = [[] for _ in candidates]
     verdicts = [[] for _ in candidates]
+    label, exp = candidates[0]
+    say(f"[settling] {label} (not counted) ...")
+    try:
+        measure(config.with_overrides(exp, ["monitor.trace=true"]), seconds, warmup, out / "settling")
+    except TrialFailed:
+        pass  # its own trials will say why
     for repeat in range(repeats):
         for i, (label, exp) in enumerate(candidates):
             say(f"[{repeat + 1}/{repeats}] {label} ...")
