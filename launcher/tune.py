@@ -55,18 +55,22 @@ KNOBS = (
     Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
-# values whose gains come together: on Pong here bf16 in the trainer alone or in inference alone gains about one
-# trial's noise, bf16 in both several times that (docs/tuning.md); so each is also tried with its companion
+# values whose gains come together, so each is also tried with its companion (docs/tuning.md): on Pong here bf16 in
+# the trainer alone or in inference alone gains about one trial's noise, bf16 in both several times that; and
+# impala's actors infer their own ring's requests (no policy worker batches several actors'), so its batch is the
+# ring's: impala is also tried with the largest ring
 JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
-         ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"}}
+         ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"},
+         (PLACEMENT, "impala"): {"workers.actor.ring_size": max(BY_KEY["workers.actor.ring_size"].values)}}
 STALE_AFTER = 6  # trials since the best's latest, after which it is measured again before the next trial
 # the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
 SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", "workers.policy.count"))
 
 # the knobs that address each verdict, tried first (then the rest, in KNOBS' order)
 FIRST = {
-    # the trainer's own precision (one trial; on a GPU the largest lever), then what gives the trainer cores where
-    # every worker shares them, as in the trials here: a process fewer (the placement), fewer or more actors
+    # the trainer's own precision (alone, then with bf16 inference: JOINT; on a GPU the largest lever), then what
+    # gives the trainer cores where every worker shares them, as in the trials here: a process fewer (the
+    # placement), fewer or more actors
     "trainer": ("workers.trainer.precision", PLACEMENT, "workers.actor.count", "workers.policy.precision",
                 "workers.trainer.torch_threads", "workers.actor.ring_size"),
     "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
