@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 from launcher.runs import tail
 from srl_hpc import config, graph as wiring
 from srl_hpc.rundir import RunDir
+from srl_hpc.services import limits
 from srl_hpc.streams import control, endpoints
 from srl_hpc.streams.inference import remove_run_segments
 from srl_hpc.supervisor import describe_exit, die_with_parent
@@ -36,8 +38,15 @@ class TooBigForThisMachine(ValueError):
 
 
 def check_fits(exp) -> None:
-    """Refuse, before anything starts, a run that would start more processes than this machine can hold."""
-    kinds = [node.kind for node in wiring.build(exp).workers]  # (per policy or member, where they are)
+    """Refuse, before anything starts, a run that would start more processes than this machine can hold, or
+    whose busiest worker needs more open files than the hard limit allows (each worker raises its soft limit
+    to the hard one: srl_hpc.services.limits)."""
+    graph = wiring.build(exp)
+    busiest, needed = limits.largest_need(graph)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise TooBigForThisMachine(limits.too_few_files(busiest, needed, len(graph.names), hard))
+    kinds = [node.kind for node in graph.workers]  # (per policy or member, where they are)
     counts = {kind: kinds.count(kind) for kind in ("actor", "policy", "trainer", "buffer", "eval", "controller")}
     total = sum(counts.values())
     cores = os.cpu_count() or 1

@@ -28,7 +28,7 @@ from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import PrivateContext
-from srl_hpc.services import network
+from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.control import ControlClient, report_interval
@@ -185,7 +185,8 @@ class Worker:
             depths.update(handler.queue_depths())
         if beat:
             self._last_heartbeat = now
-            self.trace.record("heartbeat", rss_mb=rss_mb(), cpu_seconds=time.process_time(), **depths)
+            self.trace.record("heartbeat", rss_mb=rss_mb(), cpu_seconds=time.process_time(),
+                              open_files=len(os.listdir("/proc/self/fd")), **depths)
             if self.link is not None:
                 self.link.beat()
         if report:
@@ -265,8 +266,10 @@ def main(argv=None) -> int:
     log = logging.getLogger("srl_hpc.worker")
 
     try:
+        # Servers hold a descriptor per client; clusters often set a soft limit far under the hard one
+        limits.raise_open_files(limits.descriptors_needed(graph, name), name, len(graph.names))
         address = _address(exp, name, args.slurm)
-    except network.NetworkError as e:
+    except (limits.LimitError, network.NetworkError) as e:
         print(e, flush=True)
         if args.slurm and not args.supervised:  # the others stop waiting for this worker
             FileBarrier(run_dir, graph.names, name).abandon()
