@@ -113,9 +113,10 @@ class Graph:
         return [w for w in self.workers if w.kind == "trainer" and w.policy == policy]
 
     def gpu_index(self, name: str, local_id: int | None) -> int:
-        """Which of its node's GPUs a worker on device "cuda" takes: the number of such workers on its node
-        before it. Under Slurm a het group's tasks fill each node in order, so those are among the
-        `local_id` (SLURM_LOCALID) tasks of its group before it; in local mode (None) all share one node."""
+        """A worker on device "cuda": its index among its node's CUDA workers, the number of them before it
+        (srl_hpc.models.pick_gpu turns it into a device its task sees). Under Slurm a het group's tasks fill
+        each node in order, so those are among the `local_id` (SLURM_LOCALID) tasks of its group before it;
+        in local mode (None) all share one node."""
         position = self.names.index(name)
         if local_id is None:
             before = self.workers[:position]

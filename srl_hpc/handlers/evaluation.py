@@ -47,7 +47,8 @@ class EvalHandler(Handler):
         act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, self.cfg.greedy)
         n = self.cfg.episodes
         obs_space, action_space = spaces(exp.env, global_state=reads_global_state(exp.algorithm))
-        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
+        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
+                                self.name)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.contract = Contract.of(obs_space, action_space, spec(exp.algorithm), exp)
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)

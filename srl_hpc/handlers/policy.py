@@ -100,7 +100,8 @@ class PolicyHandler(Handler):
         algorithm = spec(exp.algorithm)
         self.explore_keys = tuple(algorithm.explore(exp.algorithm, 0, 1))
         index = self.graph.worker(self.name).index
-        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
+        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
+                                self.name)
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.contract = Contract.of(obs_space, action_space, algorithm, exp)

@@ -72,7 +72,8 @@ class TrainerHandler(Handler):
         self.cfg = cfg
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it trains
         peers = [w.name for w in self.graph.trainers(self.policy)]  # data-parallel with these, by rank
-        self.device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu)
+        self.device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
+                                     self.name)
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.model = build_model(exp, obs_space, action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
