@@ -17,9 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from launcher.runs import tail
 from srl_hpc import config, graph as wiring
-from srl_hpc.rundir import RunDir
+from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services import limits
 from srl_hpc.streams import control, endpoints
 from srl_hpc.streams.inference import remove_run_segments

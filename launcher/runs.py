@@ -71,8 +71,3 @@ def continue_later(run_dir: str | Path, python: str, command: str, after: str | 
     return after, slurm.submit_chain(request, run, after, count)
 
 
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"

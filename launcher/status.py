@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from launcher import local, slurm
-from launcher.runs import tail
-from srl_hpc.rundir import RunDir
+from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services.rendezvous import abandoned_by
 
 
@@ -49,6 +48,24 @@ def describe(run: RunDir, job_state: slurm.JobInfo | None = None) -> tuple[str, 
         for out in run.slurm_outputs():  # the run never concluded: srun's own words
             lines.append(f"--- last lines of {out}:\n{tail(out)}")
     return state, "\n".join(lines)
+
+
+def ended_badly(run: RunDir, job_id: str) -> str:
+    """For a Slurm job that failed, was cancelled or timed out: Slurm's reason and exit code, then where to
+    look. No output file means the batch script never ran on a node, which nothing in the run says."""
+    return "\n".join(slurm.job_end(job_id) + where_to_look(run, job_id))
+
+
+def where_to_look(run: RunDir, job_id: str) -> list[str]:
+    """The job's batch script output, or that it has none; the run's logs directory, where it holds files."""
+    output = run.slurm_output(job_id)
+    lines = [f"the batch script's output: {output}" if output.exists() else
+             f"{output} does not exist: the batch script never ran on a node (can every node see {run.root}?)"]
+    logs = [p for p in run.logs.iterdir() if p.is_file()] if run.logs.is_dir() else []
+    if logs:
+        lines.append(f"the workers' logs: {run.logs}/ ({len(logs)} file{'s' if len(logs) > 1 else ''}; "
+                     f"srl-launch logs {run.root} --worker NAME)")
+    return lines
 
 
 def _slurm_lines(run: RunDir, info: slurm.JobInfo | None, summary: dict | None, lines: list[str]) -> str:

@@ -21,6 +21,7 @@ from launcher import local, runs
 from launcher.plan import PlanError
 from launcher.slurm import SlurmError
 from srl_hpc import config
+from srl_hpc.rundir import tail
 
 
 class TrialFailed(RuntimeError):
@@ -62,7 +63,7 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
         run = handle.run
         if state != "completed":
             raise TrialFailed(f"Slurm job {handle.job_id} ended {state}: "
-                              f"{runs.tail(run.log('controller'), 5) if run.log('controller').exists() else ''}")
+                              f"{tail(run.log('controller'), 5) if run.log('controller').exists() else ''}")
     else:
         exp, run = runs.create(exp, run_dir / "run")
         log = io.StringIO()

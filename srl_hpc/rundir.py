@@ -31,6 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log, or a line saying it is not there."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
 def file_stem(worker: str) -> str:
     """'actor/3' -> 'actor-3' (worker names hold a slash, file names cannot)."""
     return worker.replace("/", "-")

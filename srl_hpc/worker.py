@@ -271,8 +271,8 @@ def main(argv=None) -> int:
         address = _address(exp, name, args.slurm)
     except (limits.LimitError, network.NetworkError) as e:
         print(e, flush=True)
-        if args.slurm and not args.supervised:  # the others stop waiting for this worker
-            FileBarrier(run_dir, graph.names, name).abandon()
+        if args.slurm and not args.supervised:  # the others stop waiting for this worker: under MPI, once it has
+            _rendezvous(args, run_dir, graph, name).abandon()  # joined MPI_Init's fence, where they wait first
         return 1
     os.environ.update(network.library_environment(address))  # before MPI, gloo or NCCL start
     endpoints.configure(address.ip, config.parse_ports(exp.slurm.ports) if args.slurm else None)
@@ -281,12 +281,7 @@ def main(argv=None) -> int:
     if args.supervised:
         rendezvous = ChildLink(args.supervised)
     else:
-        if not args.slurm:
-            rendezvous = FileRendezvous(run_dir, len(graph.names))
-        elif args.rendezvous == "mpi":
-            rendezvous = MpiRendezvous(FileBarrier(run_dir, graph.names, name))
-        else:
-            rendezvous = FileRendezvous(run_dir, len(graph.names), barrier=FileBarrier(run_dir, graph.names, name))
+        rendezvous = _rendezvous(args, run_dir, graph, name)
         budget = restart_budget(exp, name)
         if budget is not None:
             try:
@@ -329,6 +324,17 @@ def main(argv=None) -> int:
         bound_exit()
         if worker is not None:
             worker.close()
+
+
+def _rendezvous(args, run_dir: RunDir, graph: wiring.Graph, name: str):
+    """How this task meets the others: files in local mode; under Slurm a barrier of files, then MPI (which
+    starts here) or the files."""
+    if not args.slurm:
+        return FileRendezvous(run_dir, len(graph.names))
+    barrier = FileBarrier(run_dir, graph.names, name)
+    if args.rendezvous == "mpi":
+        return MpiRendezvous(barrier)
+    return FileRendezvous(run_dir, len(graph.names), barrier=barrier)
 
 
 def _address(exp, name: str, slurm: bool) -> network.Address:

@@ -16,6 +16,21 @@ def test_an_interface_by_name_or_by_network_and_what_the_libraries_are_told():
     assert network.library_environment(by_cidr) == {}  # loopback: nothing to steer
 
 
+def test_a_sites_exclude_list_keeps_our_include_list_out_of_that_transport(tmp_path, monkeypatch):
+    """Open MPI refuses btl_tcp_if_include beside btl_tcp_if_exclude: where a site sets the exclude list (here in
+    an MCA parameter file, as sites do), the include list for that transport is not set."""
+    conf = tmp_path / "openmpi-mca-params.conf"
+    conf.write_text("# site settings\nbtl_tcp_if_exclude = lo,docker0\n#oob_tcp_if_exclude = lo\n")
+    site = network.site_mca_parameters([str(conf)])
+    assert "btl_tcp_if_exclude" in site and "oob_tcp_if_exclude" not in site
+    env = network.library_environment(network.Address("10.250.1.11", "ib0", "slurm.network: ib0"), site)
+    assert "OMPI_MCA_btl_tcp_if_include" not in env and env["OMPI_MCA_oob_tcp_if_include"] == "ib0"
+    monkeypatch.setenv("OMPI_MCA_oob_tcp_if_exclude", "lo")  # the same from the environment
+    env = network.library_environment(network.Address("10.250.1.11", "ib0", "slurm.network: ib0"),
+                                       network.site_mca_parameters([str(conf)]))
+    assert not any(k.startswith("OMPI_MCA") for k in env) and env["GLOO_SOCKET_IFNAME"] == "ib0"
+
+
 def test_a_users_own_interface_variables_win(monkeypatch):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=mlx5_0")
     env = network.library_environment(network.Address("10.250.1.11", "ib0", "slurm.network: ib0"))

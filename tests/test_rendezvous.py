@@ -1,6 +1,7 @@
 """The start-up barrier of Slurm mode (srl_hpc.services.rendezvous.FileBarrier), on real files: each worker
 in its own thread, as each rank is its own process under Slurm."""
 import threading
+import time
 
 import pytest
 
@@ -49,8 +50,10 @@ def test_every_worker_passes_once_all_arrived(tmp_path):
     assert abandoned_by(run) is None
 
 
-def test_a_worker_that_gives_up_stops_everyone_with_its_reason(tmp_path):
+def test_a_worker_that_gives_up_stops_everyone_naming_it_and_quoting_its_log(tmp_path):
     run = RunDir(tmp_path)
+    run.logs.mkdir()
+    run.log("actor/1").write_text("starting\nOSError: [Errno 19] No such device: 'ib0'\n")
 
     def work(name):
         barrier = FileBarrier(run, NAMES, name, timeout=20)
@@ -61,8 +64,8 @@ def test_a_worker_that_gives_up_stops_everyone_with_its_reason(tmp_path):
 
     outcome = _run_all(run, NAMES, work)
     assert outcome.pop("actor/1") is None
-    assert all("rendezvous abandoned: actor/1 exited before it (its log: " in str(exc)
-               for exc in outcome.values()), outcome
+    assert all(f"rendezvous abandoned: actor/1 exited before it; the last lines of {run.log('actor/1')}:\n"
+               f"starting\nOSError: [Errno 19] No such device: 'ib0'" in str(exc) for exc in outcome.values()), outcome
     assert abandoned_by(run) == "actor/1"
 
 
@@ -71,6 +74,25 @@ def test_the_leader_abandoning_stops_everyone(tmp_path):
     FileBarrier(run, NAMES, "controller").abandon()
     with pytest.raises(RendezvousError, match="controller exited before it"):
         FileBarrier(run, NAMES, "actor/0", timeout=5).wait()
+
+
+def test_the_timeout_counts_from_the_last_arrival_not_from_the_start(tmp_path):
+    """Workers still arriving are progress: with a timeout of 1 s, a worker that arrives after 0.8 s gives the
+    others another full second; the wait ends at the timeout after that last arrival, naming who never came."""
+    run = RunDir(tmp_path)
+    late_arrival = threading.Event()
+
+    def work(name):
+        if name == "actor/0":
+            late_arrival.wait()  # set by the timer below, after the others have waited most of their timeout
+        FileBarrier(run, NAMES, name, timeout=1.0).wait()
+
+    threading.Timer(0.8, late_arrival.set).start()
+    started = time.monotonic()
+    outcome = _run_all(run, NAMES[:3], work)
+    waited = time.monotonic() - started
+    assert "2 of 5 workers never arrived: actor/1, actor/2" in str(outcome["controller"])
+    assert 1.8 <= waited < 5, waited  # not 1 s: the arrival at 0.8 s restarted the count
 
 
 def test_a_timeout_names_the_workers_that_never_arrived(tmp_path):

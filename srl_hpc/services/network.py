@@ -86,11 +86,34 @@ def loopback_message(worker: str, address: Address) -> str:
 LOCAL = Address("127.0.0.1", "lo", "local mode")
 
 
-def library_environment(address: Address) -> dict[str, str]:
+def library_environment(address: Address, site: set[str] | None = None) -> dict[str, str]:
     """The variables that make Open MPI's TCP transport, gloo and NCCL use the chosen interface. A value the
-    user set already wins (os.environ is left as it is for those)."""
+    user set already wins (os.environ is left as it is for those). Where the site excludes interfaces from an
+    Open MPI transport (`btl_tcp_if_exclude`, in the environment or an MCA parameter file: `site`, by default
+    read here), that transport is left to it: Open MPI refuses an include list beside an exclude list."""
     if address.interface is None or address.loopback:
         return {}
-    wanted = {"OMPI_MCA_btl_tcp_if_include": address.interface, "OMPI_MCA_oob_tcp_if_include": address.interface,
-              "GLOO_SOCKET_IFNAME": address.interface, "NCCL_SOCKET_IFNAME": address.interface}
+    site = site_mca_parameters() if site is None else site
+    wanted = {"GLOO_SOCKET_IFNAME": address.interface, "NCCL_SOCKET_IFNAME": address.interface}
+    for transport in ("btl_tcp", "oob_tcp"):
+        if f"{transport}_if_exclude" not in site:
+            wanted[f"OMPI_MCA_{transport}_if_include"] = address.interface
     return {k: v for k, v in wanted.items() if k not in os.environ}
+
+
+MCA_PARAMETER_FILES = ("~/.openmpi/mca-params.conf", "/etc/openmpi/openmpi-mca-params.conf",  # the user's; Debian's
+                       "$OPAL_PREFIX/etc/openmpi-mca-params.conf")  # a module's Open MPI
+MCA_PREFIX = "OMPI_MCA_"
+
+
+def site_mca_parameters(files=MCA_PARAMETER_FILES) -> set[str]:
+    """The Open MPI parameters set for this process, by name: OMPI_MCA_* variables and `name = value` lines."""
+    names = {k[len(MCA_PREFIX):] for k in os.environ if k.startswith(MCA_PREFIX)}
+    for path in files:
+        path = os.path.expanduser(os.path.expandvars(path))
+        try:
+            with open(path) as f:
+                names |= {line.split("=")[0].strip() for line in f if "=" in line and not line.lstrip().startswith("#")}
+        except OSError:
+            continue
+    return names

@@ -3,7 +3,8 @@
 Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous (local mode): one JSON file per worker under RUN/rendezvous/, written atomically.
 - MpiRendezvous (Slurm mode): a single MPI allgather over MPI_COMM_WORLD (srun --mpi=pmix or pmi2). Ranks
-  meet at a FileBarrier before the allgather, so that no rank waits long inside it.
+  meet at a FileBarrier before MPI starts, so that no rank waits long inside MPI, and a worker that exits
+  before it arrives ends the others' wait within seconds (inside MPI_Init's fence they could not tell).
 - FileRendezvous with a FileBarrier (Slurm mode, slurm.mpi: none): the files, once everyone has arrived.
 After rendezvous all data moves over ZMQ.
 """
@@ -16,7 +17,7 @@ import json
 import os
 import time
 
-from srl_hpc.rundir import RunDir, file_stem
+from srl_hpc.rundir import RunDir, file_stem, tail
 
 
 class RendezvousError(RuntimeError):
@@ -35,7 +36,7 @@ class FileRendezvous:
         self.done = False
         if barrier is not None:
             barrier.before_go = self._write_table
-            atexit.register(self._abandon_unless_done)
+            atexit.register(self.abandon)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         _write_atomically(self.run.rendezvous_entry(entry["worker"]), json.dumps(entry))
@@ -69,8 +70,8 @@ class FileRendezvous:
         one file, not N (N x N opens on the metadata server)."""
         _write_atomically(self.run.rendezvous_table, json.dumps(self._read(self.barrier.names)))
 
-    def _abandon_unless_done(self) -> None:
-        """At an exit before the barrier: the others stop waiting for this worker."""
+    def abandon(self) -> None:
+        """At an exit before the barrier (also at exit): the others stop waiting for this worker."""
         if not self.done:
             self.barrier.abandon()
 
@@ -95,7 +96,7 @@ class FileBarrier:
     was 10,000 stats a second.)
     """
 
-    TIMEOUT = 1800.0  # seconds; as long as PMIx's fence may take on the local Slurm (PMIxTimeout)
+    TIMEOUT = 600.0  # seconds without a new arrival (not in all): workers still arriving are progress
     POLL_RATE = 200.0  # looks at the go file per second, all waiting workers together
     LEAD_INTERVAL = 1.0  # seconds between the leader's listings of the arrivals, at most
 
@@ -121,12 +122,20 @@ class FileBarrier:
             quitter = self._lead() if self.leader else self._go()
             if quitter is not None:
                 if quitter:
-                    raise RendezvousError(f"rendezvous abandoned: {quitter} exited before it "
-                                          f"(its log: {self.run.log(quitter)})")
+                    raise RendezvousError(f"rendezvous abandoned: {quitter} exited before it; the last lines of "
+                                          f"{self.run.log(quitter)}:\n{tail(self.run.log(quitter))}")
                 return
             if time.monotonic() >= deadline:
-                raise RendezvousError(self._timed_out())
+                deadline = self._last_arrival() + self.timeout  # one more look, only at the deadline
+                if time.monotonic() >= deadline:
+                    raise RendezvousError(self._timed_out())
             pause = self.lead_interval if self.leader else self.interval
+
+    def _last_arrival(self) -> float:
+        """When the last worker arrived, on this process's monotonic clock (the arrivals directory's change time,
+        which the shared filesystem's clock sets: a skew of seconds matters little against the timeout)."""
+        changed = os.stat(self.run.barrier_arrivals).st_mtime
+        return time.monotonic() - max(0.0, time.time() - changed)
 
     def _go(self) -> str | None:
         """The go file's text (empty: go; else who gave up), None while there is none: one stat a look."""
@@ -208,11 +217,13 @@ class MpiRendezvous:
     def __init__(self, barrier: FileBarrier):
         self.barrier = barrier
         self.done = False
-        # One tiny allgather needs no shared-memory transport. Users can override.
+        # One tiny allgather needs no shared-memory transport, and every rank uses the same PML: groups on nodes
+        # with and without InfiniBand would otherwise pick ucx and ob1 and fail to meet. Users can override.
         os.environ.setdefault("OMPI_MCA_btl", "self,tcp")
+        os.environ.setdefault("OMPI_MCA_pml", "ob1")
         # PMIx's shared-memory datastore (gds ds21) segfaulted in MPI start-up now and then with many ranks on
-        # one host (2 of ~10 64-actor jobs here; a known PMIx issue, whose maintainers give this workaround):
-        # the hash datastore takes the job's data from the local PMIx server instead. Users can override.
+        # one host (a known PMIx issue, whose maintainers give this workaround): the hash datastore takes the
+        # job's data from the local PMIx server instead. Users can override.
         os.environ.setdefault("PMIX_MCA_gds", "hash")
         waited, cpu = time.monotonic(), time.process_time()
         with coarse_timer_slack():
@@ -222,7 +233,7 @@ class MpiRendezvous:
         # MPI_Init waits for every rank to reach it: part of a worker's start-up that grows with the others'
         self.start_cost = {"mpi_init_seconds": time.monotonic() - waited,
                            "mpi_init_cpu_seconds": time.process_time() - cpu}
-        atexit.register(self._abandon_unless_done)
+        atexit.register(self.abandon)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         if self.comm.Get_size() != len(expected):
@@ -233,7 +244,6 @@ class MpiRendezvous:
         self.done = True
         # MPI's work is done: finalize now, while every rank is here, not at exit, where MPI_Finalize waits
         # for every rank and held finished jobs to their time limit when some ranks exited early or failed
-        # (twice in four suite runs: every worker had logged "ended", two processes never exited)
         from mpi4py import MPI
         MPI.Finalize()
         table = {e["worker"]: e for e in map(json.loads, entries)}
@@ -241,10 +251,10 @@ class MpiRendezvous:
             raise RendezvousError(f"MPI rendezvous got workers {sorted(table)}, expected {sorted(expected)}")
         return table
 
-    def _abandon_unless_done(self) -> None:
-        """At an exit before the allgather: the others stop waiting for this worker, and MPI is finalized
-        here, within the worker's exit bound. mpi4py would do it after the interpreter's teardown, which
-        nothing bounds: a rank that hung there held a failed job to its time limit."""
+    def abandon(self) -> None:
+        """At an exit before the allgather (also at exit): the others stop waiting for this worker, and MPI is
+        finalized here, within the worker's exit bound. mpi4py would do it after the interpreter's teardown,
+        which nothing bounds: a rank that hung there held a failed job to its time limit."""
         if self.done:
             return
         self.barrier.abandon()
