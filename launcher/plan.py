@@ -69,7 +69,8 @@ class Plan:
     experiment: str
     job_name: str
     run_dir: str
-    python: str
+    python: str  # the workers' (slurm.python, else launcher_python)
+    launcher_python: str  # the one running srl-launch: with pyxis, the batch script's own steps run on the host
     time: str
     account: Optional[str]
     qos: Optional[str]
@@ -83,6 +84,7 @@ class Plan:
     node_setup: tuple[str, ...] = ()
     container: Optional[ContainerConfig] = None
     template: Optional[str] = None
+    threads_per_core: Optional[int] = None
 
     @property
     def ntasks(self) -> int:
@@ -124,11 +126,12 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     if problems:
         raise PlanError(problems)
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python,
+                launcher_python=python,
                 time=s.time, account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
                 setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
                 requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
                 mpi=s.mpi, srun_options=s.srun_options, node_setup=s.node_setup, container=s.container,
-                template=s.template)
+                template=s.template, threads_per_core=s.threads_per_core)
 
 
 # ----------------------------------------------------------------------------------------------- cluster facts

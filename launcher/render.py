@@ -32,7 +32,7 @@ def render(plan: Plan, command: str, version: str = srl_hpc.__version__) -> str:
     return Template(text).substitute(
         version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
         sbatch_lines=sbatch_lines, setup_lines=setup, export_lines=exports, ntasks=plan.ntasks,
-        srun_lines=srun_lines(plan), batch_python=_words(batch_python(plan)), requeue_trap=trap,
+        srun_lines=srun_lines(plan), batch_python=batch_words(plan), requeue_trap=trap,
         requeue_check=check)
 
 
@@ -41,7 +41,8 @@ def srun_lines(plan: Plan) -> str:
     memory, since srun no longer takes them from sbatch (Slurm 22.05), and with the worker's command."""
     lines = []
     for index, g in enumerate(plan.groups):
-        options = [f"--het-group={index}", f"--mpi={plan.mpi}", f"--cpus-per-task={g.cpus_per_task}"]
+        options = [f"--het-group={index}", f"--mpi={plan.mpi}", f"--cpus-per-task={g.cpus_per_task}",
+                   *_threads_per_core(plan)]
         if g.ntasks == g.nodes * g.tasks_per_node and not g.overcommit:  # else ignored: the allocation decides
             options.append(f"--ntasks-per-node={g.tasks_per_node}")
         options += [f"--mem={g.mem_mb}M", *plan.srun_options, *pyxis_options(plan.container, plan.run_dir)]
@@ -78,10 +79,24 @@ def pyxis_options(c: ContainerConfig | None, run_dir: str) -> list[str]:
 
 
 def batch_python(plan: Plan) -> list[str]:
-    """Python for the batch script's own steps (attempts, the srun guard): in the container where the
-    workers run in one of apptainer's (pyxis starts only the srun steps in its container)."""
+    """Python for the batch script's own steps (attempts, continuations, the srun guard): in the container
+    where the workers run in one of apptainer's. Pyxis starts only srun's steps in its container, so there
+    they run on the host, with the python that runs srl-launch (slurm.python names the image's)."""
+    if plan.container is not None and plan.container.runtime == "pyxis":
+        return [plan.launcher_python]
     prefix = exec_prefix(plan.container, plan.run_dir, plan.groups[0].gpus_per_node > 0)
     return [*prefix, *shlex.split(plan.python)]
+
+
+def batch_words(plan: Plan) -> str:
+    """batch_python as shell words, for a line of the script."""
+    return _words(batch_python(plan))
+
+
+def _threads_per_core(plan: Plan) -> list[str]:
+    """slurm.threads_per_core on each group's #SBATCH lines and its srun line (srun takes no CPU options
+    from sbatch since Slurm 22.05)."""
+    return [] if plan.threads_per_core is None else [f"--threads-per-core={plan.threads_per_core}"]
 
 
 def _words(words: list[str]) -> str:
@@ -100,7 +115,7 @@ def _requeue_lines(plan: Plan) -> tuple[str, str]:
             'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
             "trap on_time_limit USR1\n")
     run_dir = shlex.quote(plan.run_dir)
-    check = (f"outcome=$({_words(batch_python(plan))} -m srl_hpc.rundir {run_dir} --outcome)\n"
+    check = (f"outcome=$({batch_words(plan)} -m srl_hpc.rundir {run_dir} --outcome)\n"
              f'case "$outcome" in  # a run that ended by itself as the signal came is done: its outcome is the job\'s\n'
              f"    succeeded) exit 0 ;;\n"
              f"    failed) exit 1 ;;\n"
@@ -133,6 +148,7 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool) -> list[str]:
         lines += ["# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
                   f"#SBATCH --ntasks-per-node={g.tasks_per_node}"]
     lines += [f"#SBATCH --cpus-per-task={g.cpus_per_task}",
+              *(f"#SBATCH {option}" for option in _threads_per_core(plan)),
               f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task",
               f"#SBATCH --mem={g.mem_mb}M"]
     if g.gpus_per_node:

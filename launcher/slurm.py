@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 from launcher import plan as planning
@@ -44,6 +45,7 @@ PRECEDENCE = ["failed", "timeout", "cancelled", "running", "suspended", "pending
 # a run's summary.json status -> the run state it stands for (when Slurm no longer knows the job)
 OUTCOMES = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
 NO_TIME = {"", "N/A", "Unknown", "None", "(null)"}  # squeue %S when Slurm has no start time
+NODE_LOCAL = ("/tmp", "/dev/shm")  # directories each node of a cluster has its own of
 
 
 class SlurmError(RuntimeError):
@@ -108,6 +110,7 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
     """Plan, check against the cluster (raises PlanError naming what does not fit), render.
     Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`.
     continuation: a job queued by `resume --after/--chain` (continuation_lines run first in it)."""
+    check_run_dir(run_dir)
     job_plan = planning.make_plan(exp, str(run_dir), python)
     try:
         planning.check_fits(job_plan, cluster_facts())
@@ -122,12 +125,41 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
     return Request(job_plan, render.render(job_plan, command), checked)
 
 
+def node_local_problem(run_dir: Path, mounts: str) -> str | None:
+    """Why the nodes of a job would not see `run_dir` (symlinks already followed), or None: it is under a
+    directory each node has its own of, or on a tmpfs (memory of the one machine). Such a job fails to
+    launch (Slurm's JobLaunchFailure) before any of its output could say why. `mounts`: /proc/mounts' text."""
+    from launcher.doctor import filesystem_of  # (doctor imports this module)
+
+    local = next((top for top in NODE_LOCAL if run_dir == Path(top) or Path(top) in run_dir.parents), None)
+    if local is not None:
+        return f"under {local}, which each node has its own of"
+    point, kind = filesystem_of(run_dir, mounts)
+    return f"on a tmpfs (mounted on {point}), which lives in one machine's memory" if kind == "tmpfs" else None
+
+
+def check_run_dir(run_dir, mounts_file: str = "/proc/mounts") -> None:
+    """Refuse (PlanError) a run directory the job's nodes cannot see, before anything is submitted."""
+    resolved = Path(run_dir).resolve()
+    try:
+        mounts = Path(mounts_file).read_text()
+    except OSError:
+        mounts = ""
+    problem = node_local_problem(resolved, mounts)
+    if problem:
+        given = str(run_dir) if Path(run_dir).absolute() == resolved else f"{run_dir} (that is, {resolved})"
+        raise planning.PlanError([f"run directory {given} is {problem}: the nodes cannot see it. Use --run-dir "
+                                  "(or run_dir) on a filesystem every node mounts, e.g. under your home or a "
+                                  "shared scratch"])
+
+
 def continuation_lines(plan: planning.Plan) -> tuple[str, ...]:
     """Shell lines that make a queued continuation job the next attempt of its run directory when it starts
     (the job before it has ended by then; the trainer resumes from its checkpoint), or end it at once when
     the run has already ended by itself (succeeded or failed: nothing to continue, nothing trained again).
-    A continuation that Slurm requeues is left to the script's own requeue lines (SLURM_RESTART_COUNT)."""
-    python, run_dir = shlex.quote(plan.python), shlex.quote(plan.run_dir)
+    A continuation that Slurm requeues is left to the script's own requeue lines (SLURM_RESTART_COUNT).
+    Their python is the batch script's own (in the workers' apptainer image where there is one)."""
+    python, run_dir = render.batch_words(plan), shlex.quote(plan.run_dir)
     return (
         "# a continuation (srl-launch resume --after/--chain): the next attempt of the run, from its checkpoint,",
         "# unless the run has already ended by itself",
@@ -267,6 +299,56 @@ def combine_info(rows: list[list[str]], error: str = "") -> JobInfo:
     starts = [row[2] for row in rows if len(row) > 2 and row[2] not in NO_TIME]
     return JobInfo(state, raw, reasons[0] if reasons else "", max(starts) if starts else "",
                    error if state == "unknown" else "")
+
+
+class JobEnd(NamedTuple):
+    """How a job (or one het component) ended, in `scontrol show job`'s words."""
+    job: str  # 123, or 123+1 for a het job's component
+    state: str  # JobState: FAILED, NODE_FAIL, TIMEOUT, ...
+    reason: str  # Reason: JobLaunchFailure, NonZeroExitCode, TimeLimit, ... ("None" when Slurm gives none)
+    exit_code: str  # ExitCode: the batch script's exit status:the signal that ended it
+
+
+def parse_show_job(text: str) -> list[JobEnd]:
+    """`scontrol show job` text (its indented lines, or -o's one line per job) -> one JobEnd per record (a
+    het job shows one per component). A word without KEY= continues the value before it."""
+    records: list[dict[str, str]] = []
+    key = ""
+    for word in text.split():
+        name, sep, value = word.partition("=")
+        if sep and name[:1].isalpha() and (records or name == "JobId"):
+            if name == "JobId":
+                records.append({})
+            key = name
+            records[-1][key] = value
+        elif records:
+            records[-1][key] += " " + word
+    return [JobEnd(f"{r['HetJobId']}+{r['HetJobOffset']}" if "HetJobOffset" in r else r["JobId"],
+                   r.get("JobState", "UNKNOWN"), r.get("Reason", "None"), r.get("ExitCode", "?")) for r in records]
+
+
+def end_lines(ends: list[JobEnd]) -> list[str]:
+    """One line per way the job's components ended ('Slurm: job 7+0, 7+1 FAILED, reason JobLaunchFailure,
+    ExitCode 1:0 (exit status:signal)')."""
+    jobs_by_end: dict[tuple[str, str, str], list[str]] = {}
+    for end in ends:
+        jobs_by_end.setdefault((end.state, end.reason, end.exit_code), []).append(end.job)
+    return [f"Slurm: job {', '.join(jobs)} {state}, " + (f"reason {reason}" if reason != "None" else "no reason given")
+            + f", ExitCode {code} (exit status:signal)" for (state, reason, code), jobs in jobs_by_end.items()]
+
+
+def job_end(job_id: str) -> list[str]:
+    """Slurm's reason and exit code for an ended job (end_lines), or why Slurm cannot give them: it keeps a
+    job MinJobAge after its end."""
+    try:
+        proc = _run(["scontrol", "show", "job", job_id], check=False)
+    except SlurmError as e:
+        return [f"no word from Slurm on how job {job_id} ended: {e}"]
+    ends = parse_show_job(proc.stdout) if proc.returncode == 0 else []
+    if not ends:
+        said = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+        return [f"no word from Slurm on how job {job_id} ended (scontrol show job {job_id}: {said})"]
+    return end_lines(ends)
 
 
 def live(info: JobInfo) -> bool:

@@ -13,12 +13,14 @@ until the run has ended (the controller has written summary.json); if srun is st
 later, it asks Slurm for the job's steps (one squeue every `interval` seconds, only then). While the
 workers wind down their step is still there and the guard goes on waiting; once Slurm has twice said that
 no step is left, it kills srun and exits 0: the job script then takes the run's own outcome as the job's.
-It exits 1 when srun ends by itself.
+It exits 1 when srun ends by itself, and at once, saying so, where it cannot ask: in a container image
+without `squeue` (the job's status is then srun's, as when srun ends by itself).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,6 +85,11 @@ def main(argv=None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID")
     if job_id is None:
         parser.error("SLURM_JOB_ID is not set: the guard runs inside a Slurm job script")
+    if shutil.which("squeue") is None:  # on stdout: the job's slurm-%j.out
+        print("srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
+              "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit",
+              flush=True)
+        return 1
     return 0 if guard(RunDir(args.run_dir), args.srun_pid, job_id, args.grace, args.interval) else 1
 
 

@@ -188,3 +188,20 @@ def test_several_policies_are_checked_by_key_and_line():
                      "workers: {buffer: {count: 1}}\n")
     assert "on-policy algorithms only" in found[("workers.buffer.count", 8)]
     assert "stop by env_frames or wall_time" in found[("stop.target_return", 3)]
+
+
+def test_apptainer_options_that_drop_the_slurm_variables_are_refused_naming_the_key_and_line():
+    for option in ("--cleanenv", "-e", "--containall", "-C", "--cleanenv=true"):
+        found = problems(GOOD + "slurm:\n  container:\n    image: /images/srl.sif\n"
+                                f"    options: [--writable-tmpfs, '{option}']\n")
+        message = found[("slurm.container.options", 9)]
+        assert message.startswith(f"{option!r} ") and "SLURM_PROCID" in message and "--env NAME=VALUE" in message
+    for options in ("[--writable-tmpfs, --cleanenv=false]", "[--contain]"):  # these keep the environment
+        config.loads(GOOD + f"slurm:\n  container: {{image: /images/srl.sif, options: {options}}}\n")
+    # to srun (pyxis) -e and -C are --error and --constraint
+    config.loads(GOOD + "slurm:\n  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', "
+                        "options: [-C, a100]}\n")
+
+
+def test_threads_per_core_must_be_positive():
+    assert "must be >= 1" in problems(GOOD + "slurm:\n  threads_per_core: 0\n")[("slurm.threads_per_core", 7)]

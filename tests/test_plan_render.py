@@ -340,3 +340,22 @@ def test_an_overcommitted_group_asks_for_no_tasks_per_node_and_fits_nodes_with_f
     assert "#SBATCH --overcommit" in text and "--ntasks-per-node" not in text  # Slurm refuses more than CPUs
     assert "--ntasks-per-node" not in render.srun_lines(p).split("\n    : ")[-1]
     plan.check_fits(p, plan.parse_sinfo(SINFO.replace("|cpu*|64|", "|cpu*|2|")))  # 2-CPU actor nodes
+
+
+def test_threads_per_core_lands_on_every_groups_sbatch_lines_and_its_srun_line():
+    text = render.render(custom("  threads_per_core: 1\n"), "cmd")
+    groups = text.split("\n#SBATCH hetjob\n")
+    assert len(groups) == 3 and all(g.count("\n#SBATCH --threads-per-core=1\n") == 1 for g in groups)
+    lines = render.srun_lines(custom("  threads_per_core: 1\n")).split("\n    : ")
+    assert len(lines) == 3 and all("--cpus-per-task=" in line and " --threads-per-core=1 " in line for line in lines)
+    assert "threads-per-core" not in render.render(make(), "cmd")  # unset: the cluster's own
+
+
+def test_with_pyxis_the_batch_scripts_own_steps_run_on_the_host_with_the_launchers_python():
+    p = custom("  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3'}\n"
+               "  python: /usr/bin/python3\n")
+    text = render.render(p, "cmd")
+    steps = [line for line in text.splitlines() if "-m srl_hpc.rundir" in line or "-m srl_hpc.srun_guard" in line]
+    assert len(steps) == 4  # --next-attempt, the guard, --outcome after the guard, --outcome before requeueing
+    assert all("/opt/venv/bin/python -m srl_hpc." in line and "/usr/bin/python3" not in line for line in steps)
+    assert render.srun_lines(p).count("/usr/bin/python3 -m srl_hpc.worker") == 3  # the workers: the image's

@@ -548,10 +548,30 @@ class ContainerConfig:
     image: str  # a .sif file or docker:// URI (apptainer, singularity); an enroot image or registry URI (pyxis)
     runtime: ContainerRuntime = "apptainer"  # the `exec` command before python, or "pyxis": srun's --container-image
     binds: tuple[str, ...] = ()  # "SRC[:DST]"; the run directory is bound by itself
-    options: tuple[str, ...] = ()  # more options for `exec` or srun, e.g. ["--cleanenv"]
+    # more options for `exec` (e.g. ["--writable-tmpfs"]) or, with pyxis, for srun (["--container-writable"]);
+    # not --cleanenv or --containall: each worker reads its SLURM_* and PMI* variables
+    options: tuple[str, ...] = ()
 
     def check(self) -> list[tuple[str, str]]:
-        return [("image", "must not be empty")] if not self.image.strip() else []
+        problems = [("image", "must not be empty")] if not self.image.strip() else []
+        if self.runtime != "pyxis":  # (srun's -e and -C are --error and --constraint)
+            problems += [("options", f"{option!r} {_CLEAN_ENVIRONMENT[name]}") for option in self.options
+                         if (name := _enabled(option)) in _CLEAN_ENVIRONMENT]
+        return problems
+
+
+def _enabled(option: str) -> str:
+    """An option's name ('--cleanenv=true' -> '--cleanenv'); '' for one turned off ('--cleanenv=false')."""
+    name, _, value = str(option).partition("=")
+    return "" if value.lower() in ("false", "0") else name
+
+
+_NO_SLURM_VARIABLES = ("starts every worker without the SLURM_* and PMI* variables it reads (SLURM_PROCID says "
+                       "which worker it is; PMIx, its MPI rendezvous), so the run cannot start. Leave it out: "
+                       "apptainer passes the job's environment on, slurm.env included; --env NAME=VALUE adds one")
+_CLEAN_ENVIRONMENT = {"--cleanenv": _NO_SLURM_VARIABLES, "-e": f"(--cleanenv) {_NO_SLURM_VARIABLES}",
+                      "--containall": f"implies --cleanenv, which {_NO_SLURM_VARIABLES}",
+                      "-C": f"(--containall) implies --cleanenv, which {_NO_SLURM_VARIABLES}"}
 
 
 @dataclass(frozen=True)
@@ -569,10 +589,14 @@ class SlurmConfig:
     eval: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the evaluation workers
     sbatch_options: tuple[str, ...] = ()  # extra "#SBATCH" options for every group, e.g. ["--exclusive"]
     srun_options: tuple[str, ...] = ()  # extra options on every group's srun line, e.g. ["--cpu-bind=cores"]
+    # hardware threads a task uses per core, on every group's #SBATCH and srun lines: 1 on nodes with SMT for
+    # workers that want whole cores (Slurm counts each thread as a CPU: cpus_per_task 8 is 4 cores of 2 threads)
+    threads_per_core: Optional[int] = None
     setup: tuple[str, ...] = ()  # shell lines the batch script runs first: module load, conda activate
     node_setup: tuple[str, ...] = ()  # shell lines run on every node before each worker starts
     env: dict = field(default_factory=dict)  # environment variables for every worker
-    # python on the compute nodes; default: the one running srl-launch. Several words are a command
+    # python on the compute nodes (the image's, with a container); default: the one running srl-launch. Several
+    # words are a command. With pyxis the batch script's own steps run on the host, with the one running srl-launch
     python: Optional[str] = None
     container: Optional[ContainerConfig] = None  # e.g. {image: train.sif}: run every worker in a container
     # the interface (ib0) or network (10.1.0.0/16) workers bind and advertise on, resolved on each node;
@@ -616,6 +640,8 @@ class SlurmConfig:
             problems.append(("mpi", f"must be one srun MPI plugin name (srun --mpi=list), got {self.mpi!r}"))
         if self.python is not None and not shlex.split(self.python):
             problems.append(("python", "must not be empty"))
+        if self.threads_per_core is not None and self.threads_per_core < 1:
+            problems.append(("threads_per_core", f"must be >= 1, got {self.threads_per_core}"))
         return problems
 
 
