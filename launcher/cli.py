@@ -160,6 +160,8 @@ def _follow(run: RunDir, job_id: str) -> int:
     stream_progress()
     final, report = status.describe(run)
     print(report)
+    if final in ENDED_BADLY:
+        print(status.ended_badly(run, job_id))
     print(f"job {job_id} ended: {final}")
     return 0 if final == "completed" else 1
 
@@ -386,12 +388,17 @@ def cmd_status(argv) -> int:
         return max(codes, default=0)
     state, report = status.describe(args.run_dir)
     print(f"state: {state}\n{report}")
+    if state in ENDED_BADLY and args.run_dir.slurm.exists():  # no job of the run is live: the last speaks for it
+        print(status.ended_badly(args.run_dir, slurm.jobs_of(args.run_dir)[-1]))
     return _state_code(state)
+
+
+ENDED_BADLY = ("failed", "cancelled", "timeout")
 
 
 def _state_code(state: str) -> int:
     """status's exit code: 1 for a run that ended without success, else 0 (succeeded, pending, running, unknown)."""
-    return 1 if state in ("failed", "cancelled", "timeout") else 0
+    return 1 if state in ENDED_BADLY else 0
 
 
 def _logs_parser() -> argparse.ArgumentParser:

@@ -181,3 +181,74 @@ def test_a_continuation_waits_for_the_job_before_it_however_that_one_ended():
     assert slurm.sbatch_command("/r/job.sbatch") == ["sbatch", "--parsable", "/r/job.sbatch"]
     assert slurm.sbatch_command("/r/job.sbatch", after="41") == [
         "sbatch", "--parsable", "--dependency=afterany:41", "/r/job.sbatch"]
+
+
+# ------------------------------------------------------------------ a job that ended badly (issue 51)
+
+# `scontrol show job 812` of a het job whose nodes could not see its run directory (under the login node's /tmp)
+LAUNCH_FAILED = """\
+JobId=812 HetJobId=812 HetJobOffset=0 JobName=srl-cartpole_ppo
+   HetJobIdSet=812-813
+   UserId=alice(1001) GroupId=alice(1001) MCS_label=N/A
+   Priority=1 Nice=0 Account=rl QOS=normal
+   JobState=FAILED Reason=JobLaunchFailure Dependency=(null)
+   Requeue=0 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:1
+   RunTime=00:00:00 TimeLimit=00:10:00 TimeMin=N/A
+   SubmitTime=2026-05-02T10:00:00 EligibleTime=2026-05-02T10:00:00
+   StartTime=2026-05-02T10:00:01 EndTime=2026-05-02T10:00:01 Deadline=N/A
+   Partition=cpu AllocNode:Sid=login:4242
+   ReqNodeList=(null) ExcNodeList=(null)
+   NodeList=node1
+   BatchHost=node1
+   NumNodes=1 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=2,mem=1G,node=1,billing=2
+   Command=/tmp/alice/run/job.sbatch
+   WorkDir=/tmp/alice/run
+   Comment=a run of the week
+   StdErr=/tmp/alice/run/slurm-812.out
+   StdIn=/dev/null
+   StdOut=/tmp/alice/run/slurm-812.out
+   Power=
+
+JobId=813 HetJobId=812 HetJobOffset=1 JobName=srl-cartpole_ppo
+   HetJobIdSet=812-813
+   JobState=FAILED Reason=JobLaunchFailure Dependency=(null)
+   Requeue=0 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:1
+   NodeList=node2
+   Command=/tmp/alice/run/job.sbatch
+   Power=
+
+"""
+
+
+def test_a_failed_het_job_reads_with_slurms_reason_and_exit_code_for_each_component():
+    ends = slurm.parse_show_job(LAUNCH_FAILED)
+    assert ends == [("812+0", "FAILED", "JobLaunchFailure", "0:1"), ("812+1", "FAILED", "JobLaunchFailure", "0:1")]
+    assert slurm.end_lines(ends) == ["Slurm: job 812+0, 812+1 FAILED, reason JobLaunchFailure, ExitCode 0:1 "
+                                     "(exit status:signal)"]
+
+
+def test_scontrol_one_line_records_of_a_timeout_and_a_cancel_without_a_reason():
+    one_line = ("JobId=90 JobName=srl-pong UserId=bob(1002) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) "
+                "Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:15 WorkDir=/home/bob/my runs/pong Power=\n"
+                "JobId=91 JobName=srl-pong JobState=CANCELLED Reason=None ExitCode=0:0 Power=\n")
+    ends = slurm.parse_show_job(one_line)
+    assert ends == [("90", "TIMEOUT", "TimeLimit", "0:15"), ("91", "CANCELLED", "None", "0:0")]
+    assert slurm.end_lines(ends)[1] == "Slurm: job 91 CANCELLED, no reason given, ExitCode 0:0 (exit status:signal)"
+    assert slurm.parse_show_job("slurm_load_jobs error: Invalid job id specified\n") == []
+
+
+def test_where_to_look_says_when_the_batch_script_never_ran_and_names_the_logs(tmp_path):
+    from launcher import status
+    from srl_hpc.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.logs.mkdir(parents=True)
+    assert status.where_to_look(run, "812") == [
+        f"{run.root}/slurm-812.out does not exist: the batch script never ran on a node (can every node see "
+        f"{run.root}?)"]
+    run.slurm_output("812").write_text("srun: error: ...\n")
+    run.log("controller/0").write_text("started\n")
+    assert status.where_to_look(run, "812") == [
+        f"the batch script's output: {run.root}/slurm-812.out",
+        f"the workers' logs: {run.logs}/ (1 file; srl-launch logs {run.root} --worker NAME)"]
