@@ -8,8 +8,9 @@ in 1 of about 10 two-policy MAPPO jobs with two CPU hogs beside them; gdb: srun'
 slurm_step_launch_wait_finish -> pmixp_abort_agent_stop -> pthread_join). Later Slurm releases count the
 agent's users under a lock.
 
-The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`). It does nothing
-until the run has ended (the controller has written summary.json); if srun is still there a few seconds
+The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`). Until the workers
+have met, it watches srun's reports of dead tasks for the start-up barrier (srl_hpc.start_watch); then it
+does nothing until the run has ended (the controller has written summary.json); if srun is still there a few seconds
 later, it asks Slurm for the job's steps (one squeue every `interval` seconds, only then). While the
 workers wind down their step is still there and the guard goes on waiting; once Slurm has twice said that
 no step is left, it kills srun and exits 0: the job script then takes the run's own outcome as the job's.
@@ -27,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from srl_hpc import config, graph as wiring, start_watch
 from srl_hpc.rundir import RunDir
 
 GRACE = 5.0  # after the summary, before the first question: srun usually ends by itself within it
@@ -85,12 +87,16 @@ def main(argv=None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID")
     if job_id is None:
         parser.error("SLURM_JOB_ID is not set: the guard runs inside a Slurm job script")
+    run = RunDir(args.run_dir)
+    srun_running = lambda: alive(args.srun_pid)  # noqa: E731
+    if start_watch.watch(run, wiring.build(config.load(run.experiment)).names, run.slurm_output(job_id), srun_running):
+        start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
     if shutil.which("squeue") is None:  # on stdout: the job's slurm-%j.out
         print("srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
               "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit",
               flush=True)
         return 1
-    return 0 if guard(RunDir(args.run_dir), args.srun_pid, job_id, args.grace, args.interval) else 1
+    return 0 if guard(run, args.srun_pid, job_id, args.grace, args.interval) else 1
 
 
 if __name__ == "__main__":
