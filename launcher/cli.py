@@ -616,7 +616,7 @@ COMMANDS = {"prepare": cmd_prepare, "validate": cmd_validate, "graph": cmd_graph
 # 0 ok, 1 the run failed (returned by the commands), 2 what was asked cannot be done as written, 3 the scheduler
 # refused or did not answer, 128+N a signal (launcher.local); docs/local-mode.md lists them
 EXIT_CODES = {UsageError: 2, config.ConfigError: 2, plan.PlanError: 2, local.TooBigForThisMachine: 2,
-              FileNotFoundError: 2, FileExistsError: 2, slurm.SlurmError: 3}
+              FileNotFoundError: 2, FileExistsError: 2, PermissionError: 2, slurm.SlurmError: 3}
 
 
 def _parser() -> argparse.ArgumentParser:

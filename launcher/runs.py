@@ -21,7 +21,11 @@ def create(exp: config.Experiment, run_dir: str | Path | None = None) -> tuple[c
     run = RunDir(resolve(exp, run_dir))
     if run.experiment.exists():
         raise FileExistsError(f"run directory {run.root} already holds a run; choose another --run-dir")
-    run.logs.mkdir(parents=True, exist_ok=True)
+    try:
+        run.logs.mkdir(parents=True, exist_ok=True)
+    except PermissionError as e:  # (an ordinary user, a directory of someone else's)
+        raise PermissionError(f"cannot create run directory {run.root}: {e.strerror} (at {e.filename}); choose "
+                              f"--run-dir where you can write") from None
     exp = config.replace(exp, run_dir=str(run.root))
     run.experiment.write_text(config.dump(exp))
     write_run_keys(run)
