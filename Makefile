@@ -3,14 +3,17 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 SLURM  := scripts/local_slurm.sh
+# the local Slurm's ordinary user runs a site-wide install it cannot write, as on a cluster: not editable, so that
+# the user needs no access to this checkout (tests/test_slurm_user.py)
+USER_VENV := /opt/srl-hpc-user
 
-.PHONY: demo test quick lint install test-install venv slurm-install slurm-up slurm-down slurm-status bench docs clean
+.PHONY: demo test quick lint install test-install user-install venv slurm-install slurm-up slurm-down slurm-status bench docs clean
 
 demo: install            ## install, then train PPO on CartPole with every worker on this machine
 	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
 
 # SRL_REQUIRE_SLURM=1: a Slurm that did not come up stops the tests instead of skipping the Slurm tier
-test: test-install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
+test: test-install user-install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
 	bash $(SLURM) start
 	SRL_REQUIRE_SLURM=1 $(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
 
@@ -45,6 +48,15 @@ venv: $(BIN)/python
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
+
+user-install: $(USER_VENV)/.installed  ## the install the local Slurm's ordinary user runs (root)
+
+$(USER_VENV)/.installed: setup.cfg constraints.txt $(shell git ls-files srl_hpc launcher job_templates 2>/dev/null)
+	test -x $(USER_VENV)/bin/pip || /usr/bin/python3 -m venv $(USER_VENV) || { apt-get update -qq && \
+		apt-get install -y -qq python3-venv && /usr/bin/python3 -m venv $(USER_VENV); }
+	$(USER_VENV)/bin/pip install --quiet -c constraints.txt .
+	$(USER_VENV)/bin/pip install --quiet --no-deps --force-reinstall .  # this checkout's code, version unchanged
+	touch $@
 
 slurm-install:           ## apt: slurm-wlm, munge, OpenMPI (root)
 	bash $(SLURM) install

@@ -15,13 +15,30 @@
 #   - its own /tmp and /dev/shm (a mount namespace); everything else, /var/tmp and the repository
 #     included, is the "shared filesystem";
 #   - CPU binding on (TaskPlugin=task/affinity): each node declares this machine's CPUs, so a task
-#     asking for -c 1 is pinned to one of them. The nodes share the machine's cores.
+#     asking for -c 1 is pinned to one of them. The nodes share the machine's cores;
+#   - two hardware threads per core (ThreadsPerCore=2, CPUs counted as threads, as on most x86 clusters:
+#     a task gets whole cores, both threads of each);
+#   - cgroups (v1; SRL_SLURM_CGROUPS=0 turns them off): proctrack/cgroup and task/cgroup with
+#     ConstrainCores, ConstrainRAMSpace (a job is OOM-killed past the memory it asked for, DefMemPerCPU
+#     if it did not ask) and ConstrainDevices (a job can open only the fake GPUs it was given);
+#   - a soft open-files limit of 1024 in every job, whatever the submitter's (the hard limit stays this
+#     machine's): PropagateResourceLimitsExcept=NOFILE, UsePAM=1 and pam_limits (/etc/pam.d/slurm);
+# Accounting, in both modes (SRL_SLURM_ACCOUNTING=0 turns it off, as on clusters without it): slurmdbd on a
+# MariaDB of the script's own (data and socket under $SRL_SLURM_DIR/mariadb, no network), so sacct works;
+# AccountingStorageEnforce=associations,limits,qos, so only registered users can submit:
+#   - cluster srl-local, account `rl`, and in it root, the ordinary user srl-user (created by `start`: jobs
+#     submitted as it run as it, with its own home), the user who ran sudo, and SRL_SLURM_USERS;
+#   - QOS `normal`, everyone's default, with no limits;
+#   - QOS `small` (MaxJobsPerUser=2, MaxSubmitJobsPerUser=3) that those users may ask for (--qos=small):
+#     a third job pends (QOSMaxJobsPerUserLimit), a fourth submission is refused.
 # SRL_SLURM_HOSTS=shared runs every node on this machine's own network (127.0.0.1), filesystem and
-# hostname instead, with 160 CPUs per node and no binding (benchmarks/scale.py's hundreds of workers).
+# hostname instead, with 160 CPUs per node, no binding, no cgroups, one thread per core and the
+# submitter's limits (benchmarks/scale.py's hundreds of workers).
 #
 # Usage:
-#   bash scripts/local_slurm.sh install   # apt-get install slurm-wlm munge openmpi (skipped if present)
-#   bash scripts/local_slurm.sh start     # write config, start munged/slurmctld/slurmd x4, wait for idle
+#   bash scripts/local_slurm.sh install   # apt-get install slurm-wlm slurmdbd mariadb munge openmpi (skipped if present)
+#   bash scripts/local_slurm.sh start     # write config, start munged, mariadbd/slurmdbd (registering the
+#                                         # cluster, account, users, QOS), slurmctld, slurmd x4; wait for idle
 #   bash scripts/local_slurm.sh status    # daemons up? + sinfo; exit 0 if all up, 3 otherwise
 #   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
 #   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
@@ -44,14 +61,19 @@
 #   SRL_SLURM_CPUS  CPUs each virtual node declares (default: this machine's with namespaces, binding on;
 #                   160 with shared, far more than the machine has, so that hundreds of workers share its
 #                   cores, e.g. benchmarks/scale.py's 256 actors; more than the machine has turns binding off)
-#   SRL_SLURM_MEM_MB  memory each virtual node declares (default 20000; not enforced)
+#   SRL_SLURM_MEM_MB  memory each virtual node declares (default 20000; with cgroups a job is held to what
+#                   it asked for, not to this)
+#   SRL_SLURM_ACCOUNTING  1 (default): slurmdbd + MariaDB, sacct, QOS; 0: none (sacct says it is disabled)
+#   SRL_SLURM_USERS  more users to register in account rl (space-separated; root and $SUDO_USER always)
+#   SRL_SLURM_CGROUPS  1 (default with namespaces): the cgroup plugins above; 0: proctrack/linuxproc and
+#                   task/affinity only (the nodes' processes are then not confined)
 #   SRL_SLURMD_TIMEOUT  seconds a slurmd may go unanswered before its node is set DOWN and its jobs are
 #                   requeued (default 45, so that requeued jobs restart fast; hundreds of workers on a
 #                   few cores can delay the daemons' answers past it: benchmarks/scale.py's docs say when)
 #                   (all three take effect at `start`; stop first to change a running cluster)
 #
-# Notes: no accounting daemon, so `sacct` does not work; use squeue/scontrol (finished jobs stay
-# visible for an hour, MinJobAge). As root, `mpirun` inside a job needs --allow-run-as-root.
+# Notes: finished jobs stay visible to squeue/scontrol for an hour (MinJobAge), to sacct for good.
+# As root, `mpirun` inside a job needs --allow-run-as-root.
 set -euo pipefail
 
 DIR=${SRL_SLURM_DIR:-/var/tmp/srl-local-slurm}
@@ -70,12 +92,30 @@ WAIT_S=${SRL_SLURM_WAIT:-30}
 if [[ $HOSTS == namespaces ]]; then NODE_CPUS=${SRL_SLURM_CPUS:-$MACHINE_CPUS}; else NODE_CPUS=${SRL_SLURM_CPUS:-160}; fi
 # Binding pins tasks to CPU numbers of the node: only meaningful where those CPUs exist.
 if ((NODE_CPUS <= MACHINE_CPUS)); then TASK_PLUGIN=task/affinity; else TASK_PLUGIN=task/none; fi
+if [[ $HOSTS == namespaces ]]; then CGROUPS=${SRL_SLURM_CGROUPS:-1}; else CGROUPS=0; fi
+if ((CGROUPS)) && [[ $TASK_PLUGIN == task/affinity ]]; then
+  TASK_PLUGIN=task/cgroup,task/affinity; PROCTRACK=proctrack/cgroup
+else
+  CGROUPS=0; PROCTRACK=proctrack/linuxproc
+fi
+# Two hardware threads per core on the namespaced hosts, where their CPUs come in pairs.
+if [[ $HOSTS == namespaces ]] && ((NODE_CPUS % 2 == 0)); then THREADS_PER_CORE=2; else THREADS_PER_CORE=1; fi
+ACCOUNTING=${SRL_SLURM_ACCOUNTING:-1}
+DBD_CONF=$(dirname "$CONF")/slurmdbd.conf
+CGROUP_CONF=$(dirname "$CONF")/cgroup.conf
+DBD_PORT=6830  # away from slurmctld's 6817 and the nodes' 6819-6822
+DB=$DIR/mariadb  # MariaDB's data directory (data/) and socket (run/)
+DB_SOCKET=$DB/run/mysqld.sock
+CLUSTER=srl-local
+ACCOUNT=rl
+USER_NAME=srl-user  # the ordinary user (ensure_user)
+SMALL_MAX_JOBS=2 SMALL_MAX_SUBMIT=3  # QOS small's MaxJobsPerUser and MaxSubmitJobsPerUser
 NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
 SLURMD_TIMEOUT=${SRL_SLURMD_TIMEOUT:-45}
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
-PACKAGES=(slurm-wlm munge openmpi-bin libopenmpi-dev iproute2)  # iproute2: the nodes' namespaces
+PACKAGES=(slurm-wlm slurmdbd mariadb-server munge openmpi-bin libopenmpi-dev iproute2)  # iproute2: the nodes' namespaces
 MUNGE_KEY=/etc/munge/munge.key
 
 log() { echo "local_slurm: $*" >&2; }
@@ -186,7 +226,8 @@ net_up() {
       ip -n "$ns" link set lo up
       for i in 0 1; do
         local dev=(eth0 ib0); local host_end=srl-$n-${dev[$i]:0:1}
-        ip link add "$host_end" type veth peer name "${dev[$i]}" netns "$ns"
+        ip link del "$host_end" 2>/dev/null || true  # one a process of a stopped cluster kept alive
+        ip link add "$host_end" type veth peer name "${dev[$i]}" netns "$ns" || die "could not add $host_end for $ns"
         ip link set "$host_end" master "${BRIDGES[$i]}" up
         ip -n "$ns" addr add "$(node_addr $k "${dev[$i]}")/24" dev "${dev[$i]}"
         ip -n "$ns" link set "${dev[$i]}" up
@@ -210,6 +251,17 @@ write_hosts() {
     j=$((j + 1))
     [[ $other == "$me" ]] || echo "$(node_addr $j eth0) $other"
     echo "$(node_addr $j ib0) $other-ib"  # as clusters name their fast interfaces, for reverse lookups
+  done
+}
+
+# Whatever still runs on a node (an srun a hung job left behind, which outlives its slurmstepd) keeps the node's
+# network namespace alive after `ip netns del`, and with it the veth the next start would add: nothing of a
+# stopped cluster runs on.
+kill_node_processes() {
+  local n pids
+  for n in "${NODES[@]}"; do
+    pids=$(ip netns pids "srl-$n" 2>/dev/null) || continue
+    [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
   done
 }
 
@@ -252,7 +304,7 @@ write_config() {
   {
     echo "$MARKER; rewritten on every start. State: $DIR"
     cat <<EOF
-ClusterName=srl-local
+ClusterName=$CLUSTER
 # The (addr) form makes slurmctld accept this host without a resolvable hostname.
 SlurmctldHost=$(hostname -s)($(ctld_addr))
 SlurmUser=root
@@ -270,14 +322,20 @@ SlurmdLogFile=$DIR/log/slurmd-%n.log
 TmpFS=$DIR/tmp/%n
 # Let the virtual nodes declare more CPUs than the machine has.
 SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
+ProctrackType=$PROCTRACK
 # task/affinity: a task is pinned to the CPUs it was given (-c), as on most clusters
 TaskPlugin=$TASK_PLUGIN
 MpiDefault=pmix
 SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+EOF
+    accounting_config
+    if [[ $HOSTS == namespaces ]]; then
+      echo "# The submitter's limits reach the job, except open files: PAM's (write_pam_config) apply."
+      echo "PropagateResourceLimitsExcept=NOFILE"
+      echo "UsePAM=1"
+    fi
+    cat <<EOF
 SchedulerType=sched/backfill
 # Defaults delay every sbatch by up to 3 s, hetjobs (started only by backfill) by up to 30 s, and a
 # main scheduling pass by up to 60 s.
@@ -305,7 +363,7 @@ EOF
     k=0
     for n in "${NODES[@]}"; do
       k=$((k + 1))
-      echo "NodeName=$n NodeAddr=$(node_addr $k eth0) NodeHostname=$n Port=$((6818 + k)) CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:2 State=UNKNOWN"
+      echo "NodeName=$n NodeAddr=$(node_addr $k eth0) NodeHostname=$n Port=$((6818 + k)) CPUs=$NODE_CPUS $(node_topology) RealMemory=$NODE_MEM_MB Gres=gpu:2 State=UNKNOWN"
     done
     local all; all=$(IFS=,; echo "${NODES[*]}")
     echo "PartitionName=cpu Nodes=$all Default=YES MaxTime=UNLIMITED State=UP"
@@ -329,6 +387,94 @@ EOF
     # and the whole step was cancelled before any worker ran.
     echo "PMIxDirectConn=false"
   } >"$MPI_CONF"
+  write_cgroup_config
+  [[ $HOSTS != namespaces ]] || write_pam_config
+  ((ACCOUNTING)) && write_dbd_config
+  return 0
+}
+
+# A node's Sockets/CoresPerSocket/ThreadsPerCore: two threads per core where THREADS_PER_CORE says so
+# (slurmd would otherwise report the machine's own layout; config_overrides lets the declared one stand).
+node_topology() {
+  echo "Sockets=1 CoresPerSocket=$((NODE_CPUS / THREADS_PER_CORE)) ThreadsPerCore=$THREADS_PER_CORE"
+}
+
+# slurm.conf's accounting lines: slurmdbd, enforcing associations and QOS limits, or none at all.
+accounting_config() {
+  if ((ACCOUNTING)); then
+    cat <<EOF
+# Accounting through slurmdbd (slurmdbd.conf, next to this file): sacct works, and only users with an
+# association (account $ACCOUNT) may submit; QOS limits (e.g. --qos=small) are enforced.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$(ctld_addr)
+AccountingStoragePort=$DBD_PORT
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux
+EOF
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+  fi
+}
+
+# cgroup.conf, read by slurmd when the cgroup plugins are on; removed (if ours) when they are off.
+write_cgroup_config() {
+  if ((CGROUPS)); then
+    {
+      echo "$MARKER"
+      # This kernel mounts the v1 controllers under /sys/fs/cgroup (and cgroup2 at .../unified).
+      echo "CgroupPlugin=cgroup/v1"
+      echo "ConstrainCores=yes"
+      echo "ConstrainRAMSpace=yes"
+      echo "ConstrainDevices=yes"
+    } >"$CGROUP_CONF"
+  elif [[ -f $CGROUP_CONF ]] && head -n 1 "$CGROUP_CONF" | grep -qF "$MARKER"; then
+    rm -f "$CGROUP_CONF"
+  fi
+}
+
+# A soft open-files limit of 1024 in jobs, as clusters give users, with this machine's hard limit above it.
+# Not by starting slurmd under `ulimit -Sn 1024`: slurmd and slurmstepd raise their own soft limit to the
+# hard one, and a limit not propagated from the submitter is slurmstepd's. With UsePAM=1 slurmstepd
+# opens a PAM session of service `slurm` before it forks the tasks, and pam_limits sets the limits
+# there, as on most clusters. Hard limits are given too: pam_limits otherwise takes PID 1's, and
+# raising a hard limit above this machine's is refused here (no CAP_SYS_RESOURCE).
+write_pam_config() {
+  local pam=/etc/pam.d/slurm who
+  if [[ -f $pam ]] && ! head -n 1 "$pam" | grep -qF "$MARKER" && [[ ${SRL_SLURM_FORCE:-} != 1 ]]; then
+    die "$pam exists and was not written by this script; set SRL_SLURM_FORCE=1 to replace it"
+  fi
+  printf '%s\nsession required pam_limits.so conf=%s\n' "$MARKER" "$DIR/limits.conf" >"$pam"
+  {
+    echo "$MARKER"
+    for who in '*' root; do  # `*` does not cover root
+      echo "$who soft nofile 1024"
+      echo "$who hard nofile $(ulimit -Hn)"
+      echo "$who - memlock $(ulimit -Hl)"
+    done
+  } >"$DIR/limits.conf"
+}
+
+# slurmdbd.conf: slurmdbd refuses a file others can read (it may hold a database password).
+write_dbd_config() {
+  (umask 077; cat >"$DBD_CONF" <<EOF
+$MARKER; rewritten on every start. State: $DIR
+AuthType=auth/munge
+DbdHost=$(hostname -s)
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$DIR/run/slurmdbd.pid
+LogFile=$DIR/log/slurmdbd.log
+# MariaDB of this script's own, reached through its socket (MYSQL_UNIX_PORT, set where slurmdbd starts)
+# as root, whom MariaDB knows by the socket's peer (unix_socket authentication): no password anywhere.
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+  )
+  chmod 600 "$DBD_CONF"
 }
 
 make_dirs() {
@@ -336,8 +482,17 @@ make_dirs() {
   mkdir -p "$DIR"/{state,run,log,fakegpu} "$PIDS"
   for n in "${NODES[@]}"; do
     mkdir -p "$DIR/spool/$n" "$DIR/tmp/$n"
-    for i in 0 1; do [[ -e $DIR/fakegpu/$n-$i ]] || mknod "$DIR/fakegpu/$n-$i" c 1 3; done
+    for i in 0 1; do fake_gpu "$DIR/fakegpu/$n-$i" "$i"; done
   done
+}
+
+# fake_gpu FILE I: a character-device file with the numbers of /dev/nvidiaI (195, I). Slurm only stat()s
+# it, and ConstrainDevices denies a job the numbers of the GPUs it was not given: with /dev/null's
+# numbers (1, 3), as these files once had, every job without GPUs would lose /dev/null.
+fake_gpu() {
+  [[ $(stat -c '%F %t %T' "$1" 2>/dev/null) == "character special file c3 $2" ]] && return 0
+  rm -f "$1"
+  mknod "$1" c 195 "$2"
 }
 
 # ---------------------------------------------------------------- start
@@ -357,7 +512,88 @@ start_munge() {
   die "munged started but munge -n | unmunge fails; see $DIR/log/munged.out"
 }
 
+# ---------------------------------------------------------------- accounting (SRL_SLURM_ACCOUNTING=1)
+# MariaDB with a data directory of its own under $DB, reached only through its socket (no network), as
+# the mysql user; its data outlives `stop`, so jobs stay in sacct across restarts.
+start_mariadb() {
+  daemon_alive mariadbd mariadbd && return 0
+  command -v mariadbd >/dev/null || die "MariaDB is not installed; run: $0 install"
+  mkdir -p "$DB/run"; chown mysql:mysql "$DB" "$DB/run"
+  if [[ ! -d $DB/data ]]; then  # first start: create it aside, then move it in, so a failure leaves none
+    rm -rf "$DB/data.new"
+    mariadb-install-db --no-defaults --datadir="$DB/data.new" --user=mysql --skip-test-db \
+      --auth-root-authentication-method=socket >>"$DIR/log/mariadbd.out" 2>&1 ||
+      die "mariadb-install-db failed; see $DIR/log/mariadbd.out"
+    mv "$DB/data.new" "$DB/data"
+  fi
+  # innodb_lock_wait_timeout: slurmdbd warns below 900 (its rollups hold locks long on big sites).
+  start_bg mariadbd mariadbd mariadbd --no-defaults --user=mysql --datadir="$DB/data" --socket="$DB_SOCKET" \
+    --pid-file="$DB/run/mariadbd.pid" --skip-networking --innodb-lock-wait-timeout=900
+  wait_for "MariaDB to answer on $DB_SOCKET" "$DIR/log/mariadbd.out" \
+    mariadb-admin --no-defaults --socket="$DB_SOCKET" --silent ping
+}
+
+# slurmdbd, then the cluster, account, users and QOS registered (each only if missing: start is
+# idempotent, and sacctmgr refuses to add what exists).
+start_slurmdbd() {
+  if ! daemon_alive slurmdbd slurmdbd; then
+    command -v slurmdbd >/dev/null || die "slurmdbd is not installed; run: $0 install"
+    start_bg slurmdbd slurmdbd env MYSQL_UNIX_PORT="$DB_SOCKET" slurmdbd -D
+  fi
+  wait_for "slurmdbd to answer" "$DIR/log/slurmdbd.log" sacctmgr -n show cluster
+  register_accounting
+}
+
+# sacctmgr_do ARGS...: sacctmgr -i ARGS, failing with its output ("already exists" fails too: callers check
+# first).
+sacctmgr_do() {
+  local out
+  out=$(sacctmgr -i "$@" 2>&1) || die "sacctmgr $* failed: $out (slurmdbd's log: $DIR/log/slurmdbd.log)"
+}
+
+# The cluster, account rl with the users in it (default account rl, QOS small allowed) and QOS small's
+# limits: asked for with two queries, registered only where missing, so a restart costs no more.
+register_accounting() {
+  local u users=(root "$USER_NAME")
+  [[ -n ${SUDO_USER:-} && $SUDO_USER != root ]] && users+=("$SUDO_USER")
+  for u in ${SRL_SLURM_USERS:-}; do
+    id "$u" >/dev/null 2>&1 || die "SRL_SLURM_USERS: no such user '$u'"
+    users+=("$u")
+  done
+  if [[ $(sacctmgr -n -P show qos small format=name,maxjobspu,maxsubmitpu) != "small|$SMALL_MAX_JOBS|$SMALL_MAX_SUBMIT" ]]; then
+    [[ -n $(sacctmgr -n -P show qos small format=name) ]] || sacctmgr_do add qos small
+    sacctmgr_do modify qos small set MaxJobsPerUser=$SMALL_MAX_JOBS MaxSubmitJobsPerUser=$SMALL_MAX_SUBMIT
+  fi
+  local have  # lines user|default account|QOS of the users with an association in account rl
+  have=$(sacctmgr -n -P show user withassoc where cluster="$CLUSTER" account="$ACCOUNT" format=user,defaultaccount,qos)
+  for u in "${users[@]}"; do
+    grep -qE "^$u\|$ACCOUNT\|(.*,)?small(,.*)?$" <<<"$have" || register_user "$u"
+  done
+}
+
+register_user() {
+  [[ -n $(sacctmgr -n -P show cluster "$CLUSTER" format=cluster) ]] || sacctmgr_do add cluster "$CLUSTER"
+  [[ -n $(sacctmgr -n -P show account "$ACCOUNT" format=account) ]] ||
+    sacctmgr_do add account "$ACCOUNT" cluster="$CLUSTER" description="srl-hpc tests" organization=srl-hpc
+  [[ -n $(sacctmgr -n -P show assoc cluster="$CLUSTER" account="$ACCOUNT" user="$1" format=user) ]] ||
+    sacctmgr_do add user "$1" account="$ACCOUNT" cluster="$CLUSTER"
+  sacctmgr_do modify user "$1" set defaultaccount="$ACCOUNT" qos+=small
+}
+
+# wait_for WHAT LOG CMD...: until CMD succeeds, up to WAIT_S seconds; then fail naming LOG.
+wait_for() {
+  local what=$1 logfile=$2 deadline=$((SECONDS + WAIT_S)); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      tail -n 15 "$logfile" >&2 || true
+      die "timed out after ${WAIT_S}s (SRL_SLURM_WAIT) waiting for $what; see $logfile"
+    fi
+    sleep 0.1
+  done
+}
+
 all_up() {
+  if ((ACCOUNTING)); then daemon_alive mariadbd mariadbd && daemon_alive slurmdbd slurmdbd || return 1; fi
   daemon_alive slurmctld slurmctld || return 1
   local n
   for n in "${NODES[@]}"; do daemon_alive "slurmd-$n" slurmd || return 1; done
@@ -397,14 +633,23 @@ cancel_stale_jobs() {
   scancel $jobs 2>/dev/null || true
 }
 
+# The ordinary user jobs run as, as on every cluster (tests/test_slurm_user.py submits as it): a home of its
+# own, which the nodes see like the rest of the shared filesystem, and no right to anything of root's.
+ensure_user() {
+  id "$USER_NAME" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$USER_NAME" ||
+    die "could not create the user $USER_NAME"
+}
+
 cmd_start() {
   need_root
   command -v slurmctld >/dev/null || die "Slurm is not installed; run: $0 install"
   if all_up && sinfo >/dev/null 2>&1; then log "already running (state in $DIR)"; return 0; fi
+  ensure_user
   make_dirs
   [[ $HOSTS == namespaces ]] && net_up
   write_config
   start_munge
+  if ((ACCOUNTING)); then start_mariadb; start_slurmdbd; fi
   local fresh=0 n
   daemon_alive slurmctld slurmctld || { fresh=1; start_bg slurmctld slurmctld slurmctld -D; }
   for n in "${NODES[@]}"; do
@@ -412,7 +657,11 @@ cmd_start() {
   done
   wait_nodes_up
   ((fresh)) && cancel_stale_jobs
-  log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(hosts: $HOSTS, $TASK_PLUGIN, config $CONF, state $DIR)"
+  log "running: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')(hosts: $HOSTS, $PROCTRACK, $TASK_PLUGIN, $(accounting_summary), config $CONF, state $DIR)"
+}
+
+accounting_summary() {
+  if ((ACCOUNTING)); then echo "accounting: slurmdbd, account $ACCOUNT, QOS normal and small"; else echo "no accounting"; fi
 }
 
 # ---------------------------------------------------------------- stop
@@ -428,9 +677,13 @@ cmd_stop() {
   stepds=$(our_stepds)
   [[ -z $stepds ]] || kill -KILL $stepds $(descendants $stepds) 2>/dev/null || true
   daemon_alive slurmctld slurmctld && stop_pids "slurmctld:$(cat "$PIDS/slurmctld")"
+  # The database after the daemon that writes to it (MariaDB flushes on SIGTERM).
+  daemon_alive slurmdbd slurmdbd && stop_pids "slurmdbd:$(cat "$PIDS/slurmdbd")"
+  daemon_alive mariadbd mariadbd && stop_pids "mariadbd:$(cat "$PIDS/mariadbd")"
   # munged only if this script started it (pid file exists only then).
   daemon_alive munged munged && stop_pids "munged:$(cat "$PIDS/munged")"
-  for key in slurmctld munged "${NODES[@]/#/slurmd-}"; do rm -f "$PIDS/$key"; done
+  for key in slurmctld slurmdbd mariadbd munged "${NODES[@]/#/slurmd-}"; do rm -f "$PIDS/$key"; done
+  if [[ $HOSTS == namespaces ]]; then kill_node_processes; fi
   net_down
   log "stopped"
 }
@@ -440,6 +693,7 @@ cmd_status() {
   local ok=0 n
   check() { if daemon_alive "$1" "$2"; then echo "$1: up (pid $(cat "$PIDS/$1"))"; else echo "$1: down"; ok=3; fi; }
   if munge_works; then echo "munge: up"; else echo "munge: down"; ok=3; fi
+  if ((ACCOUNTING)); then check mariadbd mariadbd; check slurmdbd slurmdbd; fi
   check slurmctld slurmctld
   for n in "${NODES[@]}"; do check "slurmd-$n" slurmd; done
   sinfo 2>&1 || ok=3
