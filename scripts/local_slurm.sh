@@ -67,6 +67,9 @@
 #   SRL_SLURM_USERS  more users to register in account rl (space-separated; root and $SUDO_USER always)
 #   SRL_SLURM_CGROUPS  1 (default with namespaces): the cgroup plugins above; 0: proctrack/linuxproc and
 #                   task/affinity only (the nodes' processes are then not confined)
+#   SRL_SLURM_HETSTEPS  1 (default): steps may span a het job's components; 0: they may not
+#                   (SchedulerParameters has disable_hetero_steps), as at sites without het steps: srl-launch
+#                   then refuses slurm.layout: hetjob and runs slurm.layout: jobs
 #   SRL_SLURMD_TIMEOUT  seconds a slurmd may go unanswered before its node is set DOWN and its jobs are
 #                   requeued (default 45, so that requeued jobs restart fast; hundreds of workers on a
 #                   few cores can delay the daemons' answers past it: benchmarks/scale.py's docs say when)
@@ -112,6 +115,7 @@ USER_NAME=srl-user  # the ordinary user (ensure_user)
 SMALL_MAX_JOBS=2 SMALL_MAX_SUBMIT=3  # QOS small's MaxJobsPerUser and MaxSubmitJobsPerUser
 NODE_MEM_MB=${SRL_SLURM_MEM_MB:-20000}
 SLURMD_TIMEOUT=${SRL_SLURMD_TIMEOUT:-45}
+if [[ ${SRL_SLURM_HETSTEPS:-1} == 0 ]]; then HETERO_STEPS=,disable_hetero_steps; else HETERO_STEPS=; fi
 NODES=(n1 n2 n3 n4)  # a het job needs a node per group: trainer, policy, buffer, actor
 PIDS=$DIR/pids
 MARKER="# Written by srl-hpc scripts/local_slurm.sh"
@@ -157,7 +161,9 @@ daemon_alive() { [[ -f $PIDS/$1 ]] && pid_alive "$(cat "$PIDS/$1")" "$2"; }
 # process-group leader), so $! is the daemon itself; checked below.
 start_bg() {
   local key=$1 name=$2; shift 2
-  setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null &
+  # no descriptor of the caller's beyond the standard three: a daemon that inherits, say, a `flock` held around
+  # `start` would hold that lock for as long as it runs
+  setsid "$@" >>"$DIR/log/$key.out" 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   local pid=$!
   echo "$pid" >"$PIDS/$key"
   local i  # (a namespaced slurmd execs through nsenter, unshare and sh first)
@@ -340,7 +346,7 @@ SchedulerType=sched/backfill
 # Defaults delay every sbatch by up to 3 s, hetjobs (started only by backfill) by up to 30 s, and a
 # main scheduling pass by up to 60 s.
 # Never add a word containing "defer" here: it stops srun from being placed at submit time.
-SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2
+SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2$HETERO_STEPS
 SelectType=select/cons_tres
 # Memory is a consumable resource so --mem is honoured; without DefMemPerCPU a job that does not
 # ask for memory would get a whole node's memory and block every other job there.

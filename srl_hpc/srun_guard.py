@@ -88,13 +88,16 @@ def main(argv=None) -> int:
     if job_id is None:
         parser.error("SLURM_JOB_ID is not set: the guard runs inside a Slurm job script")
     run = RunDir(args.run_dir)
-    srun_running = lambda: alive(args.srun_pid)  # noqa: E731
-    if start_watch.watch(run, wiring.build(config.load(run.experiment)).names, run.slurm_output(job_id), srun_running):
-        start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
-    if shutil.which("squeue") is None:  # on stdout: the job's slurm-%j.out
+    can_guard = shutil.which("squeue") is not None
+    if not can_guard:  # on stdout: the job's slurm-%j.out
         print("srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
               "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit",
               flush=True)
+    srun_running = lambda: alive(args.srun_pid)  # noqa: E731
+    if not run.summary.exists() and start_watch.watch(run, wiring.build(config.load(run.experiment)).names,
+                                                      run.slurm_output(job_id), srun_running):
+        start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
+    if not can_guard:
         return 1
     return 0 if guard(run, args.srun_pid, job_id, args.grace, args.interval) else 1
 

@@ -44,11 +44,11 @@ def task_ends(text: str) -> list[tuple[int, str, str]]:
 
 
 def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = INTERVAL) -> str | None:
-    """Until the barrier has said go (or srun has ended: `alive()` false), abandon the barrier for the first task
-    srun reports dead. Returns that worker's name, or None. Lines before the current attempt's marker (a requeued
-    job's output holds its earlier attempts') are not this attempt's."""
+    """Until the barrier has said go (or srun or the run has ended: `alive()` false, a summary), abandon the
+    barrier for the first task srun reports dead. Returns that worker's name, or None. Lines before the current
+    attempt's marker (a requeued job's output holds its earlier attempts') are not this attempt's."""
     offset, pending = 0, b""
-    while alive() and not run.barrier_go.exists():
+    while alive() and not run.barrier_go.exists() and not run.summary.exists():
         time.sleep(interval)
         try:
             with open(output, "rb") as f:
