@@ -323,11 +323,11 @@ def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed
     from srl_hpc.models import resolve_device
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a node that shows two GPUs
-    assert resolve_device("cuda", 1, may_share=False) == torch.device("cuda", 1)
-    assert resolve_device("cuda", 3, may_share=True) == torch.device("cuda", 1)  # round-robin
-    assert resolve_device("cuda:0", 5, may_share=False) == torch.device("cuda", 0)  # pinned by the experiment
+    assert resolve_device("cuda", 1, may_share=False, worker="trainer/1") == torch.device("cuda", 1)
+    assert resolve_device("cuda", 3, may_share=True, worker="trainer/1") == torch.device("cuda", 1)  # round-robin
+    assert resolve_device("cuda:0", 5, may_share=False, worker="trainer/1") == torch.device("cuda", 0)  # pinned
     with pytest.raises(RuntimeError, match="CUDA worker 2 of its node, which shows 2 GPU"):
-        resolve_device("cuda", 2, may_share=False)
+        resolve_device("cuda", 2, may_share=False, worker="trainer/1")
 
 
 def test_an_overcommitted_group_asks_for_no_tasks_per_node_and_fits_nodes_with_fewer_cpus_than_tasks():
