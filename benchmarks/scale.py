@@ -38,6 +38,10 @@ from srl_hpc.trace.analysis import policy_cost, rate, slope  # noqa: E402
 from srl_hpc.trace.reader import read_run  # noqa: E402
 
 DEFAULT_EXPERIMENT = Path(__file__).resolve().parents[1] / "experiments" / "scale_synthetic.yaml"
+LOCAL_PROFILE = Path(__file__).resolve().parents[1] / "clusters" / "local.yaml"
+# the local Slurm's shared mode differs from its profile's (namespaced) cluster: one host, reached on its loopback,
+# with nodes of 160 CPUs, so that one node holds many actors
+SHARED_MODE = ["slurm.network=lo", "slurm.actor.tasks_per_node=128"]
 
 
 def figures(run_dir: Path) -> dict:
@@ -178,8 +182,8 @@ def main(argv=None) -> int:
         if run_dir.exists():
             raise SystemExit(f"{run_dir} exists; remove it or pass another --out")
         t0 = time.monotonic()
-        run = launcher.submit(args.experiment, slurm=True, run_dir=run_dir,
-                              overrides=[f"workers.actor.count={n}", "slurm.network=lo", *args.set])
+        run = launcher.submit(args.experiment, slurm=True, run_dir=run_dir, profiles=[LOCAL_PROFILE],
+                              overrides=[f"workers.actor.count={n}", *SHARED_MODE, *args.set])
         print(f"N={n}: job {run.job_id}, run directory {run_dir}", flush=True)
         state = run.wait(timeout=args.timeout)
         if run.summary() is None:

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Run directories must be on a filesystem every node sees: the local Slurm's nodes each have a /tmp of
 # their own, as a real cluster's do (scripts/local_slurm.sh), so tmp_path is under /var/tmp instead.
 tempfile.tempdir = os.environ.get("SRL_TEST_TMPDIR", "/var/tmp")
+# The project's local Slurm as a cluster profile: its partitions, network and workers per node, which the shipped
+# experiments leave to the cluster's profile (tests/test_experiment_files.py checks that they do).
+LOCAL_PROFILE = ROOT / "clusters" / "local.yaml"
 
 
 @pytest.fixture
@@ -165,6 +168,16 @@ def nothing_left_running(request):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture(autouse=True)
+def cluster_profile(monkeypatch):
+    """Every test, and every srl-launch it starts, composes clusters/local.yaml under each experiment, as
+    `export SRL_PROFILE=clusters/local.yaml` does for a user of the project's local Slurm: the shipped experiments
+    carry no cluster settings, and where that cluster answers, a plan is checked against it (the Slurm tier, and
+    any dry run or prepare here). Never the developer's own $SRL_PROFILE. A test about profiles, or about an
+    experiment as written, sets or removes SRL_PROFILE itself (its monkeypatch comes after this one)."""
+    monkeypatch.setenv("SRL_PROFILE", str(LOCAL_PROFILE))
 
 
 @pytest.fixture

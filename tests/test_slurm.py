@@ -417,7 +417,7 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
                           # not of seconds: 12 s had left 16 actors untrained on a busy machine, where the 68
                           # processes' start-up took most of them; the wall time only stops a run that never ends
                           overrides=["workers.actor.count=64", "stop.env_frames=6144", "stop.wall_time=120",
-                                     "slurm.actor.sbatch_options=[--overcommit]",
+                                     "slurm.actor.tasks_per_node=64", "slurm.actor.sbatch_options=[--overcommit]",
                                      "slurm.srun_options=[--overcommit, --cpu-bind=none]"])
     assert wait_for_the_end(run, 420) == "completed", run.logs()
     summary = run.summary()
