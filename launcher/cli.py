@@ -29,7 +29,7 @@ srl-launch EXPERIMENT.yaml --slurm --seeds 1,2,3  a sweep: one submitit job arra
 srl-launch EXPERIMENT.yaml --sweep algorithm.lr=1e-3,3e-4 --seeds 1,2,3  a grid sweep (here, or with --slurm)
 srl-launch prepare EXPERIMENT.yaml --run-dir R   write R (keys, experiment, R/job.sbatch) to sbatch by hand
 srl-launch validate EXPERIMENT.yaml... [KEY=VALUE...]  check files (--seed, --set as for a run); run nothing
-srl-launch doctor [EXPERIMENT.yaml]         check this node before a first submission (srun -N1 ... on a compute node)
+srl-launch doctor [EXPERIMENT.yaml] [--probe]  check this node before a first submission (--probe: a small test job)
 srl-launch graph EXPERIMENT.yaml...         print the workers, their handlers and het groups, and the streams
 srl-launch tune EXPERIMENT.yaml [--slurm] [--budget 600]   short measured runs choose placement, ring, threads...
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep

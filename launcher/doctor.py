@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -43,7 +44,14 @@ exit status 1 if any check failed.
 
 On the login node it checks what srl-launch --slurm needs there. The workers run on compute nodes, whose
 interfaces, GPUs and /dev/shm may differ: run it there too, in the partition the job will use, e.g.
-  srun -N1 -p PARTITION [--gres=gpu:1] srl-launch doctor EXP.yaml"""
+  srun -N1 -p PARTITION [--gres=gpu:1] srl-launch doctor EXP.yaml
+
+With --probe it submits one small job instead (the experiment's het groups, srun lines, container, node
+setup and environment; a few minutes' limit; cancelled if the probe stops waiting) whose tasks measure what
+the workers would meet, and reports the cluster's settings that matter (TaskPlugin, ProctrackType,
+MpiDefault, limits propagation, QOS and association limits against the job's het components), whether the
+het job ran, and per group: host and address, CPUs bound, GPUs (UUIDs), open-files limits, a ZMQ round trip
+between every pair of groups, the file and MPI rendezvous, gloo (and NCCL) among the trainers."""
 
 
 # ------------------------------------------------------------------------------------------ the checks
@@ -308,6 +316,12 @@ def parser() -> argparse.ArgumentParser:
     overrides.add(p)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(p)
+    p.add_argument("--probe", action="store_true",
+                   help="submit one small job shaped as the experiment's; report what its tasks find there")
+    p.add_argument("--run-dir", type=Path,
+                   help="with --probe: the probe job's directory (default: beside the experiment's runs)")
+    p.add_argument("--probe-wait", type=float, default=None, metavar="SECONDS",
+                   help="with --probe: seconds to wait for the job to start and end, then cancel it (default 600)")
     return p
 
 
@@ -329,10 +343,29 @@ def cmd_doctor(argv) -> int:
         exp = config.Experiment()
     if args.set:
         exp = config.with_overrides(exp, args.set)
+    if args.probe:
+        return _probe(p, args, exp, argv)
+    if args.run_dir or args.probe_wait is not None:
+        p.error("--run-dir and --probe-wait go with --probe")
     failed = False
     for check in checks(exp):
         found = check()
         for result in [] if found is None else found if isinstance(found, list) else [found]:
             print(line(result), flush=True)
             failed |= result[0] == FAIL
+    return 1 if failed else 0
+
+
+def _probe(p: argparse.ArgumentParser, args, exp: config.Experiment, argv) -> int:
+    """--probe: the job's lines as they come (progress on stderr); exit 1 if any failed."""
+    from launcher import probe  # (it imports this module)
+
+    if not args.experiment:
+        p.error("--probe needs an experiment file: the job is shaped as its run")
+    command = "srl-launch doctor " + " ".join(shlex.quote(str(a)) for a in argv)
+    failed = False
+    wait = probe.WAIT if args.probe_wait is None else args.probe_wait
+    for result in probe.run(exp, args.run_dir, command, wait):
+        print(line(result), flush=True)
+        failed |= result[0] == FAIL
     return 1 if failed else 0

@@ -194,7 +194,8 @@ def shared_dir():
 
 
 @pytest.mark.slurm
-def test_on_a_node_whose_hostname_is_loopback_the_fix_names_slurm_network_and_its_interfaces(shared_dir):
+def test_on_a_node_whose_hostname_is_loopback_the_fix_names_slurm_network_and_its_interfaces(shared_dir, monkeypatch):
+    monkeypatch.delenv("SRL_PROFILE")  # no profile names slurm.network (clusters/local.yaml, the Slurm tests', does)
     on_n2 = ["srun", "-N1", "-w", "n2"]
     code, lines = doctor_run(experiment(shared_dir), prefix=on_n2)
     line = the_line(lines, "workers on node")
@@ -207,3 +208,25 @@ def test_on_a_node_whose_hostname_is_loopback_the_fix_names_slurm_network_and_it
     assert_all_ok(code, lines)
     assert the_line(lines, "workers on node") == \
         "ok: workers on node n2 bind and advertise 10.250.1.12 (ib0; slurm.network: ib0)"
+
+
+@pytest.mark.slurm
+def test_the_probe_job_of_cartpole_reports_every_line_ok_on_the_local_slurm(tmp_path):
+    """`doctor --probe` submits one het job shaped as CartPole's run, on the local Slurm (with its cluster
+    profile where there is one), and every line it prints is ok: the cluster's settings, the QOS limits, the
+    het job, each group's address, CPUs, GPUs and open files, ZMQ between each pair of groups, the file and MPI
+    rendezvous, gloo among the trainers."""
+    profile = Path(__file__).resolve().parent.parent / "clusters" / "local.yaml"
+    cartpole = Path(__file__).resolve().parent.parent / "experiments" / "cartpole_ppo.yaml"
+    extra = ["--profile", profile] if profile.exists() else []
+    code, lines = doctor_run(cartpole, "--probe", "--run-dir", tmp_path / "probe", *extra, timeout=540)
+    expected = ["TaskPlugin=", "ProctrackType=", "MpiDefault=", "PropagateResourceLimits", "AccountingStorageEnforce=",
+                "het job ", "file rendezvous", "ZMQ between trainer and policy", "ZMQ between trainer and actor",
+                "ZMQ between policy and actor", "gloo all-reduce among 1 trainer task(s)", "NCCL", "MPI rendezvous"]
+    for start in expected:
+        assert the_line(lines, start).startswith("ok: "), "\n".join(lines)
+    assert any(x.split(": ", 1)[1].startswith(("QOS ", "no accounting")) for x in lines), "\n".join(lines)
+    for group in ("trainer", "policy", "actor"):  # its address, CPUs, GPUs and open files
+        assert len([x for x in lines if x.split(": ", 1)[1].startswith(f"group {group}")]) == 4, "\n".join(lines)
+    assert all(x.startswith("ok: ") for x in lines) and code == 0, "\n".join(lines)
+    assert (tmp_path / "probe" / "slurm.json").exists()  # (the autouse fixture cancels a job left behind)
