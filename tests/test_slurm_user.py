@@ -1,0 +1,70 @@
+"""As an ordinary user, as on every real cluster: the local Slurm's user `srl-user` (scripts/local_slurm.sh) submits
+from its own home with a site-wide install of srl-hpc it cannot write (`make user-install`), and its tasks run as
+that user on the nodes. What only root could do fails here first."""
+import json
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_every_frame_accounted_for
+
+pytestmark = pytest.mark.slurm
+
+USER = "srl-user"
+USER_VENV = Path(os.environ.get("SRL_USER_VENV", "/opt/srl-hpc-user"))
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A fresh directory in the user's home, the shipped CartPole experiment and the local profile in it."""
+    try:
+        account = pwd.getpwnam(USER)
+    except KeyError:
+        pytest.fail(f"no user {USER}: scripts/local_slurm.sh start creates it")
+    if not (USER_VENV / "bin" / "srl-launch").exists():
+        pytest.fail(f"no {USER_VENV}/bin/srl-launch: make user-install")
+    where = Path(account.pw_dir) / tmp_path.name
+    where.mkdir()
+    for source in (ROOT / "experiments" / "cartpole_ppo.yaml", ROOT / "clusters" / "local.yaml"):
+        shutil.copy(source, where / source.name)
+    shutil.chown(where, USER, USER)
+    for f in where.iterdir():
+        shutil.chown(f, USER, USER)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def as_user(*args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """srl-launch ARGS run by the ordinary user from `cwd`, with a login environment of its own."""
+    command = ["runuser", "-u", USER, "--", "env", "-i", f"HOME={cwd.parent}", f"USER={USER}",
+               "PATH=/usr/local/bin:/usr/bin:/bin", str(USER_VENV / "bin" / "srl-launch"), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home):
+    proc = as_user("cartpole_ppo.yaml", "--slurm", "--follow", "--profile", "local.yaml", "--run-dir", "run",
+                   cwd=home)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    run_dir = home / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert_every_frame_accounted_for(summary)
+    uid = pwd.getpwnam(USER).pw_uid
+    written = [run_dir / "summary.json", *(run_dir / "traces").iterdir(), *(run_dir / "checkpoints").iterdir()]
+    assert {p.stat().st_uid for p in written} == {uid}  # the workers ran as the user on the nodes
+    job = json.loads((run_dir / "slurm.json").read_text())["job_id"]
+    shown = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True).stdout
+    assert f"UserId={USER}(" in shown, shown
+
+
+def test_a_run_directory_the_user_cannot_write_is_refused_before_submission(home):
+    proc = as_user("cartpole_ppo.yaml", "--slurm", "--profile", "local.yaml", "--run-dir", "/var/lib/srl-run",
+                   cwd=home, timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "/var/lib/srl-run" in proc.stderr and "ermission denied" in proc.stderr, proc.stderr
+    assert not Path("/var/lib/srl-run").exists()
