@@ -41,10 +41,6 @@ def check_fits(exp) -> None:
     whose busiest worker needs more open files than the hard limit allows (each worker raises its soft limit
     to the hard one: srl_hpc.services.limits)."""
     graph = wiring.build(exp)
-    busiest, needed = limits.largest_need(graph)
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        raise TooBigForThisMachine(limits.too_few_files(busiest, needed, len(graph.names), hard))
     kinds = [node.kind for node in graph.workers]  # (per policy or member, where they are)
     counts = {kind: kinds.count(kind) for kind in ("actor", "policy", "trainer", "buffer", "eval", "controller")}
     total = sum(counts.values())
@@ -58,6 +54,10 @@ def check_fits(exp) -> None:
             f"local mode would start {total:,} worker processes ({listed}); this machine ({cores} CPU cores, "
             f"{available_mb / 1024:.1f} GiB available) holds about {fits:,}. Run it on a cluster with --slurm, "
             f"or lower workers.{biggest}.count")
+    busiest, needed = limits.largest_need(graph)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise TooBigForThisMachine(limits.too_few_files(busiest, needed, len(graph.names), hard))
 
 
 def _mem_available_mb() -> int:
