@@ -43,6 +43,15 @@ def alive(pid: int) -> bool:
     return True
 
 
+def hostnames(nodelist: str) -> list[str]:
+    """A Slurm node list ('n[1-3],m7') as names; empty where scontrol cannot say (then no task is mapped)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return out.stdout.split()
+
+
 def steps_left(job_id: str) -> list[str]:
     """The job's srun steps Slurm still runs (the batch and extern steps are not srun's)."""
     out = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True, check=True)
@@ -94,9 +103,11 @@ def main(argv=None) -> int:
               "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit",
               flush=True)
     srun_running = lambda: alive(args.srun_pid)  # noqa: E731
-    if not run.summary.exists() and start_watch.watch(run, wiring.build(config.load(run.experiment)).names,
-                                                      run.slurm_output(job_id), srun_running):
-        start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
+    if not run.summary.exists():
+        graph = wiring.build(config.load(run.experiment))
+        groups = start_watch.het_groups([len(members) for _, members in graph.groups()], os.environ, hostnames)
+        if start_watch.watch(run, graph.names, run.slurm_output(job_id), srun_running, groups=groups):
+            start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
     if not can_guard:
         return 1
     return 0 if guard(run, args.srun_pid, job_id, args.grace, args.interval) else 1

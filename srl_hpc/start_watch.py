@@ -43,7 +43,26 @@ def task_ends(text: str) -> list[tuple[int, str, str]]:
     return ends
 
 
-def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = INTERVAL) -> str | None:
+def global_task(node: str, task: int, groups: list[tuple[list[str], int]]) -> int | None:
+    """The run's task id of what srun calls `task` on `node`. In a het step srun numbers each component's tasks
+    from 0; `groups` holds each component's nodes and its first task id (components never share a node). None
+    where the node is in no component. Without components (one group) srun's number is the run's."""
+    if not groups:
+        return task
+    return next((first + task for nodes, first in groups if node in nodes), None)
+
+
+def het_groups(group_sizes: list[int], env, hostnames) -> list[tuple[list[str], int]]:
+    """Each het component's nodes (SLURM_JOB_NODELIST_HET_GROUP_<k>, expanded by `hostnames`) and first task
+    id, from the sizes of the run's groups in order; empty outside a het job."""
+    if "SLURM_HET_SIZE" not in env:
+        return []
+    firsts = [sum(group_sizes[:k]) for k in range(len(group_sizes))]
+    return [(hostnames(env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{k}", "")), first) for k, first in enumerate(firsts)]
+
+
+def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = INTERVAL,
+          groups: list[tuple[list[str], int]] = ()) -> str | None:
     """Until the barrier has said go (or srun or the run has ended: `alive()` false, a summary), abandon the
     barrier for the first task srun reports dead. Returns that worker's name, or None. Lines before the current
     attempt's marker (a requeued job's output holds its earlier attempts') are not this attempt's."""
@@ -61,7 +80,8 @@ def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = 
         text = b"\n".join(lines).decode(errors="replace")
         text = ATTEMPT.split(text)[-1]
         for task, node, why in task_ends(text):
-            if not 0 <= task < len(names):
+            task = global_task(node, task, list(groups))
+            if task is None or not 0 <= task < len(names):
                 continue
             print(f"start_watch: task {task} ({names[task]}) on {node} ended before the rendezvous ({why}); the "
                   f"other workers stop waiting for it", flush=True)

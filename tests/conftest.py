@@ -171,13 +171,21 @@ def nothing_left_running(request):
 
 
 @pytest.fixture(autouse=True)
-def cluster_profile(monkeypatch):
+def cluster_profile():
     """Every test, and every srl-launch it starts, composes clusters/local.yaml under each experiment, as
     `export SRL_PROFILE=clusters/local.yaml` does for a user of the project's local Slurm: the shipped experiments
     carry no cluster settings, and where that cluster answers, a plan is checked against it (the Slurm tier, and
     any dry run or prepare here). Never the developer's own $SRL_PROFILE. A test about profiles, or about an
-    experiment as written, sets or removes SRL_PROFILE itself (its monkeypatch comes after this one)."""
-    monkeypatch.setenv("SRL_PROFILE", str(LOCAL_PROFILE))
+    experiment as written, sets or removes SRL_PROFILE itself (its monkeypatch comes after this one). Not through
+    monkeypatch: that would set monkeypatch up before nothing_left_running, whose teardown would then still see a
+    test's faked PATH (a fake scancel that never answers)."""
+    before = os.environ.get("SRL_PROFILE")
+    os.environ["SRL_PROFILE"] = str(LOCAL_PROFILE)
+    yield
+    if before is None:
+        os.environ.pop("SRL_PROFILE", None)
+    else:
+        os.environ["SRL_PROFILE"] = before
 
 
 @pytest.fixture

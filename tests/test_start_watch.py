@@ -81,3 +81,16 @@ def test_an_srun_still_running_after_the_grace_is_ended_and_one_that_ends_is_lef
     assert stuck.wait(timeout=10) == -signal.SIGTERM
     ending = subprocess.Popen(["true"])
     assert not start_watch.end_srun_if_stuck(ending.pid, lambda: ending.poll() is None, grace=5)
+
+
+def test_in_a_het_step_srun_numbers_each_components_tasks_from_zero_and_the_node_says_which():
+    """srun's 'n2: task 0' in a het step is the first task of the component on n2: here policy/0, task 2."""
+    env = {"SLURM_HET_SIZE": "3", "SLURM_JOB_NODELIST_HET_GROUP_0": "n1", "SLURM_JOB_NODELIST_HET_GROUP_1": "n2",
+           "SLURM_JOB_NODELIST_HET_GROUP_2": "n[3-4]"}
+    expand = {"n1": ["n1"], "n2": ["n2"], "n[3-4]": ["n3", "n4"]}.get
+    groups = start_watch.het_groups([2, 1, 2], env, expand)  # controller + trainer, policy, two actors
+    assert groups == [(["n1"], 0), (["n2"], 2), (["n3", "n4"], 3)]
+    assert start_watch.global_task("n2", 0, groups) == 2
+    assert start_watch.global_task("n4", 1, groups) == 4
+    assert start_watch.global_task("n9", 0, groups) is None
+    assert start_watch.het_groups([2, 1, 2], {}, expand) == [] and start_watch.global_task("n2", 3, []) == 3
