@@ -41,6 +41,8 @@
 #                                         # cluster, account, users, QOS), slurmctld, slurmd x4; wait for idle
 #   bash scripts/local_slurm.sh status    # daemons up? + sinfo; exit 0 if all up, 3 otherwise
 #   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
+#   bash scripts/local_slurm.sh hetsteps off|on  # a running cluster without (or again with) het steps:
+#                                         # disable_hetero_steps in SchedulerParameters, then scontrol reconfigure
 #   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
 #
 # Then e.g.:  sbatch --wrap hostname;  srun -N2 -n2 --mpi=pmix python3 -c 'print(1)';
@@ -706,6 +708,18 @@ cmd_status() {
   return $ok
 }
 
+# The running cluster's SchedulerParameters with or without disable_hetero_steps (SRL_SLURM_HETSTEPS at start),
+# applied by `scontrol reconfigure`: tests/test_layout_jobs.py runs a site without het steps this way.
+cmd_hetsteps() {
+  need_root
+  [[ ${1:-} == on || ${1:-} == off ]] || die "usage: $0 hetsteps on|off"
+  head -n 1 "$CONF" 2>/dev/null | grep -qF "$MARKER" || die "$CONF was not written by this script; start the cluster first"
+  sed -i 's/^\(SchedulerParameters=.*\),disable_hetero_steps$/\1/' "$CONF"
+  [[ $1 == on ]] || sed -i 's/^SchedulerParameters=.*/&,disable_hetero_steps/' "$CONF"
+  scontrol reconfigure || die "scontrol reconfigure failed: is the cluster running? ($0 status)"
+  log "het steps $1: $(grep '^SchedulerParameters=' "$CONF")"
+}
+
 cmd_env() {
   if [[ $CONF != "$DEFAULT_CONF" ]]; then printf 'export SLURM_CONF=%q\n' "$CONF"; fi
 }
@@ -716,5 +730,6 @@ case ${1:-} in
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  hetsteps) cmd_hetsteps "${2:-}" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
