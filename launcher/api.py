@@ -36,7 +36,9 @@ class Run:
         """pending / running / completed / failed / cancelled / timeout (Slurm's states, via one table); the
         run's own outcome once Slurm no longer knows the job (no accounting, after MinJobAge)."""
         if self.job_id is not None:
-            state = scheduler.job_state(self.job_id)[0]
+            # slurm.layout: jobs: the groups' jobs together (slurm.current)
+            state = scheduler.run_job(self.run)[1].state if scheduler.group_jobs(self.run) else \
+                scheduler.job_state(self.job_id)[0]
             return status.describe(self.run)[0] if state == "unknown" else state
         if self._process is not None and self._process.poll() is None:
             return "running"

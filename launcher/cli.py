@@ -126,7 +126,7 @@ def cmd_run(argv) -> int:
     request = slurm.prepare(exp, run_dir, sys.executable, command)
     exp, run = runs.create(exp, run_dir)
     job_id = slurm.submit(request, run, command)
-    print(f"submitted job {job_id}; run directory {run.root}")
+    print(f"submitted {_jobs_text(run, job_id)}; run directory {run.root}")
     print(f"  follow: srl-launch logs {run.root} -f    state: srl-launch status {run.root}    "
           f"stop: srl-launch cancel {run.root}")
     if not args.follow:
@@ -148,6 +148,12 @@ def _dry_run(exp, args, command) -> int:
     return 0
 
 
+def _jobs_text(run: RunDir, job_id: str) -> str:
+    """'job 12', or with slurm.layout: jobs 'jobs 12 (trainer), 13 (policy), 14 (actor)'."""
+    groups = slurm.group_jobs(run)
+    return f"jobs {', '.join(f'{j} ({g})' for g, j in groups.items())}" if groups else f"job {job_id}"
+
+
 def _follow(run: RunDir, job_id: str) -> int:
     log = run.log(wiring.CONTROLLER)
     position = 0
@@ -160,9 +166,10 @@ def _follow(run: RunDir, job_id: str) -> int:
     stream_progress()
     final, report = status.describe(run)
     print(report)
+    groups = slurm.group_jobs(run)
     if final in ENDED_BADLY:
-        print(status.ended_badly(run, job_id))
-    print(f"job {job_id} ended: {final}")
+        print(status.why_it_ended(run) if groups else status.ended_badly(run, job_id))
+    print(f"{_jobs_text(run, job_id)} ended: {final}")
     return 0 if final == "completed" else 1
 
 
@@ -235,6 +242,10 @@ def cmd_prepare(argv) -> int:
     args = _parse(_prepare_parser(), argv)
     exp = _checked_experiment(args)
     command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
+    if exp.slurm.layout == "jobs":
+        raise UsageError("prepare writes one job script to sbatch by hand; with slurm.layout: jobs a run is a job per "
+                         "group, which `srl-launch EXP --slurm` submits together and ties together (RUN/slurm.json): "
+                         "use that (--dry-run prints every group's script), or slurm.layout: hetjob")
     run_dir = runs.resolve(exp, args.run_dir)
     request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
                             require_cluster=False)
@@ -389,7 +400,7 @@ def cmd_status(argv) -> int:
     state, report = status.describe(args.run_dir)
     print(f"state: {state}\n{report}")
     if state in ENDED_BADLY and args.run_dir.slurm.exists():  # no job of the run is live: the last speaks for it
-        print(status.ended_badly(args.run_dir, slurm.jobs_of(args.run_dir)[-1]))
+        print(status.why_it_ended(args.run_dir))
     return _state_code(state)
 
 
@@ -486,6 +497,9 @@ def cmd_resume(argv) -> int:
         return _follow(run, job_ids[-1]) if args.follow else 0
     if run.slurm.exists():
         job_id, info = slurm.run_job(run)
+        if (slurm.live(info) or info.error) and slurm.group_jobs(run):
+            raise UsageError(f"job {job_id} of {run.root} (slurm.layout: jobs) is {info.line()}; cancel the run "
+                             f"first: srl-launch cancel {run.root}")
         if slurm.live(info) or info.error:
             raise UsageError(f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
                              f"continuation after it: --after {job_id}")
@@ -500,7 +514,7 @@ def cmd_resume(argv) -> int:
         print(f"run directory: {run.root}")
         return code
     job_id = slurm.submit(slurm.prepare(exp, run.root, sys.executable, command), run, command)
-    print(f"resuming {run.root}: attempt {run.attempt}, submitted job {job_id}")
+    print(f"resuming {run.root}: attempt {run.attempt}, submitted {_jobs_text(run, job_id)}")
     return _follow(run, job_id) if args.follow else 0
 
 

@@ -1,4 +1,4 @@
-"""Plan (pure): an Experiment becomes one heterogeneous Slurm job, as data.
+"""Plan (pure): an Experiment becomes one heterogeneous Slurm job, or one job per group (`slurm.layout: jobs`), as data.
 
 The het groups are the graph's (srl_hpc.graph), in task-id order; each takes its resources from the
 `slurm` section's field of the same name. Task N of the job's one `srun` hosts worker N of the graph, so
@@ -85,10 +85,16 @@ class Plan:
     container: Optional[ContainerConfig] = None
     template: Optional[str] = None
     threads_per_core: Optional[int] = None
+    layout: str = "hetjob"  # slurm.layout: one het job, or one ordinary job per group ("jobs")
 
     @property
     def ntasks(self) -> int:
         return sum(g.ntasks for g in self.groups)
+
+    def first_task(self, group: HetGroup) -> int:
+        """The task id of the group's first worker: in the jobs layout each group's srun counts its tasks from
+        0, and the worker adds this to SLURM_PROCID (`--first-task`)."""
+        return sum(g.ntasks for g in self.groups[:self.groups.index(group)])
 
 
 def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
@@ -123,6 +129,10 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
             problems.append(f"het group '{name}': workers.{name}.torch_threads is {threads} but "
                             f"slurm.{name}.cpus_per_task is {res.cpus_per_task}: where Slurm binds tasks to their "
                             f"CPUs the threads would share them; ask for as many CPUs as threads")
+    if s.layout == "jobs" and s.requeue:
+        problems.append("slurm.requeue needs slurm.layout: hetjob: with slurm.layout: jobs each group is a job of "
+                        "its own, and one requeued alone would meet none of the others; remove slurm.requeue (resume "
+                        "with `srl-launch resume RUN`) or set slurm.layout: hetjob")
     if problems:
         raise PlanError(problems)
     return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python,
@@ -131,7 +141,7 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
                 setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
                 requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
                 mpi=s.mpi, srun_options=s.srun_options, node_setup=s.node_setup, container=s.container,
-                template=s.template, threads_per_core=s.threads_per_core)
+                template=s.template, threads_per_core=s.threads_per_core, layout=s.layout)
 
 
 # ----------------------------------------------------------------------------------------------- cluster facts
@@ -207,7 +217,7 @@ def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
         if big_enough and g.nodes > len(big_enough):
             problems.append(f"{label}: needs {g.nodes} nodes; {where} has {len(big_enough)} that fit")
     total = sum(g.nodes for g in plan.groups)
-    if not problems and total > len(used_nodes):
+    if not problems and plan.layout == "hetjob" and total > len(used_nodes):  # separate jobs may share nodes
         problems.append(f"the het groups need {total} distinct nodes (Slurm gives each group its own); "
                         f"their partitions have {len(used_nodes)}")
     if problems:

@@ -1,13 +1,15 @@
 """Submit to Slurm and follow a job: the thin side-effecting layer under plan and render.
 
-`prepare` makes the request (plan, checked against the cluster when one answers, rendered script);
-`--dry-run` prints it and `submit` sends that very request. A submitted run directory holds job.sbatch
-(exactly what was submitted), experiment.yaml and slurm.json (job id, command, and the continuations
-`resume --after/--chain` queued after it). Job state comes from squeue, which works on every cluster, and
-from sacct where accounting exists, all read through one table of Slurm states; one question covers every
-job of a sweep or of a chain, and a watched job is asked about with backoff (`Polite`), as cluster admins
-expect of tools that poll: at most once a minute while it is pending. Every Slurm command gets `TIMEOUT`
-seconds to answer; one that does not is a SlurmError naming it (slurmctld not answering), not a hang.
+`prepare` makes the request (plan, checked against the cluster when one answers, rendered script); `--dry-run`
+prints it and `submit` sends that very request. A submitted run directory holds job.sbatch (exactly what was
+submitted), experiment.yaml and slurm.json (job id, command, and the continuations `resume --after/--chain`
+queued after it). With `slurm.layout: jobs` it holds job-<group>.sbatch per group instead, and slurm.json's
+"groups" maps each group to its job (its "job_id" is the first group's: the controller's); the run's jobs are
+then followed, cancelled and reported together. Job state comes from squeue, which works on every cluster, and
+from sacct where accounting exists, all read through one table of Slurm states; one question covers every job
+of a sweep or of a chain, and a watched job is asked about with backoff (`Polite`), as cluster admins expect
+of tools that poll: at most once a minute while it is pending. Every Slurm command gets `TIMEOUT` seconds to
+answer; one that does not is a SlurmError naming it (slurmctld not answering), not a hang.
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from launcher import accounting, render
 from launcher import plan as planning
-from launcher import render
 from srl_hpc.rundir import RunDir
 
 TIMEOUT = 60.0  # seconds any Slurm command (sbatch, squeue, sacct, scancel, sinfo) may take to answer
@@ -52,6 +54,10 @@ class SlurmError(RuntimeError):
     pass
 
 
+class SlurmRefused(SlurmError):
+    """A Slurm command answered with an error (sbatch refused the job, ...), as opposed to not answering."""
+
+
 def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     if shutil.which(cmd[0]) is None:
         raise SlurmError(f"{cmd[0]} not found: is this a Slurm login node? (or start the local one: make slurm-up)")
@@ -61,7 +67,7 @@ def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
         raise SlurmError(no_answer(cmd, TIMEOUT)) from None
     if check and proc.returncode != 0:
         output = proc.stderr.strip() or proc.stdout.strip()
-        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {output}")
+        raise SlurmRefused(f"{' '.join(cmd)} failed (exit {proc.returncode}): {output}")
     return proc
 
 
@@ -98,28 +104,83 @@ def cluster_facts() -> planning.ClusterFacts:
     return planning.parse_sinfo(_run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%m|%G"]).stdout)
 
 
+def cluster_config() -> dict[str, str]:
+    """`scontrol show config` as {key: value}; {} where it cannot be read (nothing is then checked by it)."""
+    try:
+        proc = _run(["scontrol", "show", "config"], check=False)
+    except SlurmError:
+        return {}
+    return accounting.parse_config(proc.stdout) if proc.returncode == 0 else {}
+
+
+def _answer(cmd: list[str]) -> str | None:
+    """A Slurm command's output, or None when it failed or did not answer (accounting.read_limits)."""
+    try:
+        proc = _run(cmd, check=False)
+    except SlurmError:
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+HETJOB_HINT = ("if this cluster does not take heterogeneous jobs, set slurm.layout: jobs (one ordinary job per "
+               "group, the workers meeting through files)")
+
+
+def check_het_steps(settings: dict[str, str]) -> None:
+    """The hetjob layout runs one srun over every group: refused where the cluster disables such steps."""
+    if accounting.het_steps_disabled(settings):
+        raise planning.PlanError([
+            f"this cluster disables job steps that span a het job's components (scontrol show config: "
+            f"SchedulerParameters={settings['SchedulerParameters']} has disable_hetero_steps), and slurm.layout: "
+            f"hetjob runs one srun over every group. Set slurm.layout: jobs (one ordinary job per group, the "
+            f"workers meeting through files)"])
+
+
+def check_limits(plan: planning.Plan, settings: dict[str, str]) -> None:
+    """Refuse a run whose jobs the user's QOS or association limits would not take or not run at once."""
+    limits = accounting.read_limits(settings, _answer)
+    problems = accounting.limit_problems(plan, limits) if limits is not None else []
+    if problems:
+        raise planning.PlanError(problems)
+
+
 @dataclass(frozen=True)
 class Request:
     plan: planning.Plan
-    script: str
+    script: str  # with slurm.layout: jobs, every group's script (render.every_script: what --dry-run prints)
     checked: str | None  # why the plan was not checked against a cluster (None: it was, and it fits)
+    scripts: tuple[tuple[str, str], ...] = ()  # slurm.layout: jobs: (group, its script), in task order
 
 
 def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = True,
             continuation: bool = False) -> Request:
     """Plan, check against the cluster (raises PlanError naming what does not fit), render.
     Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`.
-    continuation: a job queued by `resume --after/--chain` (continuation_lines run first in it)."""
+    continuation: a job queued by `resume --after/--chain` (continuation_lines run first in it).
+    Also refused before anything is submitted: a het job where the cluster disables het steps, and a run whose
+    jobs the user's QOS or association limits would not take or not run at once (launcher.accounting)."""
     check_run_dir(run_dir)
     job_plan = planning.make_plan(exp, str(run_dir), python)
+    if continuation and job_plan.layout == "jobs":
+        raise planning.PlanError([
+            "resume --after/--chain queues one continuation job, and a run of slurm.layout: jobs is a job per "
+            "group: resume it with `srl-launch resume RUN` once its jobs have ended, or run it with slurm.layout: "
+            "hetjob"])
     try:
         planning.check_fits(job_plan, cluster_facts())
-        check_mpi_plugin(job_plan.mpi)
+        settings = cluster_config()
+        if job_plan.layout == "hetjob":  # (the jobs layout's sruns use no MPI)
+            check_het_steps(settings)
+            check_mpi_plugin(job_plan.mpi)
+        check_limits(job_plan, settings)
         checked = None
     except SlurmError as e:
         if require_cluster:
             raise
         checked = str(e)
+    if job_plan.layout == "jobs":
+        scripts = render.render_groups(job_plan, command)
+        return Request(job_plan, render.every_script(scripts), checked, tuple(scripts))
     if continuation:  # after the user's setup lines, before the workers start
         job_plan = dataclasses.replace(job_plan, setup=job_plan.setup + continuation_lines(job_plan))
     return Request(job_plan, render.render(job_plan, command), checked)
@@ -178,16 +239,55 @@ def sbatch_command(script, after: str | None = None) -> list[str]:
     return ["sbatch", "--parsable", *([f"--dependency=afterany:{after}"] if after else []), str(script)]
 
 
-def _sbatch(script, after: str | None = None) -> str:
-    return _run(sbatch_command(script, after)).stdout.strip().split(";")[0]
+def _sbatch(script, after: str | None = None, hold: bool = False) -> str:
+    command = sbatch_command(script, after)
+    return _run(command[:1] + ["--hold"] * hold + command[1:]).stdout.strip().split(";")[0]
 
 
 def submit(request: Request, run: RunDir, command: str) -> str:
-    """sbatch the prepared request's script, kept as RUN/job.sbatch. Returns the job id."""
+    """sbatch the prepared request's script, kept as RUN/job.sbatch (the jobs layout: submit_groups). Returns
+    the job id (the jobs layout: the first group's, the controller's)."""
+    if request.scripts:
+        return submit_groups(request, run, command)[0]
     run.job_script.write_text(request.script)
-    job_id = _sbatch(run.job_script)
+    try:
+        job_id = _sbatch(run.job_script)
+    except SlurmRefused as e:
+        raise SlurmRefused(f"{e}\n({HETJOB_HINT})") from None
     run.slurm.write_text(json.dumps({"job_id": job_id, "command": command, "submitted": time.time()}))
     return job_id
+
+
+def submit_groups(request: Request, run: RunDir, command: str) -> list[str]:
+    """The jobs layout: sbatch each group's script (kept as RUN/job-<group>.sbatch) held, record every job in
+    RUN/slurm.json, then release them all at once, so that each group's watch finds its siblings listed there
+    when it starts. A refused submission cancels the jobs already submitted and says Slurm's message. Returns
+    the job ids in group order."""
+    submitted: dict[str, str] = {}
+    try:
+        for group, script in request.scripts:
+            path = run.root / render.script_name(group)
+            path.write_text(script)
+            submitted[group] = _sbatch(path, hold=True)
+        _write_json(run.slurm, {"job_id": next(iter(submitted.values())), "command": command,
+                                "submitted": time.time(), "layout": "jobs", "groups": submitted})
+        _run(["scontrol", "release", ",".join(submitted.values())])
+    except (SlurmError, OSError) as e:  # (OSError: RUN/slurm.json could not be written)
+        if submitted:
+            _run(["scancel", *submitted.values()], check=False)
+        group = next((g for g, _ in request.scripts if g not in submitted), None)
+        what = f"group {group}'s job was not submitted" if group else "the groups' jobs were not released"
+        cancelled = ("; cancelled the jobs already submitted: " +
+                     ", ".join(f"{j} ({g})" for g, j in submitted.items())) if submitted else ""
+        raise type(e)(f"{what}: {e}{cancelled}") from None
+    return list(submitted.values())
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Replaced whole: a group's watch may read it at any moment."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
 
 
 def submit_chain(request: Request, run: RunDir, after: str | None, count: int) -> list[str]:
@@ -216,9 +316,17 @@ def job_id_of(run: RunDir) -> str:
 
 
 def jobs_of(run: RunDir) -> list[str]:
-    """Every job of a run, in order: the one submitted, then the continuations queued after it."""
+    """Every job of a run, in order: the one submitted, then the continuations queued after it; with
+    slurm.layout: jobs, its groups' jobs (which run side by side)."""
     data = _record(run)
+    if data.get("groups"):
+        return list(data["groups"].values())
     return [data["job_id"], *data.get("chain", [])]
+
+
+def group_jobs(run: RunDir) -> dict[str, str]:
+    """A slurm.layout: jobs run's job of each group, in task order; {} for a het job's run."""
+    return dict(_record(run).get("groups", {}))
 
 
 class JobInfo(NamedTuple):
@@ -356,9 +464,18 @@ def live(info: JobInfo) -> bool:
     return info.state not in FINISHED and info.state != "unknown"
 
 
-def current(job_ids: list[str], infos: dict[str, JobInfo]) -> tuple[str, JobInfo]:
+def current(job_ids: list[str], infos: dict[str, JobInfo], together: bool = False) -> tuple[str, JobInfo]:
     """Which of a run's jobs (jobs_of) speaks for it: the first still live (the ones after it wait for
-    it), else the last."""
+    it), else the last. together (the jobs layout's groups, which run side by side): while any is live, the
+    first pending (the run waits for it), else the first live; then the one whose end matters most (failed,
+    timed out, cancelled, before completed: combine's order)."""
+    if together:
+        alive = [i for i in job_ids if live(infos[i])]
+        if alive:
+            speaker = next((i for i in alive if infos[i].state == "pending"), alive[0])
+        else:
+            speaker = min(job_ids, key=lambda i: PRECEDENCE.index(infos[i].state))
+        return speaker, infos[speaker]
     for job_id in job_ids:
         if live(infos[job_id]):
             return job_id, infos[job_id]
@@ -368,7 +485,19 @@ def current(job_ids: list[str], infos: dict[str, JobInfo]) -> tuple[str, JobInfo
 def run_job(run: RunDir) -> tuple[str, JobInfo]:
     """The run's current job and Slurm's word on it (one squeue for all of the run's jobs)."""
     ids = jobs_of(run)
-    return current(ids, job_states(ids))
+    return current(ids, job_states(ids), together=bool(group_jobs(run)))
+
+
+def groups_line(groups: dict[str, str], infos: dict[str, JobInfo]) -> str:
+    """The jobs layout's groups in a line: 'waiting for group actor (job 12): pending, reason Priority, expected
+    start unknown', or each group's state while none waits ('group trainer (job 10) running, ...')."""
+    for group, job in groups.items():
+        info = infos[job]
+        if info.state == "pending":
+            start = info.start if info.start not in NO_TIME else "unknown"
+            reason = info.reason if info.reason and info.reason != "None" else "none given"
+            return f"waiting for group {group} (job {job}): pending, reason {reason}, expected start {start}"
+    return ", ".join(f"group {group} (job {job}) {infos[job].state}" for group, job in groups.items())
 
 
 def outcome_of(run: RunDir) -> str | None:
@@ -433,12 +562,15 @@ class Watch:
     knows it (it ended MinJobAge ago on a cluster without accounting; or squeue failed) the run's outcome
     from its summary (`outcome()`); without a summary, "unknown" once Slurm has not known it for
     LOST_AFTER seconds. say(line): told when the current job's state, pending reason or expected start
-    changes (and when asking fails), one line each time."""
+    changes (and when asking fails), one line each time. groups() (the jobs layout: group -> job, {} for a
+    het job): the jobs run side by side, the run ends when none is live, and the lines name the groups."""
 
     def __init__(self, jobs: Callable[[], list[str]], ending: Callable[[], bool] | None = None,
                  outcome: Callable[[], str | None] | None = None, say: Callable[[str], None] | None = None,
-                 ask: Polite | None = None, started: Callable[[str], bool] | None = None):
+                 ask: Polite | None = None, started: Callable[[str], bool] | None = None,
+                 groups: Callable[[], dict[str, str]] | None = None):
         self.jobs, self.ending, self.outcome, self.say, self.started = jobs, ending, outcome, say, started
+        self.groups = groups or dict
         self.ask = ask or Polite()
         self.state, self.told, self.unknown_since, self.job_id = "unknown", None, None, None
 
@@ -448,12 +580,16 @@ class Watch:
             self.ask.wake()  # the job started within the minute a pending job waits: no need to wait on
         if not self.ask.due(hurry=ending):
             return None
-        ids = self.jobs()
-        job_id, info = current(ids, job_states(ids))
+        ids, groups = self.jobs(), self.groups()
+        infos = job_states(ids)
+        job_id, info = current(ids, infos, together=bool(groups))
         self.job_id = job_id
         self.ask.heard(info.state)
         self.state = info.state
-        self._tell(job_id, info)
+        if groups and not info.error:
+            self._say(groups_line(groups, infos) if live(info) else None)
+        else:
+            self._tell(job_id, info)
         if live(info):
             self.unknown_since = None
             return None
@@ -476,9 +612,12 @@ class Watch:
             line = f"job {job_id}: {info.error} (asking again)"
         else:
             return  # an end: the caller reports it
-        if self.say and line != self.told:
+        self._say(line)
+
+    def _say(self, line: str | None) -> None:
+        if self.say and line and line != self.told:
             self.say(line)
-        self.told = line
+        self.told = line or self.told
 
 
 def cancel(*job_ids: str) -> None:
@@ -502,7 +641,7 @@ def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None, r
     on_poll() runs every second (e.g. to stream a log); say(line): pending reasons and state changes."""
     if run is not None:
         watch = Watch(lambda: jobs_of(run), ending or run.summary.exists, lambda: outcome_of(run), say,
-                      started=lambda job: run.slurm_output(job).exists())
+                      started=lambda job: run.slurm_output(job).exists(), groups=lambda: group_jobs(run))
     else:
         watch = Watch(lambda: [job_id], ending, None, say)
     deadline = None if timeout is None else time.monotonic() + timeout

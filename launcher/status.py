@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from launcher import local, slurm
+from srl_hpc import group_watch
 from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services.rendezvous import abandoned_by
 
@@ -56,6 +57,23 @@ def ended_badly(run: RunDir, job_id: str) -> str:
     return "\n".join(slurm.job_end(job_id) + where_to_look(run, job_id))
 
 
+def why_it_ended(run: RunDir) -> str:
+    """ended_badly for the run's last job; with slurm.layout: jobs, Slurm's word on every group's job, then
+    where to look."""
+    groups = slurm.group_jobs(run)
+    if not groups:
+        return ended_badly(run, slurm.jobs_of(run)[-1])
+    infos = slurm.job_states(list(groups.values()))
+    bad = [job for job in groups.values() if infos[job].state in ("failed", "cancelled", "timeout", "unknown")]
+    lines = [line for job in bad for line in slurm.job_end(job)]
+    for job in bad:
+        if infos[job].state == "cancelled" and not run.slurm_output(job).exists():
+            lines.append(f"job {job} was cancelled before it started (no {run.slurm_output(job).name})")
+        else:
+            lines += where_to_look(run, job)
+    return "\n".join(dict.fromkeys(lines))  # (the logs' line once)
+
+
 def where_to_look(run: RunDir, job_id: str) -> list[str]:
     """The job's batch script output, or that it has none; the run's logs directory, where it holds files."""
     output = run.slurm_output(job_id)
@@ -71,6 +89,9 @@ def where_to_look(run: RunDir, job_id: str) -> list[str]:
 def _slurm_lines(run: RunDir, info: slurm.JobInfo | None, summary: dict | None, lines: list[str]) -> str:
     """The run's job (with its pending reason and expected start), the continuations queued after it, and
     the run's state: the job's, or the summary's outcome when Slurm no longer knows the job."""
+    groups = slurm.group_jobs(run)
+    if groups:
+        return _group_jobs_lines(run, groups, summary, lines)
     ids = slurm.jobs_of(run)
     infos = {ids[0]: slurm.JobInfo(*info)} if info is not None else slurm.job_states(ids)
     job_id, info = slurm.current([i for i in ids if i in infos], infos)
@@ -83,6 +104,29 @@ def _slurm_lines(run: RunDir, info: slurm.JobInfo | None, summary: dict | None, 
     if state == "unknown" and summary and summary.get("status") in slurm.OUTCOMES:
         state = slurm.OUTCOMES[summary["status"]]
         lines.append(f"(no word from Slurm on job {job_id}: the run's state is its summary's)")
+    return state
+
+
+def _group_jobs_lines(run: RunDir, groups: dict[str, str], summary: dict | None, lines: list[str]) -> str:
+    """slurm.layout: jobs: each group's job and its state, which group's job ended first where the group watch
+    cancelled the others for it, and the run's state (slurm.current's, together)."""
+    infos = slurm.job_states(list(groups.values()))
+    lines.append("slurm jobs, one per group (slurm.layout: jobs):")
+    watched = {}
+    for group, job in groups.items():
+        watched[group] = group_watch.said(run.slurm_output(job))
+        lines.append(f"  group {group}: job {job} {infos[job].line()}" +
+                     (f" (its group watch: {watched[group]})" if watched[group] else ""))
+    if any(watched.values()):
+        for group, job in groups.items():
+            if infos[job].state in ("failed", "cancelled", "timeout") and not watched[group]:
+                lines.append(f"group {group}'s job {job} ended {infos[job].raw} before the run did; the other "
+                             f"groups' jobs were cancelled for it")
+    _, info = slurm.current(list(groups.values()), infos, together=True)
+    state = info.state
+    if state == "unknown" and summary and summary.get("status") in slurm.OUTCOMES:
+        state = slurm.OUTCOMES[summary["status"]]
+        lines.append("(no word from Slurm on the groups' jobs: the run's state is its summary's)")
     return state
 
 
@@ -114,7 +158,8 @@ def ended(run: RunDir, say=None):
     once Slurm no longer knows the job). say(line): the job's pending reason and state changes."""
     if not run.slurm.exists():
         return run.summary.exists
-    watch = slurm.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm.outcome_of(run), say)
+    watch = slurm.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm.outcome_of(run), say,
+                        groups=lambda: slurm.group_jobs(run))
     return lambda: watch.check() is not None
 
 

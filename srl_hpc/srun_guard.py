@@ -8,8 +8,10 @@ in 1 of about 10 two-policy MAPPO jobs with two CPU hogs beside them; gdb: srun'
 slurm_step_launch_wait_finish -> pmixp_abort_agent_stop -> pthread_join). Later Slurm releases count the
 agent's users under a lock.
 
-The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`). Until the workers
-have met, it watches srun's reports of dead tasks for the start-up barrier (srl_hpc.start_watch); then it
+The job script starts this beside srun (`python -m srl_hpc.srun_guard RUN SRUN_PID`; with slurm.layout: jobs
+each group's job, with `--group GROUP`, and the guard also runs srl_hpc.group_watch, which cancels the job
+once another group's has ended badly). Until the workers have met, it watches srun's reports of dead tasks
+for the start-up barrier (srl_hpc.start_watch); then it
 does nothing until the run has ended (the controller has written summary.json); if srun is still there a few seconds
 later, it asks Slurm for the job's steps (one squeue every `interval` seconds, only then). While the
 workers wind down their step is still there and the guard goes on waiting; once Slurm has twice said that
@@ -25,10 +27,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from srl_hpc import config, graph as wiring, start_watch
+from srl_hpc import config, graph as wiring, group_watch, start_watch
 from srl_hpc.rundir import RunDir
 
 GRACE = 5.0  # after the summary, before the first question: srun usually ends by itself within it
@@ -90,6 +93,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.srun_guard", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("srun_pid", type=int)
+    parser.add_argument("--group", help="slurm.layout: jobs: the group this job runs; its workers' start-up is "
+                                        "watched, and this job is cancelled once another group's has ended badly")
     parser.add_argument("--grace", type=float, default=GRACE, help=f"seconds after the summary (default {GRACE:.0f})")
     parser.add_argument("--interval", type=float, default=INTERVAL, help="seconds between squeue calls")
     args = parser.parse_args(argv)
@@ -100,17 +105,30 @@ def main(argv=None) -> int:
     can_guard = shutil.which("squeue") is not None
     if not can_guard:  # on stdout: the job's slurm-%j.out
         print("srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
-              "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit",
-              flush=True)
+              "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit" +
+              ("; should another group's job end, this group's workers wait for the rendezvous' timeout"
+               if args.group else ""), flush=True)
     srun_running = lambda: alive(args.srun_pid)  # noqa: E731
-    if not run.summary.exists():
-        graph = wiring.build(config.load(run.experiment))
+    graph = wiring.build(config.load(run.experiment))
+    siblings = None
+    if args.group:  # the jobs layout: its srun runs this group's tasks only, numbered from 0
+        names, groups = [w.name for w in graph.workers if w.group == args.group], None
+        if can_guard:
+            siblings = threading.Thread(target=group_watch.watch, daemon=True,
+                                        args=(run, job_id, args.group, srun_running, args.interval))
+            siblings.start()
+    else:
+        names = graph.names
         groups = start_watch.het_groups([len(members) for _, members in graph.groups()], os.environ, hostnames)
-        if start_watch.watch(run, graph.names, run.slurm_output(job_id), srun_running, groups=groups):
+    if not run.summary.exists():
+        if start_watch.watch(run, names, run.slurm_output(job_id), srun_running, groups=groups):
             start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
     if not can_guard:
         return 1
-    return 0 if guard(run, args.srun_pid, job_id, args.grace, args.interval) else 1
+    ended_it = guard(run, args.srun_pid, job_id, args.grace, args.interval)
+    if siblings is not None:
+        siblings.join()  # ends with srun
+    return 0 if ended_it else 1
 
 
 if __name__ == "__main__":

@@ -236,7 +236,10 @@ def bound_exit(seconds: float = EXIT_GRACE) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
+    parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID (+ --first-task)")
+    parser.add_argument("--first-task", type=int, default=None, metavar="K",
+                        help="slurm.layout: jobs: this group's job runs workers K, K+1, ...: the task id is K + "
+                             "$SLURM_PROCID, since each group's srun counts its tasks from 0")
     parser.add_argument("--slurm", action="store_true",
                         help="started by srun: the address from slurm.network, the GPU from $SLURM_LOCALID")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
@@ -249,7 +252,7 @@ def main(argv=None) -> int:
     # submitit's time-limit signal reaches every process of a sweep member's Slurm step: the member's
     # launcher acts on it (launcher.sweep), a worker must not die of it
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
+    task_id = task_id_of(args, os.environ)
 
     run_dir = RunDir(args.run_dir)
     exp = config.load(run_dir.experiment)
@@ -268,7 +271,7 @@ def main(argv=None) -> int:
     try:
         # Servers hold a descriptor per client; clusters often set a soft limit far under the hard one
         limits.raise_open_files(limits.descriptors_needed(graph, name), name, len(graph.names))
-        address = _address(exp, name, args.slurm)
+        address = _address(exp, name, args.slurm, spans_jobs=args.first_task is not None)
     except (limits.LimitError, network.NetworkError) as e:
         print(e, flush=True)
         if args.slurm and not args.supervised:  # the others stop waiting for this worker: under MPI, once it has
@@ -326,6 +329,13 @@ def main(argv=None) -> int:
             worker.close()
 
 
+def task_id_of(args, environ) -> int:
+    """--task-id, else this task's place in its srun (SLURM_PROCID) after the group's first (--first-task)."""
+    if args.task_id is not None:
+        return args.task_id
+    return (args.first_task or 0) + int(environ["SLURM_PROCID"])
+
+
 def _rendezvous(args, run_dir: RunDir, graph: wiring.Graph, name: str):
     """How this task meets the others: files in local mode; under Slurm a barrier of files, then MPI (which
     starts here) or the files."""
@@ -337,14 +347,15 @@ def _rendezvous(args, run_dir: RunDir, graph: wiring.Graph, name: str):
     return FileRendezvous(run_dir, len(graph.names), barrier=barrier)
 
 
-def _address(exp, name: str, slurm: bool) -> network.Address:
+def _address(exp, name: str, slurm: bool, spans_jobs: bool = False) -> network.Address:
     """The address this worker binds and advertises; under Slurm, a loopback one only if the job has one node
-    or slurm.network names it (the local Slurm's nodes sharing one host)."""
+    or slurm.network names it (the local Slurm's nodes sharing one host). A run of several jobs (spans_jobs:
+    slurm.layout: jobs) may span nodes whatever its job's own count."""
     if not slurm:
         return network.LOCAL
     address = network.resolve(exp.slurm.network)
     nodes = int(os.environ.get("SLURM_STEP_NUM_NODES", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
-    if address.loopback and exp.slurm.network is None and nodes > 1:
+    if address.loopback and exp.slurm.network is None and (nodes > 1 or spans_jobs):
         raise network.NetworkError(network.loopback_message(name, address))
     return address
 

@@ -45,9 +45,10 @@ def as_user(*args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProce
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home):
+@pytest.mark.parametrize("layout", ["hetjob", "jobs"])
+def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home, layout):
     proc = as_user("cartpole_ppo.yaml", "--slurm", "--follow", "--profile", "local.yaml", "--run-dir", "run",
-                   cwd=home)
+                   "--set", f"slurm.layout={layout}", cwd=home)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     run_dir = home / "run"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -56,9 +57,25 @@ def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home):
     uid = pwd.getpwnam(USER).pw_uid
     written = [run_dir / "summary.json", *(run_dir / "traces").iterdir(), *(run_dir / "checkpoints").iterdir()]
     assert {p.stat().st_uid for p in written} == {uid}  # the workers ran as the user on the nodes
-    job = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-    shown = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True).stdout
-    assert f"UserId={USER}(" in shown, shown
+    record = json.loads((run_dir / "slurm.json").read_text())
+    jobs = list(record["groups"].values()) if layout == "jobs" else [record["job_id"]]
+    assert len(jobs) == (3 if layout == "jobs" else 1), record
+    for job in jobs:
+        shown = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True).stdout
+        assert f"UserId={USER}(" in shown, shown
+
+
+@pytest.mark.parametrize("layout", ["hetjob", "jobs"])
+def test_a_qos_too_small_for_the_run_is_refused_before_anything_is_submitted(home, layout):
+    queued = ["squeue", "-h", "-u", USER, "-o", "%i"]
+    before = subprocess.run(queued, capture_output=True, text=True, timeout=60).stdout.split()
+    proc = as_user("cartpole_ppo.yaml", "--slurm", "--profile", "local.yaml", "--run-dir", "run",
+                   "--set", f"slurm.layout={layout}", "--set", "slurm.qos=small", cwd=home, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "QOS 'small' runs at most 2 of your jobs at once (MaxJobsPerUser), and this run needs 3 jobs" \
+        in proc.stderr, proc.stderr
+    assert not (home / "run").exists()
+    assert subprocess.run(queued, capture_output=True, text=True, timeout=60).stdout.split() == before
 
 
 def test_a_run_directory_the_user_cannot_write_is_refused_before_submission(home):

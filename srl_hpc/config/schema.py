@@ -606,6 +606,10 @@ class SlurmConfig:
     # srun --mpi: pmix, pmi2, cray_shasta... (checked against `srun --mpi=list` at submission); "none": the
     # workers meet through files in the run directory instead, and no MPI is loaded
     mpi: str = "pmix"
+    # hetjob: one heterogeneous job, one srun over every group; jobs: one ordinary job per group (its own
+    # partition, resources, account, qos), submitted and cancelled together, the workers meeting through files
+    # (no MPI): for sites without het jobs or het steps (docs/slurm.md, Layouts)
+    layout: Literal["hetjob", "jobs"] = "hetjob"
     template: Optional[str] = None  # a job template of your own (job_templates/README.md lists its variables)
     sweep: SweepResources = field(default_factory=SweepResources)  # resources of each run of `--seeds` with --slurm
     requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default

@@ -1,0 +1,208 @@
+"""What a cluster's configuration and accounting allow a run, read before anything is submitted.
+
+Where slurmdbd enforces limits (`AccountingStorageEnforce` with `limits`), each job counts toward the user's
+QOS limits `MaxSubmitJobsPerUser` (sacctmgr's MaxSubmitPU) and `MaxJobsPerUser` (MaxJobsPU), and toward the
+association's `MaxSubmitJobs` and `MaxJobs`. Each component of a het job counts as a job, and so does each
+job of `slurm.layout: jobs`: a run of three groups is three jobs in either layout. Past MaxSubmit sbatch
+refuses the job (or, for the jobs layout, the groups after the limit); past MaxJobs the groups cannot all run
+at once, and workers that wait for each other at the rendezvous would wait for ever. `limit_problems` names
+either before anything is submitted.
+
+The parsers are pure (tests feed them recorded `scontrol`, `sacctmgr` and `squeue` text); `read_limits` asks
+Slurm through a function of the caller's (launcher.slurm's, with its time limit), and gives None where the
+cluster has no accounting or does not enforce limits: there is then nothing to check.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from launcher.plan import Plan
+
+# sacctmgr's column lists, in the order the parsers read them
+ASSOC_FORMAT = "User,DefaultAccount,Cluster,Account,Partition,QOS,DefaultQOS,MaxJobs,MaxSubmit"
+QOS_FORMAT = "Name,MaxJobsPU,MaxSubmitPU"
+QUEUE_FORMAT = "%i|%T|%q|%a|%P"  # squeue: id, state, QOS, account, partition
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` -> {key: value} ('SchedulerParameters = a,b' lines; the first of a key wins)."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            settings.setdefault(key.strip(), value.strip())
+    return settings
+
+
+def het_steps_disabled(settings: dict[str, str]) -> bool:
+    """SchedulerParameters has disable_hetero_steps: no srun may span a het job's components, so the hetjob
+    layout's one srun over every group cannot start."""
+    return "disable_hetero_steps" in settings.get("SchedulerParameters", "").split(",")
+
+
+def limits_enforced(settings: dict[str, str]) -> bool:
+    """Accounting through slurmdbd with its limits enforced (`safe` implies `limits`)."""
+    enforce = settings.get("AccountingStorageEnforce", "").split(",")
+    return settings.get("AccountingStorageType", "") == "accounting_storage/slurmdbd" and \
+        ("limits" in enforce or "safe" in enforce)
+
+
+@dataclass(frozen=True)
+class Association:
+    """One of the user's associations (a row of `sacctmgr show user USER withassoc`)."""
+    default_account: str
+    cluster: str
+    account: str
+    partition: str  # "": every partition
+    qos: tuple[str, ...]  # the QOS it may ask for
+    default_qos: str  # "": none set
+    max_jobs: Optional[int]
+    max_submit: Optional[int]
+
+
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    max_jobs_pu: Optional[int]
+    max_submit_pu: Optional[int]
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A job of the user's in the queue (a het component and an array task each count as one)."""
+    state: str
+    qos: str
+    account: str
+    partition: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What Slurm says of the user: associations on this cluster, every QOS, the user's jobs in the queue."""
+    cluster: str
+    associations: tuple[Association, ...]
+    qos: dict[str, Qos]
+    queue: tuple[Queued, ...]
+
+
+def _number(text: str) -> Optional[int]:
+    """A limit: a number, or None for sacctmgr's empty field (no limit)."""
+    return int(text) if text.strip().isdigit() else None
+
+
+def parse_associations(text: str) -> list[Association]:
+    """`sacctmgr -nP show user USER withassoc format=ASSOC_FORMAT`."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 9:
+            continue
+        _, default_account, cluster, account, partition, qos, default_qos, max_jobs, max_submit = fields[:9]
+        rows.append(Association(default_account, cluster, account, partition,
+                                tuple(q for q in qos.split(",") if q), default_qos, _number(max_jobs),
+                                _number(max_submit)))
+    return rows
+
+
+def parse_qos(text: str) -> dict[str, Qos]:
+    """`sacctmgr -nP show qos format=QOS_FORMAT`."""
+    table = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) >= 3 and fields[0]:
+            table[fields[0]] = Qos(fields[0], _number(fields[1]), _number(fields[2]))
+    return table
+
+
+def parse_queue(text: str) -> list[Queued]:
+    """`squeue -u USER -h -r -o QUEUE_FORMAT`."""
+    return [Queued(*fields[1:5]) for fields in (line.strip().split("|") for line in text.splitlines())
+            if len(fields) >= 5]
+
+
+def association_for(limits: Limits, account: Optional[str], partition: Optional[str]) -> Optional[Association]:
+    """The association a job of this account (default: the user's default) and partition runs under: the
+    partition's own, else the account's for every partition; None where the user has none (sbatch refuses)."""
+    mine = [a for a in limits.associations if not limits.cluster or a.cluster == limits.cluster]
+    if not mine:
+        return None
+    account = account or mine[0].default_account
+    rows = [a for a in mine if a.account == account]
+    return next((a for a in rows if partition and a.partition == partition), None) or \
+        next((a for a in rows if not a.partition), None)
+
+
+def qos_of(association: Association, asked: Optional[str]) -> str:
+    """The QOS a job runs under: the one it asks for, else the association's default, else its only one, else
+    "normal" (Slurm's rule)."""
+    if asked:
+        return asked
+    if association.default_qos:
+        return association.default_qos
+    return association.qos[0] if len(association.qos) == 1 else "normal"
+
+
+def limit_problems(plan: Plan, limits: Limits) -> list[str]:
+    """Why the run's jobs (one per group in either layout) cannot all be submitted, or cannot all run at once,
+    under the user's QOS and association limits; [] when they can."""
+    per_qos: dict[str, list[str]] = {}
+    per_association: dict[Association, list[str]] = {}
+    for g in plan.groups:
+        association = association_for(limits, g.account or plan.account, g.partition)
+        if association is None:
+            continue
+        per_qos.setdefault(qos_of(association, g.qos or plan.qos), []).append(g.name)
+        per_association.setdefault(association, []).append(g.name)
+    problems = []
+    for name, groups in per_qos.items():
+        qos = limits.qos.get(name)
+        if qos is not None:
+            queued = sum(q.qos == name for q in limits.queue)
+            problems += _over(plan, groups, queued, qos.max_submit_pu, qos.max_jobs_pu,
+                              f"QOS '{name}'", ("MaxSubmitJobsPerUser", "MaxJobsPerUser"))
+    for association, groups in per_association.items():
+        queued = sum(q.account == association.account and (not association.partition or
+                                                           q.partition == association.partition)
+                     for q in limits.queue)
+        where = f"account '{association.account}'" + (f" in partition '{association.partition}'"
+                                                      if association.partition else "")
+        problems += _over(plan, groups, queued, association.max_submit, association.max_jobs,
+                          f"your association with {where}", ("MaxSubmitJobs", "MaxJobs"))
+    return problems
+
+
+def _over(plan: Plan, groups: list[str], queued: int, max_submit: Optional[int], max_jobs: Optional[int],
+          whose: str, names: tuple[str, str]) -> list[str]:
+    needed = len(groups)
+    how = "one job per group, slurm.layout: jobs" if plan.layout == "jobs" else \
+        "each component of the het job counts as a job"
+    counted = f"{needed} job{'s' if needed > 1 else ''} ({how}: {', '.join(groups)})"
+    fix = ("run fewer groups (an eval or buffer group is a job of its own; workers.placement seed or impala has no "
+           "policy group), ask for another QOS (slurm.qos, or slurm.<group>.qos for some groups), or ask your "
+           "administrators for a higher limit (slurm.layout does not change the count)")
+    if max_jobs is not None and needed > max_jobs:
+        return [f"{whose} runs at most {max_jobs} of your jobs at once ({names[1]}), and this run needs {counted} "
+                f"running together: its workers would wait for each other for ever. To fix: {fix}"]
+    if max_submit is not None and queued + needed > max_submit:
+        have = f"you have {queued} there already" if queued else "you have none there"
+        return [f"{whose} takes at most {max_submit} of your jobs in the queue ({names[0]}); {have}, and this run "
+                f"needs {counted}. To fix: wait for (or cancel) jobs of yours, or {fix}"]
+    return []
+
+
+def read_limits(settings: dict[str, str], ask: Callable[[list[str]], Optional[str]]) -> Optional[Limits]:
+    """The user's limits and queue from sacctmgr and squeue, through `ask(command) -> stdout or None` (None: it
+    is missing, failed or did not answer); None where limits are not enforced or one of them gave no answer."""
+    if not limits_enforced(settings):
+        return None
+    user = pwd.getpwuid(os.getuid()).pw_name  # who Slurm sees ($USER may be unset or another's)
+    associations = ask(["sacctmgr", "-nP", "show", "user", user, "withassoc", f"format={ASSOC_FORMAT}"])
+    qos = ask(["sacctmgr", "-nP", "show", "qos", f"format={QOS_FORMAT}"])
+    queue = ask(["squeue", "-u", user, "-h", "-r", "-o", QUEUE_FORMAT])
+    if associations is None or qos is None or queue is None:
+        return None
+    return Limits(settings.get("ClusterName", ""), tuple(parse_associations(associations)), parse_qos(qos),
+                  tuple(parse_queue(queue)))
