@@ -3,9 +3,11 @@
 The het groups are the graph's (srl_hpc.graph), in task-id order; each takes its resources from the
 `slurm` section's field of the same name. Task N of the job's one `srun` hosts worker N of the graph, so
 each group is a contiguous range of workers. The nodes of a group are set by its workers per node
-(`tasks_per_node`; the controller rides along), and its layout (which workers share a node) by
+(`tasks_per_node`), and its layout (which workers share a node) by
 `layout`: Slurm fills the nodes in that order. A worker whose device is cuda gets a GPU of its own on
-its node, unless the group says `share_gpu`.
+its node, unless the group says `share_gpu`. The controller rides in the trainer group without CPUs of its
+own: the allocation is sized for the trainers, `slurm.controller_mem` is added to the group's memory, and the
+group's srun starts one task more than it asked for (--overcommit), which Slurm puts on its first node.
 `check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
 """
 from __future__ import annotations
@@ -39,27 +41,36 @@ class HetGroup:
     qos: Optional[str] = None
     sbatch_options: tuple[str, ...] = ()
     overcommit: bool = False  # --overcommit: more tasks than CPUs; Slurm then takes no --ntasks-per-node
+    rider: Optional[str] = None  # the controller, first of the group's workers: a task without CPUs of its own
 
     @property
     def ntasks(self) -> int:
+        """The tasks the group's srun starts, the rider included."""
         return len(self.workers)
 
     @property
+    def allocated_tasks(self) -> int:
+        """The tasks the group's allocation is sized for (sbatch --ntasks): its workers but the rider."""
+        return self.ntasks - (self.rider is not None)
+
+    @property
     def tasks_per_node(self) -> int:
-        """The most tasks a node of the group holds (the first nodes hold that many)."""
-        return math.ceil(self.ntasks / self.nodes)
+        """The most allocated tasks a node of the group holds (the first nodes hold that many)."""
+        return math.ceil(self.allocated_tasks / self.nodes)
 
     @property
     def layout(self) -> list[tuple[str, ...]]:
         """The workers on each node, in node order: every node gets one, then the rest fill the nodes in
         order up to tasks_per_node. That is how Slurm fills an allocation asked for with --nodes, --ntasks
-        and --ntasks-per-node as the most per node; srun then places tasks in order (block)."""
+        and --ntasks-per-node as the most per node; srun then places tasks in order (block). The rider is one
+        task more than the allocation holds: srun (--overcommit) adds it to the first node."""
         counts = [1] * self.nodes
-        rest = self.ntasks - self.nodes
+        rest = self.allocated_tasks - self.nodes
         for k in range(self.nodes):
             extra = min(rest, self.tasks_per_node - 1)
             counts[k] += extra
             rest -= extra
+        counts[0] += self.rider is not None
         starts = [sum(counts[:k]) for k in range(self.nodes)]
         return [self.workers[a:a + n] for a, n in zip(starts, counts)]
 
@@ -106,13 +117,14 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     groups, problems = [], []
     for name, members in graph.groups():
         res = getattr(s, name)
-        placed = [w for w in members if w.name != wiring.CONTROLLER]  # the controller rides along on a node
-        nodes = max(1, math.ceil(len(placed) / res.tasks_per_node))
-        per_node = math.ceil(len(members) / nodes)
-        group = HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task,
-                         per_node * parse_size_mb(res.mem_per_task), 0, res.constraint, res.account, res.qos,
-                         res.sbatch_options, any(o in ("--overcommit", "-O") for o in (*s.sbatch_options,
-                                                                                       *res.sbatch_options)))
+        rider = wiring.CONTROLLER if members[0].name == wiring.CONTROLLER else None
+        placed = len(members) - (rider is not None)
+        nodes = max(1, math.ceil(placed / res.tasks_per_node))
+        mem_mb = math.ceil(placed / nodes) * parse_size_mb(res.mem_per_task) + \
+            (parse_size_mb(s.controller_mem) if rider else 0)
+        group = HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task, mem_mb, 0,
+                         res.constraint, res.account, res.qos, res.sbatch_options,
+                         any(o in ("--overcommit", "-O") for o in (*s.sbatch_options, *res.sbatch_options)), rider)
         cuda = [[w for w in node if graph.worker(w).device.startswith("cuda")] for node in group.layout]
         most = max(len(c) for c in cuda)
         gpus = most if res.gpus_per_node is None else res.gpus_per_node

@@ -91,7 +91,9 @@ def _task_options(plan: Plan, g: HetGroup) -> list[str]:
     """A group's srun options: its CPUs, tasks per node and memory, since srun no longer takes them from sbatch
     (Slurm 22.05), slurm.srun_options and the container's."""
     options = [f"--cpus-per-task={g.cpus_per_task}", *_threads_per_core(plan)]
-    if g.ntasks == g.nodes * g.tasks_per_node and not g.overcommit:  # else ignored: the allocation decides
+    if g.rider:  # one task more than the allocation holds, sharing the first node's CPUs
+        options += [f"--ntasks={g.ntasks}", "--overcommit"]
+    elif g.ntasks == g.nodes * g.tasks_per_node and not g.overcommit:  # else ignored: the allocation decides
         options.append(f"--ntasks-per-node={g.tasks_per_node}")
     return options + [f"--mem={g.mem_mb}M", *plan.srun_options, *pyxis_options(plan.container, plan.run_dir)]
 
@@ -195,13 +197,18 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool, job_name: str | None = No
         lines.append(f"#SBATCH --account={g.account or plan.account}")
     if g.qos or plan.qos:
         lines.append(f"#SBATCH --qos={g.qos or plan.qos}")
-    lines += [f"#SBATCH --nodes={g.nodes}", f"#SBATCH --ntasks={g.ntasks}"]
-    if not g.overcommit:  # (Slurm refuses more tasks per node than CPUs even with --overcommit)
+    if g.rider:
+        lines.append(f"# {g.rider} rides along without CPUs of its own: srun starts one task more (--overcommit)")
+    lines += [f"#SBATCH --nodes={g.nodes}", f"#SBATCH --ntasks={g.allocated_tasks}"]
+    # (Slurm refuses more tasks per node than CPUs even with --overcommit; with one node and a rider, srun would
+    # warn that its one task more does not match it)
+    if not g.overcommit and not (g.rider and g.nodes == 1):
         lines += ["# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
                   f"#SBATCH --ntasks-per-node={g.tasks_per_node}"]
     lines += [f"#SBATCH --cpus-per-task={g.cpus_per_task}",
               *(f"#SBATCH {option}" for option in _threads_per_core(plan)),
-              f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task",
+              f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task" +
+              (" + slurm.controller_mem" if g.rider else ""),
               f"#SBATCH --mem={g.mem_mb}M"]
     if g.gpus_per_node:
         lines += ["# a GPU per CUDA worker on a node (each takes the next: srl_hpc.graph.Graph.gpu_index)",

@@ -72,7 +72,8 @@ def test_every_group_is_an_ordinary_job_with_its_own_resources_and_one_srun_with
         assert f'-m srl_hpc.srun_guard /shared/runs/groups "$srun_pid" --group {group} &\n' in script
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     trainer, policy, actor = scripts.values()
-    assert "#SBATCH --partition=gpu\n#SBATCH --account=rl-gpu\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n" in trainer
+    assert "#SBATCH --account=rl-gpu\n# controller/0 rides along without CPUs of its own: srun starts one task " \
+        "more (--overcommit)\n#SBATCH --nodes=1\n#SBATCH --ntasks=1\n" in trainer
     assert "#SBATCH --account=rl-lab\n#SBATCH --qos=fast\n" in policy and "--gres=gpu" not in policy
     assert "#SBATCH --partition=cpu\n#SBATCH --account=rl-lab\n#SBATCH --nodes=2\n#SBATCH --ntasks=5\n" in actor
     assert "#SBATCH --begin=now+60\n" in actor and "--begin" not in trainer

@@ -47,7 +47,8 @@ def test_groups_are_contiguous_ranges_of_the_worker_list():
 
 def test_resources_per_group():
     trainer, policy, actor = make().groups
-    assert (trainer.nodes, trainer.gpus_per_node, trainer.mem_mb) == (1, 1, 2 * 8192)
+    assert (trainer.nodes, trainer.gpus_per_node, trainer.mem_mb) == (1, 1, 8192 + 1024)  # + slurm.controller_mem
+    assert (trainer.rider, trainer.allocated_tasks, trainer.ntasks) == ("controller/0", 1, 2)
     assert (policy.nodes, policy.gpus_per_node, policy.mem_mb, policy.constraint) == (1, 2, 2 * 4096, "a100")
     assert (actor.nodes, actor.gpus_per_node, actor.mem_mb) == (2, 0, 3 * 512)
 
@@ -83,7 +84,7 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
 def test_rendered_script_structure():
     text = render.render(make(), "cmd")
     assert text.splitlines().count("#SBATCH hetjob") == 2
-    assert "srun --het-group=0 --mpi=pmix --cpus-per-task=4 --ntasks-per-node=2 --mem=16384M" in text
+    assert "srun --het-group=0 --mpi=pmix --cpus-per-task=4 --ntasks=2 --overcommit --mem=9216M" in text
     assert "\n    : --het-group=2 --mpi=pmix --cpus-per-task=1 --mem=1536M \\\n" in text  # 5 tasks: 3 + 2
     assert "-m srl_hpc.worker --run-dir /scratch/runs/golden --slurm --rendezvous mpi" in text
     assert text.count("#SBATCH --exclusive") == 3
@@ -169,13 +170,13 @@ def test_four_trainers_two_per_node_are_three_plus_two_tasks_each_node_two_gpus(
 
 
 def test_trainers_that_would_share_a_gpu_are_refused_unless_declared():
-    with pytest.raises(plan.PlanError) as info:  # up to four trainers a node, two GPUs each: 2 + 3
+    with pytest.raises(plan.PlanError) as info:  # five trainers over two nodes, 3 + 2, the controller on the first
         trainers(5, 4, ", gpus_per_node: 2")
     message = " ".join(info.value.problems)
-    assert "node 2 of 2 would hold 3 CUDA workers (trainer/2, trainer/3, trainer/4) on 2 GPU(s)" in message
+    assert "node 1 of 2 would hold 3 CUDA workers (trainer/0, trainer/1, trainer/2) on 2 GPU(s)" in message
     assert "slurm.trainer.share_gpu" in message and "tasks_per_node to at most 2" in message
     shared = trainers(5, 4, ", gpus_per_node: 2, share_gpu: true").groups[0]
-    assert [len(node) for node in shared.layout] == [3, 3] and shared.gpus_per_node == 2
+    assert [len(node) for node in shared.layout] == [4, 2] and shared.gpus_per_node == 2
 
 
 def test_without_gpus_per_node_the_plan_asks_for_what_the_fullest_node_needs_and_the_cluster_check_says_if_none_can():
@@ -189,7 +190,22 @@ def test_layout_gives_every_node_a_task_and_fills_in_order():
     group = trainers(4, 1).groups[0]  # one trainer per node, the controller rides along on the first
     assert [len(node) for node in group.layout] == [2, 1, 1, 1]
     first_line = render.srun_lines(trainers(4, 1)).split("\n")[0]
-    assert group.tasks_per_node == 2 and "--ntasks-per-node" not in first_line  # srun would ignore it and warn
+    assert group.tasks_per_node == 1 and "--ntasks=5 --overcommit" in first_line
+    assert "--ntasks-per-node" not in first_line  # srun would ignore it and warn
+
+
+def test_the_controller_takes_no_cpus_of_the_trainer_group_only_its_memory():
+    four = trainers(4, 4, ", cpus_per_task: 8, mem_per_task: 16G, gpus_per_node: 4")  # a 32-CPU node, 4 GPUs
+    group = four.groups[0]
+    assert (group.nodes, group.allocated_tasks, group.tasks_per_node) == (1, 4, 4)
+    assert group.mem_mb == 4 * 16384 + 1024 and group.gpus_per_node == 4
+    nodes = "g1|gpu|32|80000|gpu:4\n" + "\n".join(f"c{k}|cpu*|32|80000|(null)" for k in range(3))
+    plan.check_fits(four, plan.parse_sinfo(nodes))  # fits: no error
+    script = render.render(four, "cmd")
+    assert "#SBATCH --nodes=1\n#SBATCH --ntasks=4\n#SBATCH --cpus-per-task=8\n" in script
+    assert "--het-group=0 --mpi=pmix --cpus-per-task=8 --ntasks=5 --overcommit --mem=66560M" in script
+    bigger = make(TRAINERS.format(count=4, per_node=4, more="") + "  controller_mem: 4G\n").groups[0]
+    assert bigger.mem_mb == 4 * 1024 + 4096
 
 
 def test_a_workers_gpu_is_its_index_among_the_cuda_workers_before_it_on_its_node():

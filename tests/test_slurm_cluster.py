@@ -66,10 +66,13 @@ def test_the_impala_placement_runs_inference_inside_actors_on_their_own_hosts(tm
 
 def test_slurm_mpi_none_runs_without_mpi_and_each_worker_is_bound_to_the_cpus_its_group_asked_for(tmp_path):
     """No MPI: the rendezvous goes through files. task/affinity: a task gets the CPUs of its -c; the policy
-    worker asks for both of its node's CPUs and two torch threads, the others for one CPU each."""
+    worker and the trainer ask for both of their node's CPUs and two torch threads, the others for one CPU each.
+    The controller rides along on the trainer's node without CPUs of its own (srun --overcommit): the group fits
+    a node of two CPUs."""
     run_dir = tmp_path / "run"
     proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "slurm.mpi=none",
-               "--set", "slurm.policy.cpus_per_task=2", "--set", "workers.policy.torch_threads=2")
+               "--set", "slurm.policy.cpus_per_task=2", "--set", "workers.policy.torch_threads=2",
+               "--set", "slurm.trainer.cpus_per_task=2", "--set", "workers.trainer.torch_threads=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--mpi=none" in (run_dir / "job.sbatch").read_text()
     assert summary_of(run_dir)["status"] == "succeeded"
@@ -77,9 +80,10 @@ def test_slurm_mpi_none_runs_without_mpi_and_each_worker_is_bound_to_the_cpus_it
     assert len(rows) == 5 and not any("mpi_init_seconds" in row for row in rows.values())  # MPI never started
     assert len(json.loads((run_dir / "rendezvous" / "table.json").read_text())) == 5  # one file every worker read
     assert rows["policy/0"]["cpus_allowed"] == 2 and rows["policy/0"]["torch_threads"] == 2
-    assert rows["trainer/0"]["cpus_allowed"] == 1 and rows["trainer/0"]["torch_threads"] == 1
-    assert (rows["actor/0"]["cpus_allowed"] == rows["actor/1"]["cpus_allowed"]
-            == rows["controller/0"]["cpus_allowed"] == 1)
+    assert rows["trainer/0"]["cpus_allowed"] == 2 and rows["trainer/0"]["torch_threads"] == 2
+    assert rows["actor/0"]["cpus_allowed"] == rows["actor/1"]["cpus_allowed"] == 1
+    table = json.loads((run_dir / "workers.json").read_text())
+    assert table["controller/0"]["node"] == table["trainer/0"]["node"]
 
 
 def test_pmi2_is_checked_against_the_plugins_srun_has():

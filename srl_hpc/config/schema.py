@@ -583,6 +583,9 @@ class SlurmConfig:
     qos: Optional[str] = None  # --qos of every group (unless the group has its own) and of sweeps
     # one per het group of srl_hpc.graph (a group is a field here):
     trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the trainers and the controller
+    # the controller's memory, added to the trainer group's per node; it takes no CPUs of the group's own (it
+    # shares its first node's: srun --overcommit), so cpus_per_task and tasks_per_node count the trainers only
+    controller_mem: str = "1G"
     policy: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the policy workers
     buffer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the replay buffer workers
     actor: SlurmGroupConfig = field(default_factory=lambda: SlurmGroupConfig(tasks_per_node=8))  # the actor workers
@@ -622,6 +625,8 @@ class SlurmConfig:
         elif self.requeue and self.requeue.signal_seconds >= 60 * minutes:
             problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
                                                        f"{self.time} job leaves no time to run"))
+        if parse_size_mb(self.controller_mem) is None:
+            problems.append(("controller_mem", f"must be a size like 512M or 2G, got {self.controller_mem!r}"))
         sweep_minutes = parse_minutes(self.sweep.time)
         if self.requeue and sweep_minutes is not None and self.requeue.signal_seconds >= 60 * sweep_minutes:
             problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
