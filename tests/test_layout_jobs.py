@@ -2,8 +2,8 @@
 account and qos, one srun with no MPI, the worker's first task, the group watch), what is refused, how the
 groups' jobs speak for the run, and the group watch's reading of squeue and slurm.json. Then (marked slurm)
 against the project's real local Slurm: CartPole to its target with a group that starts late, a group's job
-cancelled mid-run and before it started, a QOS that cannot run the run's jobs, a refused submission, and a
-cluster without het steps (turned off for that test)."""
+cancelled mid-run and before it started, a QOS that cannot run the run's jobs, a refused submission; the first
+on a cluster without het steps (turned off for that test)."""
 import argparse
 import json
 import os
@@ -217,8 +217,30 @@ def queued_jobs() -> set[str]:
                               timeout=60).stdout.split())
 
 
+@pytest.fixture
+def without_het_steps():
+    """The local Slurm as a site without het steps (disable_hetero_steps, applied by scontrol reconfigure) for one
+    test, then as it was."""
+    settings = slurm.cluster_config()
+    if accounting.het_steps_disabled(settings):
+        yield  # started that way (SRL_SLURM_HETSTEPS=0)
+        return
+    if os.geteuid() != 0 or settings.get("ClusterName") != "srl-local":
+        pytest.skip("turning het steps off takes root on the project's local Slurm (scripts/local_slurm.sh hetsteps)")
+    subprocess.run(["bash", SCRIPT, "hetsteps", "off"], check=True, capture_output=True, timeout=120)
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", SCRIPT, "hetsteps", "on"], check=True, capture_output=True, timeout=120)
+
+
 @pytest.mark.slurm
-def test_cartpole_reaches_its_target_as_one_job_per_group_waiting_for_a_late_group(tmp_path, group_jobs_cancelled):
+def test_without_het_steps_cartpole_reaches_its_target_as_one_job_per_group_waiting_for_a_late_group(
+        tmp_path, without_het_steps, group_jobs_cancelled):
+    assert accounting.het_steps_disabled(slurm.cluster_config())
+    proc = srl(CARTPOLE, "--slurm", "--run-dir", tmp_path / "het", *PROFILE)  # the default layout: refused
+    assert proc.returncode == 2 and "disable_hetero_steps" in proc.stderr and "Set slurm.layout: jobs" in proc.stderr
+    assert not (tmp_path / "het").exists()
     run_dir = tmp_path / "run"
     # the actor group's job may start only 15 s after the others: the others wait for it at the barrier
     proc = srl(CARTPOLE, "--slurm", "--follow", "--run-dir", run_dir, *PROFILE, "--set", "slurm.layout=jobs",
@@ -255,7 +277,7 @@ def long_run(tmp_path, *overrides):
 @pytest.mark.slurm
 def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_the_run_resumes(
         tmp_path, group_jobs_cancelled):
-    run = long_run(tmp_path, "stop.wall_time=40", "workers.trainer.checkpoint_interval=5")
+    run = long_run(tmp_path, "stop.wall_time=25", "workers.trainer.checkpoint_interval=5")
     wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 150,
                "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
     groups = groups_of(run.run_dir)
@@ -335,31 +357,3 @@ def test_a_refused_submission_says_slurms_words_and_leaves_no_group_behind(tmp_p
     first, second = re.search(r"group actor's job was not submitted: .* cancelled the jobs already submitted: "
                               r"(\d+) \(trainer\), (\d+) \(policy\)", proc.stderr).groups()
     assert states({"trainer": first, "policy": second}) == {"trainer": "CANCELLED", "policy": "CANCELLED"}
-
-
-@pytest.fixture
-def without_het_steps():
-    """The local Slurm as a site without het steps (disable_hetero_steps, applied by scontrol reconfigure) for one
-    test, then as it was."""
-    settings = slurm.cluster_config()
-    if accounting.het_steps_disabled(settings):
-        yield  # started that way (SRL_SLURM_HETSTEPS=0)
-        return
-    if os.geteuid() != 0 or settings.get("ClusterName") != "srl-local":
-        pytest.skip("turning het steps off takes root on the project's local Slurm (scripts/local_slurm.sh hetsteps)")
-    subprocess.run(["bash", SCRIPT, "hetsteps", "off"], check=True, capture_output=True, timeout=120)
-    try:
-        yield
-    finally:
-        subprocess.run(["bash", SCRIPT, "hetsteps", "on"], check=True, capture_output=True, timeout=120)
-
-
-@pytest.mark.slurm
-def test_a_cluster_without_het_steps_refuses_a_het_job_and_runs_one_job_per_group(tmp_path, without_het_steps,
-                                                                                  group_jobs_cancelled):
-    assert accounting.het_steps_disabled(slurm.cluster_config())
-    proc = srl(CARTPOLE, "--slurm", "--run-dir", tmp_path / "het", *PROFILE)
-    assert proc.returncode == 2 and "disable_hetero_steps" in proc.stderr and "Set slurm.layout: jobs" in proc.stderr
-    proc = srl(CARTPOLE, "--slurm", "--follow", "--run-dir", tmp_path / "run", *PROFILE, "--set", "slurm.layout=jobs")
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert_every_frame_accounted_for(json.loads((tmp_path / "run" / "summary.json").read_text()))
