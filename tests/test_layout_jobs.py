@@ -327,6 +327,17 @@ def test_a_group_cancelled_before_it_starts_ends_the_others_waiting_for_it(tmp_p
 
 
 @pytest.mark.slurm
+def test_srl_launch_cancel_cancels_every_groups_job(tmp_path, group_jobs_cancelled):
+    run = long_run(tmp_path, "stop.wall_time=60", "slurm.actor.sbatch_options=[--begin=now+300]")
+    groups = groups_of(run.run_dir)
+    proc = srl("cancel", run.run_dir)
+    assert proc.returncode == 0 and f"cancelled job {', '.join(groups.values())}" in proc.stdout, proc.stdout
+    wait_until(lambda: set(states(groups).values()) == {"CANCELLED"}, 60, "every group's job cancelled",
+               lambda: states(groups), interval=1)
+    no_process_left(run.run_dir)
+
+
+@pytest.mark.slurm
 @pytest.mark.parametrize("layout", ["hetjob", "jobs"])
 def test_a_qos_that_cannot_run_every_group_at_once_is_refused_before_anything_is_submitted(tmp_path, layout):
     small = subprocess.run(["sacctmgr", "-nP", "show", "qos", "small", "format=Name,MaxJobsPU"], capture_output=True,
