@@ -49,9 +49,11 @@ interfaces, GPUs and /dev/shm may differ: run it there too, in the partition the
 With --probe it submits one small job instead (the experiment's het groups, srun lines, container, node
 setup and environment; a few minutes' limit; cancelled if the probe stops waiting) whose tasks measure what
 the workers would meet, and reports the cluster's settings that matter (TaskPlugin, ProctrackType,
-MpiDefault, limits propagation, QOS and association limits against the job's het components), whether the
-het job ran, and per group: host and address, CPUs bound, GPUs (UUIDs), open-files limits, a ZMQ round trip
-between every pair of groups, the file and MPI rendezvous, gloo (and NCCL) among the trainers."""
+MpiDefault, het steps, limits propagation, QOS and association limits against the job's het components),
+whether the het job ran, and per group: host and address, CPUs bound, GPUs (UUIDs), open-files limits, a ZMQ
+round trip between every pair of groups, the file and MPI rendezvous, gloo (and NCCL) among the trainers.
+With slurm.layout: jobs it submits the run's jobs instead, one per group, together, and reports whether
+each group's job ran; their tasks meet through files (no MPI)."""
 
 
 # ------------------------------------------------------------------------------------------ the checks

@@ -6,7 +6,9 @@ Why: `doctor` on the login node cannot see what a task inside the allocation see
 GPUs, the network between the groups' nodes), and what the cluster's settings make of the job (a het job
 refused, a QOS that counts its components) shows only at submission. The job is the run's request
 (launcher.slurm.prepare) with the worker's module swapped for the probe's, a time limit of a few minutes
-and no requeue; it lives in a directory of its own, and it is cancelled if the probe stops waiting.
+and no requeue; it lives in a directory of its own, and it is cancelled if the probe stops waiting. With
+`slurm.layout: jobs` it is the run's jobs, one per group (each group's script with the probe's module),
+submitted, followed and cancelled together as the run's would be.
 
 Side effects (scontrol, sacctmgr, squeue, sbatch, waiting) are kept apart from the judging functions, which
 take the plan and what the tasks wrote (srl_hpc.probe.collect) and return doctor's Result tuples; the unit
@@ -23,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from launcher import accounting, render, runs, slurm
 from launcher import plan as planning
-from launcher import render, runs, slurm
 from launcher.doctor import FAIL, OK, WARN, Result
 from srl_hpc import config, graph as wiring
 from srl_hpc import probe as tasks
@@ -72,9 +74,31 @@ def probe_script(plan: planning.Plan, command: str) -> str:
     return text.replace(WORKER_MODULE, PROBE_MODULE)
 
 
+def probe_scripts(plan: planning.Plan, command: str) -> list[tuple[str, str]]:
+    """slurm.layout: jobs: the run's script of each group (launcher.render.render_groups) with its srun line's
+    worker module replaced by the probe's; the worker's arguments, --first-task among them, stay."""
+    scripts = []
+    for group, text in render.render_groups(plan, command):
+        found = text.count(WORKER_MODULE)
+        if found != 1:
+            raise ProbeError(f"group {group}'s job script names the worker module ({WORKER_MODULE.strip()}) {found} "
+                             f"times, not once: a template of your own (slurm.template) must start the workers "
+                             f"through the srun line it is given (${{srun_line}})")
+        scripts.append((group, text.replace(WORKER_MODULE, PROBE_MODULE)))
+    return scripts
+
+
 def jobs_counted(plan: planning.Plan) -> int:
-    """Jobs the run counts toward MaxJobs / MaxSubmit: a het job counts one per component."""
+    """Jobs the run counts toward MaxJobs / MaxSubmit: a het job counts one per component, and the jobs
+    layout is a job per group."""
     return len(plan.groups)
+
+
+def counted_text(plan: planning.Plan) -> str:
+    """'3 het components', or '3 jobs (one per group)' with slurm.layout: jobs."""
+    if plan.layout == "jobs":
+        return f"{jobs_counted(plan)} jobs (one per group)"
+    return f"{jobs_counted(plan)} het components"
 
 
 # --------------------------------------------------------------------------- the cluster (login node)
@@ -116,9 +140,26 @@ def judge_proctrack(cfg: dict[str, str]) -> Result:
         "stay its children"
 
 
-def judge_mpi_default(cfg: dict[str, str], mpi: str) -> Result:
+def judge_mpi_default(cfg: dict[str, str], mpi: str, layout: str = "hetjob") -> Result:
     value = cfg.get("MpiDefault", "(null)")
+    if layout == "jobs":
+        return OK, f"MpiDefault={value}; each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI " \
+                   "cannot span jobs)", ""
     return OK, f"MpiDefault={value}; the job's srun lines say --mpi={mpi} (slurm.mpi) themselves", ""
+
+
+def judge_het_steps(cfg: dict[str, str], layout: str) -> Result:
+    """SchedulerParameters' disable_hetero_steps forbids the one srun over every group of the hetjob layout;
+    the jobs layout runs one srun per group's job, and needs no het step."""
+    shown = f"SchedulerParameters={cfg.get('SchedulerParameters') or '(null)'}"
+    if not accounting.het_steps_disabled(cfg):
+        return OK, f"{shown}: het steps allowed (no disable_hetero_steps)", ""
+    if layout == "jobs":
+        return OK, f"{shown}: het steps are disabled, and not needed: slurm.layout: jobs runs one srun per " \
+                   "group's job", ""
+    return FAIL, f"{shown}: disable_hetero_steps: no srun may span a het job's components, and slurm.layout: " \
+                 "hetjob runs one srun over every group", \
+        "set slurm.layout: jobs (one ordinary job per group, the workers meeting through files)"
 
 
 def nofile_propagated(cfg: dict[str, str]) -> bool:
@@ -179,7 +220,7 @@ def judge_limits(plan: planning.Plan, cfg: dict[str, str], accounting: dict | st
     in the queue now, each het component one), or why it could not be read."""
     if not has_accounting(cfg):
         return [(OK, f"no accounting (AccountingStorageType={cfg.get('AccountingStorageType', 'unset')}): no QOS or "
-                     f"association limit counts this run's {jobs_counted(plan)} het components", "")]
+                     f"association limit counts this run's {counted_text(plan)}", "")]
     if isinstance(accounting, str):
         return [(WARN, f"accounting exists, but its limits could not be read: {accounting}",
                  "`sacctmgr show assoc user=$USER` and `sacctmgr show qos` list them; a het job counts one job per "
@@ -193,7 +234,7 @@ def judge_limits(plan: planning.Plan, cfg: dict[str, str], accounting: dict | st
                  f"ask the admins to add you to an account (sacctmgr add user {user} account=ACCOUNT)")]
     if not enforced_limits(cfg):
         return [(OK, f"limits are not enforced (AccountingStorageEnforce={cfg.get('AccountingStorageEnforce')}): "
-                     f"MaxJobs/MaxSubmit do not hold this run's {jobs_counted(plan)} het components back", "")]
+                     f"MaxJobs/MaxSubmit do not hold this run's {counted_text(plan)} back", "")]
     out: list[Result] = []
     # per account (association) and per QOS: how many of the job's components use it
     by_account: dict[tuple[str, str], int] = {}
@@ -228,7 +269,7 @@ def judge_limits(plan: planning.Plan, cfg: dict[str, str], accounting: dict | st
         row = rows_by_key[(account, partition)]
         where = f"association {user}/{account}" + (f"/{partition}" if partition else "")
         out.append(_count_limit(where, count, queued, _number(row.get("MaxJobs")), _number(row.get("MaxSubmit")),
-                                "MaxJobs", "MaxSubmit", "AssocMaxJobsLimit", "slurm.account"))
+                                "MaxJobs", "MaxSubmit", "AssocMaxJobsLimit", "slurm.account", plan.layout))
     for name, count in sorted(by_qos.items()):
         row = qos.get(name)
         if row is None:
@@ -237,13 +278,14 @@ def judge_limits(plan: planning.Plan, cfg: dict[str, str], accounting: dict | st
             continue
         out.append(_count_limit(f"QOS '{name}'", count, queued, _number(row.get("MaxJobsPU")),
                                 _number(row.get("MaxSubmitPU")), "MaxJobsPerUser", "MaxSubmitJobsPerUser",
-                                "QOSMaxJobsPerUserLimit", "slurm.qos"))
+                                "QOSMaxJobsPerUserLimit", "slurm.qos", plan.layout))
     return out
 
 
 def _count_limit(where: str, count: int, queued: int, max_jobs: Optional[int], max_submit: Optional[int],
-                 jobs_name: str, submit_name: str, reason: str, setting: str) -> Result:
-    counted = f"this run's het job counts {count} job(s) there (one per het component)"
+                 jobs_name: str, submit_name: str, reason: str, setting: str, layout: str = "hetjob") -> Result:
+    counted = f"this run's het job counts {count} job(s) there (one per het component)" if layout == "hetjob" else \
+        f"this run's jobs count {count} job(s) there (one per group)"
     limits_text = f"{jobs_name} {max_jobs if max_jobs is not None else 'unlimited'}, " \
                   f"{submit_name} {max_submit if max_submit is not None else 'unlimited'}"
     fix = f"use a {setting} whose limits allow {count} jobs (sacctmgr show qos), fewer het groups (e.g. " \
@@ -321,7 +363,8 @@ def _address_text(f: dict) -> str:
 
 def judge_addresses(plan: planning.Plan, setting: Optional[str], facts: dict) -> list[Result]:
     """Per group: the node and the address `slurm.network` picks on it; a node where it picks none, or a loopback
-    address (which a worker refuses when the job has several nodes and slurm.network is unset)."""
+    address (which a worker refuses when the job has several nodes or, slurm.layout: jobs, the run several jobs,
+    and slurm.network is unset)."""
     nodes = {f["node"] for f in facts.values()}
     out = []
     for g in plan.groups:
@@ -337,8 +380,10 @@ def judge_addresses(plan: planning.Plan, setting: Optional[str], facts: dict) ->
             continue
         text = _by_value(g, mine, _address_text)
         loop = [n for n, f in mine.items() if f["address"]["loopback"]]
-        if loop and len(nodes) > 1:
-            message = f"group {g.name}: {text}: a loopback address, which the job's other nodes cannot reach"
+        if loop and (len(nodes) > 1 or plan.layout == "jobs"):
+            message = f"group {g.name}: {text}: a loopback address, which the job's other nodes cannot reach" \
+                if len(nodes) > 1 else f"group {g.name}: {text}: a loopback address, which the other groups' jobs " \
+                                       f"cannot reach once they run on other nodes"
             if setting is None:
                 out.append((FAIL, message, f"set {network.SETTING} to the interface that connects the nodes (e.g. "
                                            f"ib0) or its network; each task's interfaces are in its log"))
@@ -599,6 +644,8 @@ def judge_collectives(plan: planning.Plan, exp: config.Experiment, found: dict) 
 def judge_mpi(plan: planning.Plan, found: dict) -> Result:
     """The workers' MPI rendezvous (MPI_Init under srun --mpi=<slurm.mpi>, one allgather), last in every task;
     judged once the job has ended, so a phase still "started" never ended."""
+    if plan.layout == "jobs":
+        return OK, "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)", ""
     if plan.mpi == "none":
         return OK, "slurm.mpi: none: workers meet through files (the file rendezvous above), no MPI", ""
     names = [w for g in plan.groups for w in g.workers]
@@ -621,10 +668,13 @@ def judge_mpi(plan: planning.Plan, found: dict) -> Result:
                f"{max(s['seconds'] for s in done):.1f} s" + ("" if ranks == {len(names)} else f" (ranks {ranks})"), ""
 
 
-def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str]) -> Result:
+def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str],
+              jobs: Optional[dict[str, tuple[str, str]]] = None) -> Result:
     """The het job itself: that its components ran together and one srun step spanned them (a task of every
     group started) is the proof that this cluster takes het jobs and het steps; missing tasks are
-    judge_reports'."""
+    judge_reports'. jobs (slurm.layout: jobs): group -> (its job, the state it ended in): judge_group_jobs."""
+    if jobs is not None:
+        return judge_group_jobs(jobs, found, names)
     reported_groups = {f["group"] for f in found["facts"].values()}
     if len(reported_groups) == groups:
         return OK, f"het job {job_id}: its {groups} component(s) ran together and one srun step spanned them " \
@@ -634,12 +684,29 @@ def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str
         "Slurm's word on the job and the tasks' logs are below"
 
 
+def judge_group_jobs(jobs: dict[str, tuple[str, str]], found: dict, names: list[str]) -> Result:
+    """slurm.layout: jobs: each group's ordinary job ran (a task of it started) and their tasks met through files
+    in the probe directory, or the groups whose jobs started no task, with how those jobs ended."""
+    shown = "jobs " + ", ".join(f"{job} ({group})" for group, (job, _) in jobs.items())
+    reported_groups = {f["group"] for f in found["facts"].values()}
+    started = f"{len(found['facts'])} of {len(names)} tasks started"
+    idle = [group for group in jobs if group not in reported_groups]
+    if idle:
+        return FAIL, f"{shown}: " + "; ".join(f"group {g}'s job {jobs[g][0]} started no task (Slurm: {jobs[g][1]})"
+                                              for g in idle) + f" ({started})", \
+            "Slurm's word on each job and the tasks' logs are below"
+    met = all("error" not in ((found["results"].get(n) or {}).get("rendezvous") or {"error": ""}) for n in names)
+    return OK, f"{shown}: each group's ordinary job ran" + \
+        (" and their tasks met through files in the probe directory" if met else
+         " (whether their tasks met: the file rendezvous line below)") + f" ({started})", ""
+
+
 def refusal_fix(message: str) -> str:
     """What to do about sbatch's refusal, by what Slurm said."""
     text = message.lower()
     if "heterogeneous" in text or "hetjob" in text or "het job" in text:
-        return ("this cluster does not take heterogeneous jobs: ask the admins whether het jobs can be enabled for "
-                "you (or run one group per job where srl-launch offers that layout)")
+        return ("this cluster does not take heterogeneous jobs: set slurm.layout: jobs (one ordinary job per group, "
+                "the workers meeting through files), or ask the admins whether het jobs can be enabled for you")
     if "qos" in text or "maxsubmit" in text or "association" in text:
         return "the QOS or association lines above say which limit; slurm.qos / slurm.account choose another"
     if "account" in text:
@@ -679,14 +746,18 @@ def _say(text: str) -> None:
 
 def run(exp: config.Experiment, given_dir: Optional[Path], command: str, wait: float = WAIT,
         say: Callable[[str], None] = _say) -> Iterator[Result]:
-    """The probe, one Result at a time: the cluster's settings, the job, then what its tasks found."""
+    """The probe, one Result at a time: the cluster's settings, the job (with slurm.layout: jobs, one per
+    group), then what its tasks found."""
     cfg = slurm_config()
     if isinstance(cfg, str):
         yield FAIL, f"scontrol show config: {cfg}", "run the probe on the cluster's login node (or module load slurm)"
         return
+    layout = exp.slurm.layout
+    het_steps = judge_het_steps(cfg, layout)
     yield judge_task_plugin(cfg)
     yield judge_proctrack(cfg)
-    yield judge_mpi_default(cfg, exp.slurm.mpi)
+    yield judge_mpi_default(cfg, exp.slurm.mpi, layout)
+    yield het_steps
     yield judge_propagation(cfg, resource.getrlimit(resource.RLIMIT_NOFILE))
     yield judge_enforce(cfg)
 
@@ -696,37 +767,59 @@ def run(exp: config.Experiment, given_dir: Optional[Path], command: str, wait: f
         request = slurm.prepare(exp, root, sys.executable, command)
     except planning.PlanError as e:
         for problem in e.problems:
-            yield FAIL, f"the experiment's job: {problem}", "change the slurm settings it names"
+            if het_steps[0] != FAIL or "disable_hetero_steps" not in problem:  # (else said just above)
+                yield FAIL, f"the experiment's job: {problem}", "change the slurm settings it names"
         return
     except slurm.SlurmError as e:
         yield FAIL, f"the experiment's job could not be checked against the cluster: {e}", \
             "run the probe on the cluster's login node"
         return
     yield from judge_limits(request.plan, cfg, read_accounting() if has_accounting(cfg) else "")
+    if het_steps[0] == FAIL:  # (prepare refuses it too; a job without its srun would only wait for its limit)
+        return
 
     job_plan = probe_plan(request.plan)
     try:
-        script = probe_script(job_plan, command)
+        if job_plan.layout == "jobs":
+            scripts = probe_scripts(job_plan, command)
+            job = dataclasses.replace(request, plan=job_plan, script=render.every_script(scripts),
+                                      scripts=tuple(scripts))
+        else:
+            job = dataclasses.replace(request, plan=job_plan, script=probe_script(job_plan, command), scripts=())
     except ProbeError as e:
         yield FAIL, str(e), "use the shipped template (remove slurm.template) to probe"
         return
     exp, run_dir = runs.create(exp, root)
     try:
-        job_id = slurm.submit(dataclasses.replace(request, plan=job_plan, script=script), run_dir, command)
+        job_id = slurm.submit(job, run_dir, command)
     except slurm.SlurmError as e:
+        if job.scripts:
+            yield FAIL, f"sbatch refused the probe's jobs (slurm.layout: jobs, {len(job.scripts)} groups): {e}", \
+                refusal_fix(str(e))
+            return
         said = str(e).split(": ", 1)[-1] if "failed (exit" in str(e) else str(e)
         yield FAIL, f"sbatch refused the probe's het job ({len(job_plan.groups)} components): {said}", refusal_fix(said)
         return
-    say(f"submitted job {job_id} ({job_plan.ntasks} tasks in {len(job_plan.groups)} het groups); directory {root}")
+    groups = slurm.group_jobs(run_dir)
+    if groups:
+        say(f"submitted jobs {', '.join(f'{j} ({g})' for g, j in groups.items())} ({job_plan.ntasks} tasks, one "
+            f"job per group); directory {root}")
+    else:
+        say(f"submitted job {job_id} ({job_plan.ntasks} tasks in {len(job_plan.groups)} het groups); directory {root}")
     state, gave_up = follow(job_id, run_dir, job_plan, wait, say)
     names = [w for g in job_plan.groups for w in g.workers]
     found = tasks.collect(root, names)
     if gave_up:
         yield gave_up
-    yield judge_job(job_id, len(job_plan.groups), state, found, names)
+    explained, jobs = [job_id], None
+    if groups:  # how each group's job ended: the ones that did not complete are explained
+        infos = slurm.job_states(list(groups.values()))
+        jobs = {g: (j, infos[j].raw) for g, j in groups.items()}
+        explained = [j for j in groups.values() if infos[j].state != "completed"] or list(groups.values())
+    yield judge_job(job_id, len(job_plan.groups), state, found, names, jobs)
     if len(found["facts"]) < len(names) or len(found["results"]) < len(names):
         yield from judge_reports(job_plan, found)
-        yield from explain_end(job_id, run_dir, [n for n in names if n not in found["results"]])
+        yield from explain_end(explained, run_dir, [n for n in names if n not in found["results"]])
     if found["facts"]:
         yield from judge_found(job_plan, exp, found, binds(cfg))
     say(f"the probe's files are in {root}")
@@ -749,16 +842,27 @@ def _reported(run_dir: RunDir) -> int:
 
 
 def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) -> tuple[str, Optional[Result]]:
-    """Until the job ends (its final state), at most `wait` seconds, asking Slurm as launcher.slurm.Watch does;
-    tasks' reports as they come. A job still pending or running then is cancelled (the second value says so);
-    so is one that outlives every task's report by AFTER_REPORTS seconds (a hung srun)."""
+    """Until the job ends (with slurm.layout: jobs, every group's job: slurm.json lists them), at most `wait`
+    seconds, asking Slurm as launcher.slurm.Watch does; tasks' reports as they come. Jobs still pending or
+    running then are cancelled (the second value says so); so are ones that outlive every task's report by
+    AFTER_REPORTS seconds (a hung srun)."""
     names = [w for g in plan.groups for w in g.workers]
+    ids, groups = slurm.jobs_of(run_dir), slurm.group_jobs(run_dir)
+    what = f"job {job_id} was" if not groups else f"jobs {', '.join(ids)} were"
     counts = {"reported": 0, "all_since": None}
 
     def all_reported() -> bool:
         return counts["reported"] == len(names)
 
-    watch = slurm.Watch(lambda: [job_id], ending=all_reported, say=say,
+    def cancel_live() -> dict[str, slurm.JobInfo]:
+        """Slurm's word on each job just before the live ones are cancelled."""
+        infos = slurm.job_states(ids)
+        live = [i for i in ids if infos[i].state not in slurm.FINISHED]
+        if live:
+            slurm.cancel(*live)
+        return infos
+
+    watch = slurm.Watch(lambda: ids, ending=all_reported, say=say, groups=lambda: groups,
                         started=lambda job: run_dir.slurm_output(job).exists())
     deadline = time.monotonic() + wait
     try:
@@ -773,31 +877,34 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
             if final is not None:
                 return final, None
             if counts["all_since"] and time.monotonic() - counts["all_since"] > AFTER_REPORTS:
-                slurm.cancel(job_id)
-                return "CANCELLED", (WARN, f"job {job_id} was still {watch.state} {AFTER_REPORTS:.0f} s after every "
-                                           f"task had reported; cancelled",
+                cancel_live()
+                return "CANCELLED", (WARN, f"{what} still {watch.state} {AFTER_REPORTS:.0f} s after every task had "
+                                           f"reported; cancelled",
                                      "an srun that outlives its step (srl_hpc/srun_guard.py ends those in runs)")
             if time.monotonic() > deadline:
-                slurm.cancel(job_id)
-                info = slurm.job_state(job_id)
-                return info.raw, (FAIL, f"the probe gave up after {wait:.0f} s: job {job_id} was {info.line()}; "
-                                        f"cancelled",
+                infos = cancel_live()
+                _, info = slurm.current(ids, infos, together=bool(groups))
+                now = slurm.groups_line(groups, infos) if groups else f"job {job_id} was {info.line()}"
+                return info.raw, (FAIL, f"the probe gave up after {wait:.0f} s: {now}; cancelled",
                                   "the cluster is busy or the job cannot start (the reason above): probe again with "
                                   "a longer --probe-wait, or change what the reason names")
             time.sleep(1.0)
     except BaseException:
-        slurm.cancel(job_id)  # Ctrl-C or an error: never leave the probe's job behind
+        slurm.cancel(*ids)  # Ctrl-C or an error: never leave the probe's jobs behind
         raise
 
 
-def explain_end(job_id: str, run_dir: RunDir, missing: list[str]) -> Iterator[Result]:
-    """Slurm's word on how the job ended and the last lines of the missing tasks' logs and of the job's output."""
-    for line in slurm.job_end(job_id):
-        yield WARN, line, f"the job's output: {run_dir.slurm_output(job_id)}"
+def explain_end(job_ids: list[str], run_dir: RunDir, missing: list[str]) -> Iterator[Result]:
+    """Slurm's word on how each job (the jobs layout: each group's job that did not complete) ended, the last
+    lines of the missing tasks' logs and of each job's output."""
+    for job_id in job_ids:
+        for line in slurm.job_end(job_id):
+            yield WARN, line, f"the job's output: {run_dir.slurm_output(job_id)}"
     for name in missing[:3]:
         yield WARN, f"{name}'s log ({run_dir.log(name)}), last lines: " + \
             " | ".join(tail(run_dir.log(name), 5).splitlines()), "it says why the task stopped"
-    output = run_dir.slurm_output(job_id)
-    if output.exists():
-        yield WARN, f"the job's output ({output}), last lines: " + " | ".join(tail(output, 5).splitlines()), \
-            "the batch script's own errors (slurm.setup, the container) show there"
+    for job_id in job_ids:
+        output = run_dir.slurm_output(job_id)
+        if output.exists():
+            yield WARN, f"the job's output ({output}), last lines: " + " | ".join(tail(output, 5).splitlines()), \
+                "the batch script's own errors (slurm.setup, the container) show there"

@@ -1,7 +1,8 @@
 """`python -m srl_hpc.probe`: one task of `srl-launch doctor --probe`'s job, started by the very srun line a
 worker of the experiment would be (same het group, CPUs, memory, container, node setup, environment), with
-the worker's own arguments. Instead of working it measures what the worker would meet on its node and
-writes it as JSON into the probe's directory, where the launcher judges it (launcher/probe.py).
+the worker's own arguments (with `slurm.layout: jobs`, its group's job's srun line and `--first-task`).
+Instead of working it measures what the worker would meet on its node and writes it as JSON into the probe's
+directory, where the launcher judges it (launcher/probe.py).
 
 Why a job of its own: what a login node sees (its interfaces, limits, GPUs) is not what a task inside the
 allocation sees; binding, limits propagation, GPU visibility and the network between het groups are only
@@ -21,7 +22,7 @@ Each task, in order (a phase that fails is recorded and the next ones still run)
   6. with `--rendezvous mpi`: the workers' MPI rendezvous (MPI_Init and an allgather across every task of
      every group, as MpiRendezvous does), bounded in time, then the results again.
 The first task writes summary.json at the end: the job script's srun guard then ends an srun that hangs
-after the step (srl_hpc/srun_guard.py), as it does for a run.
+after the step (srl_hpc/srun_guard.py), and each group's watch of the jobs layout stops, as for a run.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from pathlib import Path
 import zmq
 
 from srl_hpc import config, graph as wiring
-from srl_hpc.rundir import RunDir, file_stem
+from srl_hpc.rundir import RunDir, file_stem, task_id_of
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
@@ -459,13 +460,15 @@ def main(argv=None) -> int:
     run's with only the module changed."""
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, type=Path, help="the probe's directory")
-    parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID")
+    parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID (+ --first-task)")
+    parser.add_argument("--first-task", type=int, default=None, metavar="K",
+                        help="slurm.layout: jobs: this group's job runs tasks K, K+1, ... (as the worker's)")
     parser.add_argument("--slurm", action="store_true", help="started by srun (as the workers are)")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file",
                         help="mpi: also try the workers' MPI rendezvous, last")
     parser.add_argument("--log-dir", type=Path, help="this task's output to LOG_DIR/<worker>.log")
     args = parser.parse_args(argv)
-    task_id = args.task_id if args.task_id is not None else int(os.environ["SLURM_PROCID"])
+    task_id = task_id_of(args, os.environ)
     run = RunDir(args.run_dir)
     exp = config.load(run.experiment)
     graph = wiring.build(exp)

@@ -44,6 +44,15 @@ def file_stem(worker: str) -> str:
     return worker.replace("/", "-")
 
 
+def task_id_of(args, environ) -> int:
+    """--task-id, else this task's place in its srun (SLURM_PROCID) after the group's first (--first-task): with
+    slurm.layout: jobs each group's srun counts its tasks from 0. Here, not in srl_hpc.worker, so that the probe's
+    tasks (srl_hpc.probe) count as the workers do without importing the worker's handlers."""
+    if args.task_id is not None:
+        return args.task_id
+    return (args.first_task or 0) + int(environ["SLURM_PROCID"])
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path

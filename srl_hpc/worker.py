@@ -26,7 +26,7 @@ import zmq
 
 from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
-from srl_hpc.rundir import RunDir
+from srl_hpc.rundir import RunDir, task_id_of
 from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
@@ -327,13 +327,6 @@ def main(argv=None) -> int:
         bound_exit()
         if worker is not None:
             worker.close()
-
-
-def task_id_of(args, environ) -> int:
-    """--task-id, else this task's place in its srun (SLURM_PROCID) after the group's first (--first-task)."""
-    if args.task_id is not None:
-        return args.task_id
-    return (args.first_task or 0) + int(environ["SLURM_PROCID"])
 
 
 def _rendezvous(args, run_dir: RunDir, graph: wiring.Graph, name: str):

@@ -158,7 +158,8 @@ def nothing_left_running(request):
     yield
     if tmp is None:
         return
-    jobs = [json.loads(p.read_text()).get("job_id") for p in tmp.rglob("slurm.json")]
+    records = [json.loads(p.read_text()) for p in tmp.rglob("slurm.json")]
+    jobs = [job for r in records for job in (r.get("job_id"), *r.get("groups", {}).values())]  # (slurm.layout: jobs)
     jobs += [m["job_id"].split("_")[0] for p in tmp.rglob("sweep.json")
              for m in json.loads(p.read_text()).get("members", []) if m.get("job_id")]
     if any(jobs) and shutil.which("scancel"):  # (a test that faked its jobs on a machine without Slurm: none to cancel)

@@ -1,6 +1,7 @@
 """`srl-launch doctor`: the judgements one by one, then the command on this machine, with an environment
 broken one thing at a time (no mpi4py, a filesystem that refuses locks), and on a node of the local Slurm,
 whose hostname resolves to a loopback address as Debian's do."""
+import json
 import os
 import shutil
 import subprocess
@@ -230,3 +231,34 @@ def test_the_probe_job_of_cartpole_reports_every_line_ok_on_the_local_slurm(tmp_
         assert len([x for x in lines if x.split(": ", 1)[1].startswith(f"group {group}")]) == 4, "\n".join(lines)
     assert all(x.startswith("ok: ") for x in lines) and code == 0, "\n".join(lines)
     assert (tmp_path / "probe" / "slurm.json").exists()  # (the autouse fixture cancels a job left behind)
+
+
+@pytest.mark.slurm
+def test_the_jobs_layouts_probe_of_cartpole_runs_a_job_per_group_every_line_ok_and_none_left_queued(tmp_path):
+    """`doctor --probe` with slurm.layout: jobs submits CartPole's three group jobs with the probe's module (held,
+    then released together), waits for all of them, and every line is ok: each group's job ran and their tasks
+    met through files; MPI is not used. Every one of the jobs has completed when it returns."""
+    root = Path(__file__).resolve().parent.parent
+    code, lines = doctor_run(root / "experiments" / "cartpole_ppo.yaml", "--probe", "--run-dir", tmp_path / "probe",
+                             "--profile", root / "clusters" / "local.yaml", "--set", "slurm.layout=jobs",
+                             "--probe-wait", "60", timeout=85)
+    assert all(x.startswith("ok: ") for x in lines) and code == 0, "\n".join(lines)
+    groups = json.loads((tmp_path / "probe" / "slurm.json").read_text())["groups"]
+    assert list(groups) == ["trainer", "policy", "actor"]
+    shown = ", ".join(f"{job} ({group})" for group, job in groups.items())
+    assert the_line(lines, "jobs ") == f"ok: jobs {shown}: each group's ordinary job ran and their tasks met through " \
+                                       "files in the probe directory (5 of 5 tasks started)"
+    assert the_line(lines, "MPI rendezvous").startswith("ok: MPI rendezvous: not used: slurm.layout: jobs")
+    assert the_line(lines, "MpiDefault=").endswith("each group's srun line says --mpi=none itself (slurm.layout: "
+                                                   "jobs: MPI cannot span jobs)")
+    assert the_line(lines, "SchedulerParameters=").startswith("ok: ")
+    for start in ("file rendezvous", "ZMQ between trainer and policy", "ZMQ between trainer and actor",
+                  "ZMQ between policy and actor", "gloo all-reduce among 1 trainer task(s)"):
+        assert the_line(lines, start).startswith("ok: ")
+    for group in ("trainer", "policy", "actor"):  # its address, CPUs, GPUs and open files
+        assert len([x for x in lines if x.split(": ", 1)[1].startswith(f"group {group}")]) == 4, "\n".join(lines)
+        assert " -m srl_hpc.probe " in (tmp_path / "probe" / f"job-{group}.sbatch").read_text()
+    states = subprocess.run(["squeue", "-h", "--states=all", "-j", ",".join(groups.values()), "-o", "%i|%T"],
+                            capture_output=True, text=True, timeout=30).stdout.split()
+    assert sorted(states) == sorted(f"{job}|COMPLETED" for job in groups.values()), states
+

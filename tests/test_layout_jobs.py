@@ -19,7 +19,7 @@ import launcher
 from conftest import ROOT, assert_every_frame_accounted_for, wait_until
 from launcher import accounting, cli, plan, render, slurm
 from srl_hpc import config, graph as wiring, group_watch
-from srl_hpc.worker import task_id_of
+from srl_hpc.rundir import task_id_of
 from test_slurm import no_process_left, srl
 
 EXPERIMENT = """\
@@ -191,16 +191,6 @@ CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"
 
 
-@pytest.fixture
-def group_jobs_cancelled(tmp_path):
-    """Every group's job of a run under tmp_path is cancelled after the test (conftest's fixture cancels slurm.json's
-    "job_id", the first group's, only)."""
-    yield
-    jobs = [j for p in tmp_path.rglob("slurm.json") for j in json.loads(p.read_text()).get("groups", {}).values()]
-    if jobs:
-        subprocess.run(["scancel", *jobs], capture_output=True, timeout=60)
-
-
 def groups_of(run_dir: Path) -> dict[str, str]:
     record = json.loads((run_dir / "slurm.json").read_text())
     assert record["layout"] == "jobs" and record["job_id"] == record["groups"]["trainer"], record
@@ -236,7 +226,7 @@ def without_het_steps():
 
 @pytest.mark.slurm
 def test_without_het_steps_cartpole_reaches_its_target_as_one_job_per_group_waiting_for_a_late_group(
-        tmp_path, without_het_steps, group_jobs_cancelled):
+        tmp_path, without_het_steps):
     assert accounting.het_steps_disabled(slurm.cluster_config())
     proc = srl(CARTPOLE, "--slurm", "--run-dir", tmp_path / "het", *PROFILE)  # the default layout: refused
     assert proc.returncode == 2 and "disable_hetero_steps" in proc.stderr and "Set slurm.layout: jobs" in proc.stderr
@@ -275,8 +265,7 @@ def long_run(tmp_path, *overrides):
 
 
 @pytest.mark.slurm
-def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_the_run_resumes(
-        tmp_path, group_jobs_cancelled):
+def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_the_run_resumes(tmp_path):
     run = long_run(tmp_path, "stop.wall_time=25", "workers.trainer.checkpoint_interval=5")
     wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 150,
                "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
@@ -309,7 +298,7 @@ def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_
 
 
 @pytest.mark.slurm
-def test_a_group_cancelled_before_it_starts_ends_the_others_waiting_for_it(tmp_path, group_jobs_cancelled):
+def test_a_group_cancelled_before_it_starts_ends_the_others_waiting_for_it(tmp_path):
     run = long_run(tmp_path, "stop.wall_time=60", "slurm.actor.sbatch_options=[--begin=now+300]")
     groups = groups_of(run.run_dir)
     arrivals = run.run_dir / "rendezvous" / "barrier"
@@ -327,7 +316,7 @@ def test_a_group_cancelled_before_it_starts_ends_the_others_waiting_for_it(tmp_p
 
 
 @pytest.mark.slurm
-def test_srl_launch_cancel_cancels_every_groups_job(tmp_path, group_jobs_cancelled):
+def test_srl_launch_cancel_cancels_every_groups_job(tmp_path):
     run = long_run(tmp_path, "stop.wall_time=60", "slurm.actor.sbatch_options=[--begin=now+300]")
     groups = groups_of(run.run_dir)
     proc = srl("cancel", run.run_dir)
@@ -355,7 +344,7 @@ def test_a_qos_that_cannot_run_every_group_at_once_is_refused_before_anything_is
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("layout", ["hetjob", "jobs"])
-def test_a_refused_submission_says_slurms_words_and_leaves_no_group_behind(tmp_path, layout, group_jobs_cancelled):
+def test_a_refused_submission_says_slurms_words_and_leaves_no_group_behind(tmp_path, layout):
     run_dir = tmp_path / "run"
     proc = srl(CARTPOLE, "--slurm", "--run-dir", run_dir, *PROFILE, "--set", f"slurm.layout={layout}",
                "--set", "slurm.actor.sbatch_options=[--gres=nosuch:1]")  # sbatch refuses the actor group's

@@ -277,6 +277,42 @@ def test_a_template_that_does_not_start_the_workers_through_its_srun_lines_is_re
         probe.probe_script(plan_of(cartpole(f"slurm.template={template}")), "x")
 
 
+def test_with_the_jobs_layout_each_groups_script_is_the_runs_with_the_probe_module_and_its_first_task():
+    exp = cartpole("slurm.layout=jobs", "slurm.node_setup=['ulimit -n 4096']",
+                   "slurm.container={image: /images/srl.sif}")
+    job = probe.probe_plan(plan_of(exp))
+    scripts = probe.probe_scripts(job, "srl-launch doctor --probe")
+    assert [group for group, _ in scripts] == ["trainer", "policy", "actor"]
+    for (group, text), first in zip(scripts, (0, 2, 3)):  # controller/0 + trainer/0, policy/0, actor/0-1
+        assert "srl_hpc.worker" not in text and text.count(" -m srl_hpc.probe ") == 1
+        assert f" --first-task {first} " in text and "--rendezvous file" in text and "srun --mpi=none " in text
+        assert f"#SBATCH --job-name=srl-probe-cartpole_ppo-{group}\n" in text and "#SBATCH --time=00:05:00" in text
+        assert "#SBATCH hetjob" not in text and "ulimit -n 4096" in text and "/images/srl.sif" in text
+        assert "-m srl_hpc.srun_guard " in text and f"--group {group}" in text  # the group watch, as in a run
+    # everything else is the run's own scripts (launcher.render.render_groups)
+    from launcher import render
+    own = render.render_groups(job, "srl-launch doctor --probe")
+    assert [(g, s.replace(" -m srl_hpc.probe ", " -m srl_hpc.worker ")) for g, s in scripts] == own
+
+
+def test_a_groups_template_that_does_not_start_the_workers_through_its_srun_line_is_refused(tmp_path):
+    template = tmp_path / "mine.sbatch"
+    template.write_text("#!/bin/bash\n${sbatch_lines}\nsrun python -m my.worker\n")
+    with pytest.raises(probe.ProbeError, match="group trainer's job script names the worker module .* 0 times"):
+        probe.probe_scripts(plan_of(cartpole("slurm.layout=jobs", f"slurm.template={template}")), "x")
+
+
+def test_a_probe_task_of_a_groups_job_is_its_first_task_plus_its_place_in_the_groups_srun(tmp_path, monkeypatch):
+    from launcher import runs
+    _, run = runs.create(cartpole("slurm.layout=jobs"), tmp_path / "probe")
+    seen = []
+    monkeypatch.setattr(tasks, "probe", lambda exp, graph, name, run_dir, mpi: seen.append((name, mpi)))
+    monkeypatch.setenv("SLURM_PROCID", "1")  # the second task of the actor group's srun
+    assert tasks.main(["--run-dir", str(run.root), "--slurm", "--rendezvous", "file", "--first-task", "3"]) == 0
+    assert tasks.main(["--run-dir", str(run.root), "--slurm"]) == 0  # a het job's one srun: SLURM_PROCID alone
+    assert seen == [("actor/1", False), ("trainer/0", False)]
+
+
 def test_the_probe_directory_is_never_a_runs_own(tmp_path):
     assert probe.probe_dir(cartpole(), tmp_path / "p") == tmp_path / "p"
     beside = probe.probe_dir(config.replace(cartpole(), run_dir=str(tmp_path / "run")), None)
@@ -326,6 +362,21 @@ def test_the_settings_that_matter_are_read_and_judged():
     assert "no association or QOS limit" in probe.judge_enforce({"AccountingStorageEnforce": "(null)"})[1]
 
 
+def test_het_steps_disabled_fail_the_hetjob_layout_only():
+    cfg = probe.parse_config(CONFIG)
+    assert probe.judge_het_steps(cfg, "hetjob") == \
+        ("ok", "SchedulerParameters=(null): het steps allowed (no disable_hetero_steps)", "")
+    off = dict(cfg, SchedulerParameters="bf_interval=1,disable_hetero_steps")
+    status, message, fix = probe.judge_het_steps(off, "hetjob")
+    assert status == "FAIL" and "SchedulerParameters=bf_interval=1,disable_hetero_steps" in message
+    assert "one srun over every group" in message and fix.startswith("set slurm.layout: jobs")
+    status, message, _ = probe.judge_het_steps(off, "jobs")
+    assert status == "ok" and "not needed" in message
+    assert probe.judge_mpi_default(cfg, "pmix", "jobs") == \
+        ("ok", "MpiDefault=pmix; each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI cannot span "
+               "jobs)", "")
+
+
 ASSOCS = [{"Account": "rl", "Partition": "", "QOS": "normal,small", "DefaultQOS": "", "MaxJobs": "", "MaxSubmit": ""},
           {"Account": "root", "Partition": "", "QOS": "normal,small", "DefaultQOS": "", "MaxJobs": "", "MaxSubmit": ""}]
 QOS = [{"Name": "normal", "MaxJobsPU": "", "MaxSubmitPU": ""}, {"Name": "small", "MaxJobsPU": "2", "MaxSubmitPU": "3"}]
@@ -362,6 +413,18 @@ def test_a_het_job_counts_one_job_per_component_against_qos_and_association_limi
     assert message.startswith("association me/rl: MaxJobs 2") and "AssocMaxJobsLimit" in message
 
 
+def test_the_jobs_layout_counts_one_job_per_group():
+    cfg = probe.parse_config(CONFIG)
+    jobs = plan_of(cartpole("slurm.layout=jobs"))
+    results = probe.judge_limits(jobs, cfg, accounting())
+    assert statuses(results) == ["ok", "ok"] and "this run's jobs count 3 job(s) there (one per group)" in results[0][1]
+    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg,
+                                                 accounting()), "FAIL")
+    assert "QOS 'small': MaxJobsPerUser 2" in message and "this run's jobs count 3" in message
+    none = dict(cfg, AccountingStorageType="accounting_storage/none")
+    assert probe.judge_limits(jobs, none, "")[0][1].endswith("counts this run's 3 jobs (one per group)")
+
+
 def test_accounting_absent_unreadable_or_without_the_user():
     cfg = probe.parse_config(CONFIG)
     three = plan_of(cartpole())
@@ -382,6 +445,7 @@ def test_accounting_absent_unreadable_or_without_the_user():
 
 def test_sbatchs_refusal_gets_a_fix_by_what_slurm_said():
     assert "heterogeneous jobs" in probe.refusal_fix("sbatch: error: Heterogeneous jobs are disabled")
+    assert "slurm.layout: jobs" in probe.refusal_fix("sbatch: error: Heterogeneous jobs are disabled")
     assert "QOS" in probe.refusal_fix("sbatch: error: QOSMaxSubmitJobPerUserLimit")
     assert "partition" in probe.refusal_fix("sbatch: error: invalid partition specified: gpu2")
     assert "slurm.account" in probe.refusal_fix("sbatch: error: Invalid account or account/partition combination")
@@ -518,6 +582,114 @@ def test_tasks_that_never_reported_are_named():
     del found["facts"]["actor/0"]
     assert probe.judge_job("9", 3, "FAILED", found, NAMES)[1] == \
         "het job 9 ended FAILED with 3 of 5 tasks started (2 of 3 groups)"
+
+
+JOBS = {"trainer": ("10", "COMPLETED"), "policy": ("11", "COMPLETED"), "actor": ("12", "COMPLETED")}
+
+
+def test_the_jobs_layout_says_each_groups_job_ran_and_met_through_files_or_which_started_no_task():
+    exp, found = cartpole("slurm.layout=jobs"), recorded()
+    plan = plan_of(exp)
+    assert probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS) == \
+        ("ok", "jobs 10 (trainer), 11 (policy), 12 (actor): each group's ordinary job ran and their tasks met through "
+               "files in the probe directory (5 of 5 tasks started)", "")
+    assert probe.judge_mpi(plan, found) == \
+        ("ok", "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)", "")
+    results = [probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS), *probe.judge_found(plan, exp, found, True)]
+    assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
+
+    found["results"]["policy/0"]["rendezvous"] = {"error": "BarrierTimeout: actor/1 never came", "seconds": 120}
+    status, message, _ = probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS)
+    assert status == "ok" and "(whether their tasks met: the file rendezvous line below)" in message
+    found = recorded()
+    for name in ("actor/0", "actor/1"):
+        del found["facts"][name], found["results"][name]
+    status, message, fix = probe.judge_job("10", 3, "CANCELLED", found, NAMES,
+                                           dict(JOBS, actor=("12", "CANCELLED by 0")))
+    assert status == "FAIL" and message == "jobs 10 (trainer), 11 (policy), 12 (actor): group actor's job 12 started " \
+                                           "no task (Slurm: CANCELLED by 0) (3 of 5 tasks started)"
+    assert "each job" in fix
+
+
+def test_a_loopback_address_fails_the_jobs_layout_even_on_one_node():
+    """The worker refuses a loopback address without slurm.network in a run of several jobs: its groups' jobs
+    may start on other nodes next time."""
+    found = recorded()
+    for f in found["facts"].values():
+        f["node"] = "n1"
+        f["address"] = {"ip": "127.0.1.1", "interface": None, "source": "hostname n1", "loopback": True}
+    assert statuses(probe.judge_addresses(plan_of(cartpole()), None, found["facts"])) == ["ok"] * 3
+    results = probe.judge_addresses(plan_of(cartpole("slurm.layout=jobs")), None, found["facts"])
+    assert statuses(results) == ["FAIL"] * 3 and "the other groups' jobs cannot reach" in results[0][1]
+    assert "slurm.network" in results[0][2]
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch):
+    """What probe.run asks of Slurm, answered here: CONFIG's settings (changed by the test), a four-node
+    sinfo, the accounting above; sbatch and scontrol recorded; the job found ended with the recorded tasks'
+    files written into the probe directory (as the tasks would)."""
+    from launcher import slurm
+    cluster = {"cfg": probe.parse_config(CONFIG), "sbatch": [], "commands": []}
+    sinfo = "\n".join(f"n{k}|{p}|16|64000|gpu:2" for k in range(1, 5) for p in ("cpu*", "gpu"))
+    monkeypatch.setattr(probe, "slurm_config", lambda: cluster["cfg"])
+    monkeypatch.setattr(probe, "read_accounting", lambda: accounting())
+    monkeypatch.setattr(slurm, "cluster_facts", lambda: planning.parse_sinfo(sinfo))
+    monkeypatch.setattr(slurm, "cluster_config", lambda: cluster["cfg"])
+    monkeypatch.setattr(slurm, "check_limits", lambda plan, settings: None)
+    monkeypatch.setattr(slurm, "check_mpi_plugin", lambda mpi: None)
+
+    def sbatch(script, after=None, hold=False):
+        cluster["sbatch"].append((Path(script).name, Path(script).read_text(), hold))
+        return str(100 + len(cluster["sbatch"]))
+
+    def run(cmd, check=True):
+        cluster["commands"].append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    def follow(job_id, run_dir, plan, wait, say):
+        where, found = tasks.ProbeDir(run_dir.root), recorded()
+        for name in NAMES:
+            tasks.write_json(where.facts(name), found["facts"][name])
+            tasks.write_json(where.results(name), found["results"][name])
+        return "COMPLETED", None
+
+    monkeypatch.setattr(slurm, "_sbatch", sbatch)
+    monkeypatch.setattr(slurm, "_run", run)
+    monkeypatch.setattr(slurm, "job_states", lambda ids: {i: slurm.JobInfo("completed", "COMPLETED") for i in ids})
+    monkeypatch.setattr(probe, "follow", follow)
+    return cluster
+
+
+def test_the_jobs_layouts_probe_submits_every_groups_probe_script_held_then_releases_them(tmp_path, fake_cluster):
+    """The probe's own scripts, not the run's workers: each group's, held, recorded in slurm.json, released
+    together; judged ok on a cluster whose het steps are disabled (the jobs layout needs none)."""
+    fake_cluster["cfg"]["SchedulerParameters"] = "disable_hetero_steps"
+    results = list(probe.run(cartpole("slurm.layout=jobs"), tmp_path / "probe", "srl-launch doctor --probe",
+                             say=lambda _: None))
+    assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
+    submitted = fake_cluster["sbatch"]
+    assert [name for name, _, _ in submitted] == ["job-trainer.sbatch", "job-policy.sbatch", "job-actor.sbatch"]
+    for (_, text, hold), first in zip(submitted, (0, 2, 3)):
+        assert hold and text.count(" -m srl_hpc.probe ") == 1 and "srl_hpc.worker" not in text
+        assert f"--first-task {first} " in text
+    assert fake_cluster["commands"] == [["scontrol", "release", "101,102,103"]]
+    record = json.loads((tmp_path / "probe" / "slurm.json").read_text())
+    assert record["groups"] == {"trainer": "101", "policy": "102", "actor": "103"} and record["job_id"] == "101"
+    text = "\n".join(map(line, results))
+    assert "ok: SchedulerParameters=disable_hetero_steps: het steps are disabled, and not needed" in text
+    assert "ok: jobs 101 (trainer), 102 (policy), 103 (actor): each group's ordinary job ran" in text
+    assert "ok: MPI rendezvous: not used" in text
+
+
+def test_a_het_job_where_het_steps_are_disabled_is_one_clear_failure_and_nothing_is_submitted(tmp_path,
+                                                                                                fake_cluster):
+    fake_cluster["cfg"]["SchedulerParameters"] = "disable_hetero_steps"
+    results = list(probe.run(cartpole(), tmp_path / "probe", "srl-launch doctor --probe", say=lambda _: None))
+    failed = [r for r in results if r[0] == "FAIL"]
+    assert len(failed) == 1 and "disable_hetero_steps" in failed[0][1], "\n".join(map(line, results))
+    assert failed[0][2].startswith("set slurm.layout: jobs")
+    assert fake_cluster["sbatch"] == [] and not (tmp_path / "probe" / "slurm.json").exists()
 
 
 def test_doctor_refuses_probe_options_without_probe_and_a_probe_without_an_experiment():
