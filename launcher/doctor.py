@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from launcher import overrides, slurm
+from launcher.mounts import filesystem_of
 from launcher.settings import add_profile_option, profile_files
 from srl_hpc import config
 from srl_hpc.services import network
@@ -165,21 +166,6 @@ def judge_network(setting: Optional[str], resolve: Callable = network.resolve,
             f"set {network.SETTING} to the interface that connects the nodes (e.g. ib0) or its network " \
             f"(10.0.0.0/8); this node's interfaces: {listing}"
     return OK, f"workers on node {socket.gethostname()} bind and advertise {address.describe()}", ""
-
-
-def filesystem_of(path: Path, mounts: str) -> tuple[str, str]:
-    """(mount point, filesystem type) of the mount holding `path`, from /proc/mounts' text: the longest
-    mount point that is a prefix of the path; of equal ones the last (the one mounted on top)."""
-    best: tuple[str, str] | None = None
-    for entry in mounts.splitlines():
-        fields = entry.split()
-        if len(fields) < 3:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])  # \040 is a space
-        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best[0])):
-            best = (point, fields[2])
-    return best or ("/", "unknown")
 
 
 def existing_ancestor(path: Path) -> Path:

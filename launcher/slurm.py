@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from launcher import accounting, render
+from launcher import mounts as mounts_of
 from launcher import plan as planning
 from srl_hpc.rundir import RunDir
 
@@ -190,12 +191,10 @@ def node_local_problem(run_dir: Path, mounts: str) -> str | None:
     """Why the nodes of a job would not see `run_dir` (symlinks already followed), or None: it is under a
     directory each node has its own of, or on a tmpfs (memory of the one machine). Such a job fails to
     launch (Slurm's JobLaunchFailure) before any of its output could say why. `mounts`: /proc/mounts' text."""
-    from launcher.doctor import filesystem_of  # (doctor imports this module)
-
     local = next((top for top in NODE_LOCAL if run_dir == Path(top) or Path(top) in run_dir.parents), None)
     if local is not None:
         return f"under {local}, which each node has its own of"
-    point, kind = filesystem_of(run_dir, mounts)
+    point, kind = mounts_of.filesystem_of(run_dir, mounts)
     return f"on a tmpfs (mounted on {point}), which lives in one machine's memory" if kind == "tmpfs" else None
 
 

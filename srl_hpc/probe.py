@@ -45,7 +45,7 @@ from pathlib import Path
 import zmq
 
 from srl_hpc import config, graph as wiring
-from srl_hpc.rundir import RunDir, file_stem, task_id_of
+from srl_hpc.rundir import RunDir, file_stem, redirect_output, task_id_of
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
@@ -443,18 +443,6 @@ def mpi_rendezvous(where: ProbeDir, graph: wiring.Graph, name: str, node: str) -
         faulthandler.cancel_dump_traceback_later()
 
 
-def _redirect_output(path: Path) -> None:
-    """Under srun all tasks share one output; each keeps its own file, as a worker does."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-
-
 def main(argv=None) -> int:
     """The worker's command line (launcher.render.worker_command), so that the probe job's srun lines are the
     run's with only the module changed."""
@@ -474,7 +462,7 @@ def main(argv=None) -> int:
     graph = wiring.build(exp)
     name = graph.names[task_id]
     if args.log_dir:
-        _redirect_output(args.log_dir / f"{file_stem(name)}.log")
+        redirect_output(args.log_dir / f"{file_stem(name)}.log")
     print(f"probe task {task_id}: {name} of group {graph.worker(name).group}", flush=True)
     try:
         probe(exp, graph, name, args.run_dir, mpi=args.rendezvous == "mpi")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -51,6 +52,18 @@ def task_id_of(args, environ) -> int:
     if args.task_id is not None:
         return args.task_id
     return (args.first_task or 0) + int(environ["SLURM_PROCID"])
+
+
+def redirect_output(path: Path) -> None:
+    """Under srun all tasks share one output; each task (a worker, a probe task) keeps its own file instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1)  # line-buffered: `srl-launch logs -f` sees lines as they come
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import zmq
 
 from srl_hpc import config, graph as wiring
 from srl_hpc.handlers import handler_class
-from srl_hpc.rundir import RunDir, task_id_of
+from srl_hpc.rundir import RunDir, redirect_output, task_id_of
 from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
     graph = wiring.build(exp)
     name = graph.names[task_id]
     if args.log_dir:
-        _redirect_output(RunDir(args.run_dir).log(name))
+        redirect_output(RunDir(args.run_dir).log(name))
     if run_dir.attempt > 1 and not args.supervised:  # attempts of a resumed run follow each other in one log
         print(f"==== attempt {run_dir.attempt}", flush=True)
     if args.incarnation:  # so do a restarted worker's incarnations
@@ -351,18 +351,6 @@ def _address(exp, name: str, slurm: bool, spans_jobs: bool = False) -> network.A
     if address.loopback and exp.slurm.network is None and (nodes > 1 or spans_jobs):
         raise network.NetworkError(network.loopback_message(name, address))
     return address
-
-
-def _redirect_output(path: Path) -> None:
-    """Under srun all tasks share one output; each worker keeps its own file instead."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1)  # line-buffered: `srl-launch logs -f` sees lines as they come
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import script
 from launcher import doctor
+from launcher.mounts import filesystem_of
 from srl_hpc.services import network
 
 
@@ -62,12 +63,12 @@ def test_the_filesystem_is_the_longest_mount_point_holding_the_path_and_the_last
     mounts = "\n".join(["/dev/vda / ext4 rw 0 0", "server:/home /home nfs4 rw 0 0",
                         "tmpfs /dev/shm tmpfs rw 0 0", "tmpfs /dev/shm tmpfs rw,size=1k 0 0",
                         r"lustre:/scratch /scratch\040data lustre rw 0 0", "x /home2 xfs rw 0 0"])
-    assert doctor.filesystem_of(Path("/home/me/runs"), mounts) == ("/home", "nfs4")
-    assert doctor.filesystem_of(Path("/home2/me"), mounts) == ("/home2", "xfs")
-    assert doctor.filesystem_of(Path("/homeless"), mounts) == ("/", "ext4")
-    assert doctor.filesystem_of(Path("/scratch data/runs"), mounts) == ("/scratch data", "lustre")
-    assert doctor.filesystem_of(Path("/dev/shm"), mounts) == ("/dev/shm", "tmpfs")
-    assert doctor.filesystem_of(Path("/x"), "") == ("/", "unknown")
+    assert filesystem_of(Path("/home/me/runs"), mounts) == ("/home", "nfs4")
+    assert filesystem_of(Path("/home2/me"), mounts) == ("/home2", "xfs")
+    assert filesystem_of(Path("/homeless"), mounts) == ("/", "ext4")
+    assert filesystem_of(Path("/scratch data/runs"), mounts) == ("/scratch data", "lustre")
+    assert filesystem_of(Path("/dev/shm"), mounts) == ("/dev/shm", "tmpfs")
+    assert filesystem_of(Path("/x"), "") == ("/", "unknown")
 
 
 def test_each_judgement_and_its_fix():
