@@ -109,18 +109,18 @@ def main(argv=None) -> int:
               ("; should another group's job end, this group's workers wait for the rendezvous' timeout"
                if args.group else ""), flush=True)
     srun_running = lambda: alive(args.srun_pid)  # noqa: E731
-    graph = wiring.build(config.load(run.experiment))
     siblings = None
-    if args.group:  # the jobs layout: its srun runs this group's tasks only, numbered from 0
-        names, groups = [w.name for w in graph.workers if w.group == args.group], None
-        if can_guard:
-            siblings = threading.Thread(target=group_watch.watch, daemon=True,
-                                        args=(run, job_id, args.group, srun_running, args.interval))
-            siblings.start()
-    else:
-        names = graph.names
-        groups = start_watch.het_groups([len(members) for _, members in graph.groups()], os.environ, hostnames)
+    if args.group and can_guard:  # the jobs layout: the other groups' jobs, until the run or srun has ended
+        siblings = threading.Thread(target=group_watch.watch, daemon=True,
+                                    args=(run, job_id, args.group, srun_running, args.interval))
+        siblings.start()
     if not run.summary.exists():
+        graph = wiring.build(config.load(run.experiment))
+        if args.group:  # its srun runs this group's tasks only, numbered from 0
+            names, groups = [w.name for w in graph.workers if w.group == args.group], None
+        else:
+            names = graph.names
+            groups = start_watch.het_groups([len(members) for _, members in graph.groups()], os.environ, hostnames)
         if start_watch.watch(run, names, run.slurm_output(job_id), srun_running, groups=groups):
             start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
     if not can_guard:

@@ -188,8 +188,11 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
     job.write_text(GUARDED.format(out=tmp_path / "out", python=sys.executable, run=run))
     job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True,
                             timeout=60).stdout.strip()
-    wait_until(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end",
-               lambda: slurm.job_state(job_id), interval=0.5)
+    try:
+        wait_until(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end",
+                   lambda: slurm.job_state(job_id), interval=0.5)
+    finally:  # a guard that failed leaves the stand-in holding a node for 10 minutes
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
     out = (tmp_path / "out").read_text()
     assert "has no step left (a known Slurm 22.05 hang after a het step); ending it" in out, out
     guard_exit, after = re.search(r"guard exit (\d+) after (\d+)s", out).groups()
