@@ -10,7 +10,9 @@ either before anything is submitted.
 
 The parsers are pure (tests feed them recorded `scontrol`, `sacctmgr` and `squeue` text); `read_limits` asks
 Slurm through a function of the caller's (launcher.slurm's, with its time limit), and gives None where the
-cluster has no accounting or does not enforce limits: there is then nothing to check.
+cluster has no accounting or does not enforce limits: there is then nothing to check. `doctor --probe`
+(launcher.probe) judges the same Limits by the same rules, read with `ask_limits` even where they are not
+enforced, so that it can say so.
 """
 from __future__ import annotations
 
@@ -43,11 +45,27 @@ def het_steps_disabled(settings: dict[str, str]) -> bool:
     return "disable_hetero_steps" in settings.get("SchedulerParameters", "").split(",")
 
 
+def has_accounting(settings: dict[str, str]) -> bool:
+    """Accounting through slurmdbd: the only storage sacctmgr answers for, and the only one that enforces."""
+    return settings.get("AccountingStorageType", "") == "accounting_storage/slurmdbd"
+
+
+def enforced(settings: dict[str, str]) -> set[str]:
+    """What AccountingStorageEnforce makes slurmctld check, with what each word implies: `safe` implies
+    `limits`; `limits` and `qos` imply `associations` (a job needs one). Nothing without accounting."""
+    if not has_accounting(settings):
+        return set()
+    words = set(settings.get("AccountingStorageEnforce", "").split(","))
+    if "safe" in words:
+        words.add("limits")
+    if words & {"limits", "qos"}:
+        words.add("associations")
+    return words
+
+
 def limits_enforced(settings: dict[str, str]) -> bool:
-    """Accounting through slurmdbd with its limits enforced (`safe` implies `limits`)."""
-    enforce = settings.get("AccountingStorageEnforce", "").split(",")
-    return settings.get("AccountingStorageType", "") == "accounting_storage/slurmdbd" and \
-        ("limits" in enforce or "safe" in enforce)
+    """MaxJobs and MaxSubmit hold jobs back only where limits are enforced."""
+    return "limits" in enforced(settings)
 
 
 @dataclass(frozen=True)
@@ -81,7 +99,8 @@ class Queued:
 
 @dataclass(frozen=True)
 class Limits:
-    """What Slurm says of the user: associations on this cluster, every QOS, the user's jobs in the queue."""
+    """What Slurm says of the user: associations (every cluster's), every QOS, the user's jobs in the queue."""
+    user: str
     cluster: str
     associations: tuple[Association, ...]
     qos: dict[str, Qos]
@@ -123,14 +142,23 @@ def parse_queue(text: str) -> list[Queued]:
             if len(fields) >= 5]
 
 
+def associations_here(limits: Limits) -> list[Association]:
+    """The user's associations on this cluster (sacctmgr lists every cluster's); none: where associations are
+    enforced sbatch refuses every job of the user's."""
+    return [a for a in limits.associations if not limits.cluster or a.cluster == limits.cluster]
+
+
+def account_of(limits: Limits, asked: Optional[str]) -> str:
+    """The account a job runs under: the one it asks for, else the user's default."""
+    mine = associations_here(limits)
+    return asked or (mine[0].default_account if mine else "")
+
+
 def association_for(limits: Limits, account: Optional[str], partition: Optional[str]) -> Optional[Association]:
     """The association a job of this account (default: the user's default) and partition runs under: the
-    partition's own, else the account's for every partition; None where the user has none (sbatch refuses)."""
-    mine = [a for a in limits.associations if not limits.cluster or a.cluster == limits.cluster]
-    if not mine:
-        return None
-    account = account or mine[0].default_account
-    rows = [a for a in mine if a.account == account]
+    partition's own, else the account's for every partition (slurmctld looks them up in that order); None
+    where the user has none (sbatch refuses where associations are enforced)."""
+    rows = [a for a in associations_here(limits) if a.account == account_of(limits, account)]
     return next((a for a in rows if partition and a.partition == partition), None) or \
         next((a for a in rows if not a.partition), None)
 
@@ -143,6 +171,17 @@ def qos_of(association: Association, asked: Optional[str]) -> str:
     if association.default_qos:
         return association.default_qos
     return association.qos[0] if len(association.qos) == 1 else "normal"
+
+
+def queued_in_qos(limits: Limits, name: str) -> int:
+    """The user's queued jobs that count toward the QOS's per-user limits: those that run under it."""
+    return sum(q.qos == name for q in limits.queue)
+
+
+def queued_under(limits: Limits, association: Association) -> int:
+    """The user's queued jobs that count toward the association's limits: those it is the association of (a job
+    in a partition with an association of its own counts there, not toward the account's for every partition)."""
+    return sum(association_for(limits, q.account, q.partition) == association for q in limits.queue)
 
 
 def limit_problems(plan: Plan, limits: Limits) -> list[str]:
@@ -160,17 +199,13 @@ def limit_problems(plan: Plan, limits: Limits) -> list[str]:
     for name, groups in per_qos.items():
         qos = limits.qos.get(name)
         if qos is not None:
-            queued = sum(q.qos == name for q in limits.queue)
-            problems += _over(plan, groups, queued, qos.max_submit_pu, qos.max_jobs_pu,
+            problems += _over(plan, groups, queued_in_qos(limits, name), qos.max_submit_pu, qos.max_jobs_pu,
                               f"QOS '{name}'", ("MaxSubmitJobsPerUser", "MaxJobsPerUser"))
     for association, groups in per_association.items():
-        queued = sum(q.account == association.account and (not association.partition or
-                                                           q.partition == association.partition)
-                     for q in limits.queue)
         where = f"account '{association.account}'" + (f" in partition '{association.partition}'"
                                                       if association.partition else "")
-        problems += _over(plan, groups, queued, association.max_submit, association.max_jobs,
-                          f"your association with {where}", ("MaxSubmitJobs", "MaxJobs"))
+        problems += _over(plan, groups, queued_under(limits, association), association.max_submit,
+                          association.max_jobs, f"your association with {where}", ("MaxSubmitJobs", "MaxJobs"))
     return problems
 
 
@@ -194,15 +229,19 @@ def _over(plan: Plan, groups: list[str], queued: int, max_submit: Optional[int],
 
 
 def read_limits(settings: dict[str, str], ask: Callable[[list[str]], Optional[str]]) -> Optional[Limits]:
-    """The user's limits and queue from sacctmgr and squeue, through `ask(command) -> stdout or None` (None: it
-    is missing, failed or did not answer); None where limits are not enforced or one of them gave no answer."""
-    if not limits_enforced(settings):
-        return None
+    """The user's limits and queue where limits are enforced (ask_limits); None elsewhere, or where sacctmgr or
+    squeue gave no answer: there is then nothing to check."""
+    return ask_limits(settings, ask) if limits_enforced(settings) else None
+
+
+def ask_limits(settings: dict[str, str], ask: Callable[[list[str]], Optional[str]]) -> Optional[Limits]:
+    """The user's limits and queue from sacctmgr and squeue, enforced or not, through `ask(command) -> stdout or
+    None` (None: it is missing, failed or did not answer); None where one of them gave no answer."""
     user = pwd.getpwuid(os.getuid()).pw_name  # who Slurm sees ($USER may be unset or another's)
     associations = ask(["sacctmgr", "-nP", "show", "user", user, "withassoc", f"format={ASSOC_FORMAT}"])
     qos = ask(["sacctmgr", "-nP", "show", "qos", f"format={QOS_FORMAT}"])
     queue = ask(["squeue", "-u", user, "-h", "-r", "-o", QUEUE_FORMAT])
     if associations is None or qos is None or queue is None:
         return None
-    return Limits(settings.get("ClusterName", ""), tuple(parse_associations(associations)), parse_qos(qos),
+    return Limits(user, settings.get("ClusterName", ""), tuple(parse_associations(associations)), parse_qos(qos),
                   tuple(parse_queue(queue)))

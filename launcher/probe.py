@@ -17,9 +17,9 @@ tests call them with recorded JSON.
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import os
 import resource
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -103,16 +103,6 @@ def counted_text(plan: planning.Plan) -> str:
 
 # --------------------------------------------------------------------------- the cluster (login node)
 
-def parse_config(text: str) -> dict[str, str]:
-    """`scontrol show config`'s `Key = Value` lines."""
-    found = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            found[key.strip()] = value.strip()
-    return found
-
-
 def _unset(value: Optional[str]) -> bool:
     return value is None or value in ("(null)", "", "none", "None", "(null type)")
 
@@ -192,93 +182,71 @@ def judge_enforce(cfg: dict[str, str]) -> Result:
     if _unset(value) or value == "0":
         return OK, f"AccountingStorageEnforce={value}: no association or QOS limit holds jobs back", ""
     return OK, f"AccountingStorageEnforce={value}: " + \
-        ("QOS and association limits are enforced (below)" if any(w in value for w in ("limits", "qos", "safe"))
+        ("QOS and association limits are enforced (below)" if accounting.limits_enforced(cfg)
          else "submitting needs an association; limits are not enforced"), ""
 
 
-def enforced_limits(cfg: dict[str, str]) -> bool:
-    value = cfg.get("AccountingStorageEnforce", "")
-    return any(w in value for w in ("limits", "qos", "safe"))
-
-
-def has_accounting(cfg: dict[str, str]) -> bool:
-    return cfg.get("AccountingStorageType", "accounting_storage/none") not in ("accounting_storage/none", "(null)")
-
-
-def parse_table(text: str, fields: list[str]) -> list[dict[str, str]]:
-    """sacctmgr -nP's `a|b|c` lines as dicts of the asked fields."""
-    return [dict(zip(fields, line.split("|"))) for line in text.splitlines() if line.strip()]
-
-
-ASSOC_FIELDS = ["Account", "Partition", "QOS", "DefaultQOS", "MaxJobs", "MaxSubmit"]
-QOS_FIELDS = ["Name", "MaxJobsPU", "MaxSubmitPU"]
-
-
-def judge_limits(plan: planning.Plan, cfg: dict[str, str], accounting: dict | str) -> list[Result]:
+def judge_limits(plan: planning.Plan, cfg: dict[str, str], read: accounting.Limits | str) -> list[Result]:
     """The user's association and QOS limits on job counts against what the layout counts (a het job: one per
-    component). accounting: {"user", "default_account", "assocs", "qos", "queued"} (queued: jobs the user has
-    in the queue now, each het component one), or why it could not be read."""
-    if not has_accounting(cfg):
+    component), by launcher.accounting's rules, the ones that refuse a run before it is submitted. read: what
+    read_limits read (enforced or not), or why it could not."""
+    if not accounting.has_accounting(cfg):
         return [(OK, f"no accounting (AccountingStorageType={cfg.get('AccountingStorageType', 'unset')}): no QOS or "
                      f"association limit counts this run's {counted_text(plan)}", "")]
-    if isinstance(accounting, str):
-        return [(WARN, f"accounting exists, but its limits could not be read: {accounting}",
+    if isinstance(read, str):
+        return [(WARN, f"accounting exists, but its limits could not be read: {read}",
                  "`sacctmgr show assoc user=$USER` and `sacctmgr show qos` list them; a het job counts one job per "
                  "component toward MaxJobs/MaxSubmit")]
-    user, assocs, qos = accounting["user"], accounting["assocs"], {q["Name"]: q for q in accounting["qos"]}
-    queued = accounting.get("queued", 0)
-    if not assocs:
-        status = FAIL if "associations" in cfg.get("AccountingStorageEnforce", "") else WARN
+    user, mine, enforced = read.user, accounting.associations_here(read), accounting.enforced(cfg)
+    if not mine:
+        status = FAIL if "associations" in enforced else WARN
         why = ": sbatch refuses every job (AccountingStorageEnforce=associations)" if status == FAIL else ""
         return [(status, f"user {user} has no association in the cluster's accounting{why}",
                  f"ask the admins to add you to an account (sacctmgr add user {user} account=ACCOUNT)")]
-    if not enforced_limits(cfg):
-        return [(OK, f"limits are not enforced (AccountingStorageEnforce={cfg.get('AccountingStorageEnforce')}): "
-                     f"MaxJobs/MaxSubmit do not hold this run's {counted_text(plan)} back", "")]
-    out: list[Result] = []
-    # per account (association) and per QOS: how many of the job's components use it
-    by_account: dict[tuple[str, str], int] = {}
-    by_qos: dict[str, int] = {}
+    # per association and per QOS: the groups whose jobs count there
+    by_association: dict[accounting.Association, list[str]] = {}
+    by_qos: dict[str, list[str]] = {}
     strangers: dict[str, list[str]] = {}  # account -> the groups that ask for it without an association
-    refused: dict[tuple, list[str]] = {}  # (QOS, account, the QOS it may use) -> the groups that ask for it
+    refused: dict[tuple[str, accounting.Association], list[str]] = {}  # a QOS the association may not use
     for g in plan.groups:
-        account = g.account or plan.account or accounting.get("default_account") or ""
-        rows = [a for a in assocs if a["Account"] == account and a["Partition"] in ("", g.partition or "")]
-        row = rows[0] if rows else None
-        if row is None:
-            strangers.setdefault(account, []).append(g.name)
+        association = accounting.association_for(read, g.account or plan.account, g.partition)
+        if association is None:
+            strangers.setdefault(accounting.account_of(read, g.account or plan.account), []).append(g.name)
             continue
-        by_account[(account, row["Partition"])] = by_account.get((account, row["Partition"]), 0) + 1
-        name = g.qos or plan.qos or row.get("DefaultQOS") or "normal"
-        allowed = tuple(q for q in row.get("QOS", "").split(",") if q)
-        if allowed and name not in allowed:
-            refused.setdefault((name, account, allowed), []).append(g.name)
+        by_association.setdefault(association, []).append(g.name)
+        name = accounting.qos_of(association, g.qos or plan.qos)
+        if "qos" in enforced and association.qos and name not in association.qos:
+            refused.setdefault((name, association), []).append(g.name)
         else:
-            by_qos[name] = by_qos.get(name, 0) + 1
-    for (name, account, allowed), names in refused.items():
-        out.append((FAIL, f"het group(s) {', '.join(names)} ask for QOS '{name}', which account '{account}' may not "
-                          f"use (it may: {', '.join(allowed)}): sbatch refuses the job",
-                    "set slurm.qos (or slurm.<group>.qos) to one of them"))
-    for account, names in strangers.items():
+            by_qos.setdefault(name, []).append(g.name)
+    out: list[Result] = []
+    for (name, association), names in refused.items():
+        out.append((FAIL, f"het group(s) {', '.join(names)} ask for QOS '{name}', which account "
+                          f"'{association.account}' may not use (it may: {', '.join(association.qos)}): sbatch "
+                          f"refuses the job", "set slurm.qos (or slurm.<group>.qos) to one of them"))
+    for account, names in strangers.items() if "associations" in enforced else ():  # (else Slurm takes them)
         out.append((FAIL, f"het group(s) {', '.join(names)}: user {user} has no association with account "
                           f"'{account}' (in their partitions): sbatch refuses the job",
                     f"set slurm.account (or slurm.<group>.account) to one of yours: "
-                    f"{', '.join(sorted({a['Account'] for a in assocs}))}"))
-    rows_by_key = {(a["Account"], a["Partition"]): a for a in assocs}
-    for (account, partition), count in sorted(by_account.items()):
-        row = rows_by_key[(account, partition)]
-        where = f"association {user}/{account}" + (f"/{partition}" if partition else "")
-        out.append(_count_limit(where, count, queued, _number(row.get("MaxJobs")), _number(row.get("MaxSubmit")),
-                                "MaxJobs", "MaxSubmit", "AssocMaxJobsLimit", "slurm.account", plan.layout))
-    for name, count in sorted(by_qos.items()):
-        row = qos.get(name)
-        if row is None:
-            out.append((WARN, f"QOS '{name}' is not among the cluster's ({', '.join(sorted(qos)) or 'none'})",
+                    f"{', '.join(sorted({a.account for a in mine}))}"))
+    if not accounting.limits_enforced(cfg):
+        return out + [(OK, f"limits are not enforced (AccountingStorageEnforce={cfg.get('AccountingStorageEnforce')})"
+                           f": MaxJobs/MaxSubmit do not hold this run's {counted_text(plan)} back", "")]
+    for association, names in sorted(by_association.items(), key=lambda kv: (kv[0].account, kv[0].partition)):
+        where = f"association {user}/{association.account}" + \
+            (f"/{association.partition}" if association.partition else "")
+        out.append(_count_limit(where, len(names), accounting.queued_under(read, association), association.max_jobs,
+                                association.max_submit, "MaxJobs", "MaxSubmit", "AssocMaxJobsLimit", "slurm.account",
+                                plan.layout))
+    for name, names in sorted(by_qos.items()):
+        qos = read.qos.get(name)
+        if qos is None:
+            out.append((WARN, f"QOS '{name}' is not among the cluster's ({', '.join(sorted(read.qos)) or 'none'})",
                         "set slurm.qos to one of them"))
             continue
-        out.append(_count_limit(f"QOS '{name}'", count, queued, _number(row.get("MaxJobsPU")),
-                                _number(row.get("MaxSubmitPU")), "MaxJobsPerUser", "MaxSubmitJobsPerUser",
-                                "QOSMaxJobsPerUserLimit", "slurm.qos", plan.layout))
+        out.append(_count_limit(f"QOS '{name}'", len(names), accounting.queued_in_qos(read, name), qos.max_jobs_pu,
+                                qos.max_submit_pu, "MaxJobsPerUser", "MaxSubmitJobsPerUser", "QOSMaxJobsPerUserLimit",
+                                "slurm.qos", plan.layout))
     return out
 
 
@@ -302,10 +270,6 @@ def _count_limit(where: str, count: int, queued: int, max_jobs: Optional[int], m
         return WARN, f"{where}: {limits_text}; {counted}, over {' and '.join(busy)} (squeue --me)", \
             "it waits (or is refused) until some of your jobs end"
     return OK, f"{where}: {limits_text}; {counted}", ""
-
-
-def _number(text: Optional[str]) -> Optional[int]:
-    return int(text) if text and text.strip().isdigit() else None
 
 
 def _limit(value: int) -> str:
@@ -720,24 +684,24 @@ def refusal_fix(message: str) -> str:
 
 def slurm_config() -> dict[str, str] | str:
     try:
-        return parse_config(slurm._run(["scontrol", "show", "config"]).stdout)
+        return accounting.parse_config(slurm._run(["scontrol", "show", "config"]).stdout)
     except slurm.SlurmError as e:
         return str(e)
 
 
-def read_accounting() -> dict | str:
-    user = os.environ.get("USER") or getpass.getuser()
-    try:
-        assocs = parse_table(slurm._run(["sacctmgr", "-nP", "show", "assoc", f"user={user}",
-                                         f"format={','.join(ASSOC_FIELDS)}"]).stdout, ASSOC_FIELDS)
-        qos = parse_table(slurm._run(["sacctmgr", "-nP", "show", "qos", f"format={','.join(QOS_FIELDS)}"]).stdout,
-                          QOS_FIELDS)
-        default = slurm._run(["sacctmgr", "-nP", "show", "user", user, "format=DefaultAccount"]).stdout.strip()
-        queued = slurm._run(["squeue", "-h", "-u", user, "-t", "PENDING,RUNNING,SUSPENDED", "-o", "%i"]).stdout
-    except slurm.SlurmError as e:
-        return str(e)
-    return {"user": user, "assocs": assocs, "qos": qos, "default_account": default.splitlines()[0] if default else "",
-            "queued": len(queued.split())}
+def read_limits(cfg: dict[str, str]) -> accounting.Limits | str:
+    """The user's limits as launcher.slurm.check_limits reads them, but read even where they are not enforced
+    (judge_limits says so), or the command that gave no answer."""
+    silent: list[str] = []
+
+    def ask(cmd: list[str]) -> Optional[str]:
+        answer = slurm._answer(cmd)
+        if answer is None:
+            silent.append(shlex.join(cmd))
+        return answer
+
+    read = accounting.ask_limits(cfg, ask)
+    return read if read is not None else f"`{silent[0]}` failed or did not answer"
 
 
 def _say(text: str) -> None:
@@ -774,7 +738,7 @@ def run(exp: config.Experiment, given_dir: Optional[Path], command: str, wait: f
         yield FAIL, f"the experiment's job could not be checked against the cluster: {e}", \
             "run the probe on the cluster's login node"
         return
-    yield from judge_limits(request.plan, cfg, read_accounting() if has_accounting(cfg) else "")
+    yield from judge_limits(request.plan, cfg, read_limits(cfg) if accounting.has_accounting(cfg) else "")
     if het_steps[0] == FAIL:  # (prepare refuses it too; a job without its srun would only wait for its limit)
         return
 

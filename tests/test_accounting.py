@@ -1,6 +1,8 @@
 """The cluster's configuration and the user's QOS and association limits, read from recorded `scontrol`,
 `sacctmgr` and `squeue` text (the project's local Slurm with accounting), and the refusal of a run whose
 jobs they would not take or not run at once. The real refusal is in test_layout_jobs.py (marked slurm)."""
+import os
+import pwd
 import sys
 
 import pytest
@@ -48,7 +50,7 @@ def make(text=EXPERIMENT, *overrides):
 
 
 def limits(associations=ASSOCIATIONS, qos=QOS, queue=""):
-    return accounting.Limits("srl-local", tuple(accounting.parse_associations(associations)),
+    return accounting.Limits("root", "srl-local", tuple(accounting.parse_associations(associations)),
                              accounting.parse_qos(qos), tuple(accounting.parse_queue(queue)))
 
 
@@ -63,6 +65,11 @@ def test_the_config_gives_the_settings_that_decide_what_is_checked():
         key = line.split()[0]
         changed = "\n".join(line if row.startswith(key + " ") else row for row in CONFIG.splitlines())
         assert not accounting.limits_enforced(accounting.parse_config(changed)), line
+    # what each word implies (slurm.conf(5)): safe -> limits; limits and qos -> associations
+    for words, implied in (("safe", {"limits", "associations"}), ("qos", {"associations"}), ("associations", set())):
+        found = accounting.enforced({**settings, "AccountingStorageEnforce": words})
+        assert found == {words, *implied}, words
+    assert accounting.enforced({"AccountingStorageEnforce": "limits"}) == set()  # without slurmdbd: nothing
 
 
 def test_associations_qos_and_queue_are_parsed_from_sacctmgr_and_squeue():
@@ -115,6 +122,13 @@ def test_the_default_qos_and_a_partitions_own_association_apply():
     assert text.startswith("your association with account 'rl' in partition 'gpu' takes at most 1 of your jobs "
                            "in the queue (MaxSubmitJobs); you have none there, and this run needs 2 jobs")
     assert "trainer, policy)" in text
+    # a queued job counts toward the association it runs under: the gpu one's, not the account's for every partition
+    queued = limits(per_partition, queue=QUEUE)
+    rl, _, rl_gpu = queued.associations
+    assert (accounting.queued_under(queued, rl), accounting.queued_under(queued, rl_gpu)) == (2, 2)
+    assert accounting.queued_in_qos(queued, "normal") == 3
+    # only one QOS allowed and no default: the job runs in that one
+    assert accounting.qos_of(accounting.parse_associations("root|rl|srl-local|rl||small|||\n")[0], None) == "small"
 
 
 def test_limits_are_read_only_where_enforced_and_every_answer_came():
@@ -130,6 +144,8 @@ def test_limits_are_read_only_where_enforced_and_every_answer_came():
     assert [a[0] for a in asked] == ["sacctmgr", "sacctmgr", "squeue"]
     assert accounting.read_limits(settings, lambda cmd: None) is None  # sacctmgr missing or not answering
     assert accounting.read_limits({**settings, "AccountingStorageEnforce": "associations"}, ask) is None
+    unenforced = accounting.ask_limits({**settings, "AccountingStorageEnforce": "associations"}, ask)  # the probe's
+    assert unenforced == read and read.user == pwd.getpwuid(os.getuid()).pw_name
 
 
 @pytest.fixture

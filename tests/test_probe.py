@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, script
+from launcher import accounting
 from launcher import plan as planning
 from launcher import probe
 from launcher.doctor import line
@@ -340,7 +341,7 @@ TaskPluginParam         = (null type)
 
 
 def test_the_settings_that_matter_are_read_and_judged():
-    cfg = probe.parse_config(CONFIG)
+    cfg = accounting.parse_config(CONFIG)
     assert cfg["TaskPlugin"] == "task/cgroup,task/affinity" and cfg["TaskPluginParam"] == "(null type)"
     assert probe.judge_task_plugin(cfg)[0] == "ok" and probe.binds(cfg)
     status, message, fix = probe.judge_task_plugin(dict(cfg, TaskPlugin="task/none"))
@@ -363,7 +364,7 @@ def test_the_settings_that_matter_are_read_and_judged():
 
 
 def test_het_steps_disabled_fail_the_hetjob_layout_only():
-    cfg = probe.parse_config(CONFIG)
+    cfg = accounting.parse_config(CONFIG)
     assert probe.judge_het_steps(cfg, "hetjob") == \
         ("ok", "SchedulerParameters=(null): het steps allowed (no disable_hetero_steps)", "")
     off = dict(cfg, SchedulerParameters="bf_interval=1,disable_hetero_steps")
@@ -377,70 +378,97 @@ def test_het_steps_disabled_fail_the_hetjob_layout_only():
                "jobs)", "")
 
 
-ASSOCS = [{"Account": "rl", "Partition": "", "QOS": "normal,small", "DefaultQOS": "", "MaxJobs": "", "MaxSubmit": ""},
-          {"Account": "root", "Partition": "", "QOS": "normal,small", "DefaultQOS": "", "MaxJobs": "", "MaxSubmit": ""}]
-QOS = [{"Name": "normal", "MaxJobsPU": "", "MaxSubmitPU": ""}, {"Name": "small", "MaxJobsPU": "2", "MaxSubmitPU": "3"}]
+# sacctmgr -nP show user me withassoc format=accounting.ASSOC_FORMAT; sacctmgr -nP show qos format=QOS_FORMAT
+ASSOCIATIONS = "me|rl|srl-local|rl||normal,small|||\nme|rl|srl-local|root||normal,small|||\n"
+QOS = "normal||\nsmall|2|3\n"
 
 
-def accounting(**changes) -> dict:
-    return {"user": "me", "default_account": "rl", "assocs": copy.deepcopy(ASSOCS), "qos": copy.deepcopy(QOS),
-            "queued": 0, **changes}
+def limits(associations=ASSOCIATIONS, qos=QOS, queue="") -> accounting.Limits:
+    """What the probe reads (accounting.ask_limits), from recorded sacctmgr and squeue text."""
+    return accounting.Limits("me", "srl-local", tuple(accounting.parse_associations(associations)),
+                             accounting.parse_qos(qos), tuple(accounting.parse_queue(queue)))
 
 
 def test_a_het_job_counts_one_job_per_component_against_qos_and_association_limits():
-    cfg = probe.parse_config(CONFIG)
+    cfg = accounting.parse_config(CONFIG)
     three = plan_of(cartpole())  # three het groups
     assert probe.jobs_counted(three) == 3
-    results = probe.judge_limits(three, cfg, accounting())
+    results = probe.judge_limits(three, cfg, limits())
     assert statuses(results) == ["ok", "ok"], results
     assert "association me/rl: MaxJobs unlimited, MaxSubmit unlimited; this run's het job counts 3" in results[0][1]
     assert results[1][1].startswith("QOS 'normal'")
 
-    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, accounting()), "FAIL")
+    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, limits()), "FAIL")
     assert "QOS 'small': MaxJobsPerUser 2, MaxSubmitJobsPerUser 3; this run's het job counts 3" in message
     assert "can never start (it pends with QOSMaxJobsPerUserLimit)" in message and "slurm.qos" in fix
-    tight = accounting(qos=[QOS[0], {"Name": "small", "MaxJobsPU": "", "MaxSubmitPU": "2"}])
+    tight = limits(qos="normal||\nsmall||2\n")
     status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, tight), "FAIL")
     assert "sbatch refuses it" in message
-    busy = accounting(qos=[QOS[0], {"Name": "small", "MaxJobsPU": "4", "MaxSubmitPU": "5"}], queued=3)
+    busy = limits(qos="normal||\nsmall|4|5\n", queue="70|RUNNING|small|rl|cpu\n71|PENDING|small|rl|cpu\n"
+                                                     "72|PENDING|small|rl|cpu\n")
     status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, busy), "warn")
     assert "over MaxSubmitJobsPerUser with your 3 queued and MaxJobsPerUser with your 3 queued" in message
     one_group = cartpole("slurm.qos=small", "slurm.policy.qos=normal", "slurm.actor.qos=normal")  # 1 of 3 on small
-    assert statuses(probe.judge_limits(plan_of(one_group), cfg, accounting())) == ["ok", "ok", "ok"]
+    assert statuses(probe.judge_limits(plan_of(one_group), cfg, limits())) == ["ok", "ok", "ok"]
 
-    assoc_limited = accounting(assocs=[dict(ASSOCS[0], MaxJobs="2")])
+    assoc_limited = limits("me|rl|srl-local|rl||normal,small||2|\n")  # MaxJobs 2
     status, message, _ = only(probe.judge_limits(three, cfg, assoc_limited), "FAIL")
     assert message.startswith("association me/rl: MaxJobs 2") and "AssocMaxJobsLimit" in message
 
 
 def test_the_jobs_layout_counts_one_job_per_group():
-    cfg = probe.parse_config(CONFIG)
+    cfg = accounting.parse_config(CONFIG)
     jobs = plan_of(cartpole("slurm.layout=jobs"))
-    results = probe.judge_limits(jobs, cfg, accounting())
+    results = probe.judge_limits(jobs, cfg, limits())
     assert statuses(results) == ["ok", "ok"] and "this run's jobs count 3 job(s) there (one per group)" in results[0][1]
     status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg,
-                                                 accounting()), "FAIL")
+                                                 limits()), "FAIL")
     assert "QOS 'small': MaxJobsPerUser 2" in message and "this run's jobs count 3" in message
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
     assert probe.judge_limits(jobs, none, "")[0][1].endswith("counts this run's 3 jobs (one per group)")
 
 
-def test_accounting_absent_unreadable_or_without_the_user():
-    cfg = probe.parse_config(CONFIG)
+def test_accounting_absent_unreadable_or_without_the_user(monkeypatch):
+    from launcher import slurm
+    cfg = accounting.parse_config(CONFIG)
     three = plan_of(cartpole())
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
     assert probe.judge_limits(three, none, "") == \
         [("ok", "no accounting (AccountingStorageType=accounting_storage/none): no QOS or association limit counts "
                 "this run's 3 het components", "")]
-    assert probe.judge_limits(three, cfg, "sacctmgr not found")[0][0] == "warn"
-    status, message, fix = probe.judge_limits(three, cfg, accounting(assocs=[]))[0]
+    monkeypatch.setattr(slurm, "_answer", lambda cmd: None if cmd[0] == "squeue" else "")
+    status, message, _ = probe.judge_limits(three, cfg, probe.read_limits(cfg))[0]
+    assert status == "warn" and message.startswith("accounting exists, but its limits could not be read: `squeue")
+    status, message, fix = probe.judge_limits(three, cfg, limits(associations=""))[0]
     assert status == "FAIL" and "no association" in message and "sacctmgr add user me" in fix
-    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, accounting()),
+    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, limits()),
                                 "FAIL")
     assert message.startswith("het group(s) trainer, policy, actor: user me has no association with account 'other'")
     assert "rl, root" in fix
-    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.qos=fast")), cfg, accounting()), "FAIL")
+    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.qos=fast")), cfg, limits()), "FAIL")
     assert "ask for QOS 'fast', which account 'rl' may not use (it may: normal, small)" in message
+
+
+def test_the_probe_judges_by_the_rules_that_refuse_a_run_before_submission():
+    """launcher.accounting's: a partition's own association first, the association's only QOS as the default,
+    queued jobs counted where they count, and only what AccountingStorageEnforce enforces."""
+    cfg = accounting.parse_config(CONFIG)
+    gpu = cartpole("slurm.qos=normal", "slurm.trainer.partition=gpu")
+    per_partition = limits(ASSOCIATIONS + "me|rl|srl-local|rl|gpu|normal|||1\n", queue="70|PENDING|normal|rl|gpu\n")
+    results = probe.judge_limits(plan_of(gpu), cfg, per_partition)
+    assert statuses(results) == ["ok", "warn", "ok"], results
+    assert results[0][1].startswith("association me/rl: MaxJobs unlimited") and "counts 2 job(s)" in results[0][1]
+    assert results[1][1].startswith("association me/rl/gpu: MaxJobs unlimited, MaxSubmit 1; this run's het job "
+                                    "counts 1 job(s) there (one per het component), over MaxSubmit with your 1 queued")
+    (refusal,) = accounting.limit_problems(plan_of(gpu), per_partition)  # the launcher refuses it until then
+    assert refusal.startswith("your association with account 'rl' in partition 'gpu'")
+    only_small = limits("me|rl|srl-local|rl||small|||\n")  # no default QOS, one allowed: the job runs in it
+    assert "QOS 'small'" in only(probe.judge_limits(plan_of(cartpole()), cfg, only_small), "FAIL")[1]
+    elsewhere = limits(qos="normal||\nsmall|4|5\n", queue="70|PENDING|normal|rl|cpu\n" * 3)  # not in small
+    assert statuses(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, elsewhere)) == ["ok", "ok"]
+    associations_only = dict(cfg, AccountingStorageEnforce="associations")  # QOS access and limits unchecked
+    (result,) = probe.judge_limits(plan_of(cartpole("slurm.qos=fast")), associations_only, limits())
+    assert result[0] == "ok" and result[1].startswith("limits are not enforced (AccountingStorageEnforce=associations)")
 
 
 def test_sbatchs_refusal_gets_a_fix_by_what_slurm_said():
@@ -630,13 +658,13 @@ def fake_cluster(monkeypatch):
     sinfo, the accounting above; sbatch and scontrol recorded; the job found ended with the recorded tasks'
     files written into the probe directory (as the tasks would)."""
     from launcher import slurm
-    cluster = {"cfg": probe.parse_config(CONFIG), "sbatch": [], "commands": []}
+    cluster = {"cfg": accounting.parse_config(CONFIG), "sbatch": [], "commands": []}
     sinfo = "\n".join(f"n{k}|{p}|16|64000|gpu:2" for k in range(1, 5) for p in ("cpu*", "gpu"))
     monkeypatch.setattr(probe, "slurm_config", lambda: cluster["cfg"])
-    monkeypatch.setattr(probe, "read_accounting", lambda: accounting())
+    answers = {"user": ASSOCIATIONS, "qos": QOS}  # sacctmgr show user/qos; an empty queue
+    monkeypatch.setattr(slurm, "_answer", lambda cmd: answers.get(cmd[3], "") if cmd[0] == "sacctmgr" else "")
     monkeypatch.setattr(slurm, "cluster_facts", lambda: planning.parse_sinfo(sinfo))
     monkeypatch.setattr(slurm, "cluster_config", lambda: cluster["cfg"])
-    monkeypatch.setattr(slurm, "check_limits", lambda plan, settings: None)
     monkeypatch.setattr(slurm, "check_mpi_plugin", lambda mpi: None)
 
     def sbatch(script, after=None, hold=False):
