@@ -8,13 +8,14 @@ import pytest
 
 from conftest import ROOT, assert_every_frame_accounted_for, run_local, script
 from srl_hpc import config
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithm_spec import spec
 from srl_hpc.config.loader import ConfigError, with_overrides
 from srl_hpc.config.spaces_check import check as check_spaces
 from srl_hpc.envs.agents import AgentRows
 from srl_hpc.envs.backends import spaces
 from srl_hpc.envs.connect_four import connect_four, has_four, one_ply_player
-from srl_hpc.envs.turns import play, random_player
+from srl_hpc.envs.fixed_players import random_player
+from srl_hpc.envs.turns import play
 from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.opponents import NEWEST, OpponentPool, Seats, fixed_code
 from srl_hpc.ratings import elo, expected_score
@@ -255,7 +256,9 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     assert best["elo"] == pytest.approx(stored[best["version"]])
     listing = subprocess.run([script("srl-launch"), "params", str(run_dir)], capture_output=True, text=True,
                              timeout=60).stdout
-    assert "fixed players: random 0, one-ply" in listing and f"best snapshot-{best['version']}" in listing
+    assert "fixed players: random 0, one-ply" in listing, listing
+    row = next(line.split() for line in listing.splitlines() if line.split()[:1] == [str(best["version"])])
+    assert "best" in row[2:] and f"snapshot-{best['version']}" in row[2:], listing  # (the newest is also `latest`)
     plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
                            capture_output=True, text=True, timeout=120)
     assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
