@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import reads_global_state, watching_policy
+from srl_hpc.algorithm_spec import reads_global_state
+from srl_hpc.algorithms.watching import watching_policy
 from srl_hpc.envs.backends import make_env, spaces
 from srl_hpc.models import build_model
 from srl_hpc.rundir import RunDir

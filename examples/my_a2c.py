@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from srl_hpc.algorithms import SPECS, AlgorithmSpec
+from srl_hpc.algorithm_spec import SPECS, AlgorithmSpec
 from srl_hpc.algorithms.ppo import act, gae
 
 

@@ -20,14 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from launcher import overrides, slurm
+from launcher import overrides, probe, slurm
+from launcher.findings import FAIL, OK, WARN, Result
 from launcher.mounts import filesystem_of
 from launcher.settings import add_profile_option, profile_files
 from srl_hpc import config
 from srl_hpc.services import network
-
-OK, WARN, FAIL = "ok", "warn", "FAIL"
-Result = tuple[str, str, str]  # (status, message, fix)
 
 MIN_PYTHON = (3, 11)
 MIN_SLURM = (20, 2)  # srun --het-group: one srun across the groups of a heterogeneous job
@@ -184,13 +182,13 @@ def check_run_directory(run_dir: Path, mounts_file: str = "/proc/mounts") -> lis
     point, kind = filesystem_of(here.resolve(), mounts)
     where = f"run directory {run_dir}" + ("" if here == run_dir else f" (not there yet; {here} is)")
     try:
-        probe = tempfile.NamedTemporaryFile(dir=here, prefix=".srl-doctor-")
+        scratch = tempfile.NamedTemporaryFile(dir=here, prefix=".srl-doctor-")
     except OSError as e:
         return [(FAIL, f"{where}: cannot write there: {e}",
                  "set run_dir (or --run-dir) to a directory you can write, on a filesystem every node mounts")]
     first = (OK, f"{where}: filesystem {kind} (mounted on {point}); a Slurm run's nodes must all see it", "")
-    with probe:
-        return [first, judge_locks(probe.fileno(), here)]
+    with scratch:
+        return [first, judge_locks(scratch.fileno(), here)]
 
 
 def judge_locks(fd: int, where: Path) -> Result:
@@ -346,7 +344,6 @@ def cmd_doctor(argv) -> int:
 
 def _probe(p: argparse.ArgumentParser, args, exp: config.Experiment, argv) -> int:
     """--probe: the job's lines as they come (progress on stderr); exit 1 if any failed."""
-    from launcher import probe  # (it imports this module)
 
     if not args.experiment:
         p.error("--probe needs an experiment file: the job is shaped as its run")

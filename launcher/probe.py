@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Optional
 
 from launcher import accounting, render, runs, slurm
 from launcher import plan as planning
-from launcher.doctor import FAIL, OK, WARN, Result
+from launcher.findings import FAIL, OK, WARN, Result
 from srl_hpc import config, graph as wiring
 from srl_hpc import probe as tasks
 from srl_hpc.rundir import RunDir, tail

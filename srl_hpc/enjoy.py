@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from srl_hpc import config
-from srl_hpc.algorithms import HIDDEN, spec, watching_policy
+from srl_hpc.algorithm_spec import spec
+from srl_hpc.algorithms.watching import policy_function
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
@@ -102,7 +103,8 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
          version: int | None = None, tag: str | None = None, out=sys.stdout) -> dict[str, int]:
     """Play `games` games of a turn-taking game (a self-play run's env) against the fixed player `against`
     (FIXED_PLAYERS), first mover in half of them; returns and prints the counts of wins, draws and losses."""
-    from srl_hpc.envs.turns import FIXED_PLAYERS, TurnTaking, play
+    from srl_hpc.envs.fixed_players import FIXED_PLAYERS
+    from srl_hpc.envs.turns import TurnTaking, play
 
     exp = config.load(run.experiment)
     if version is None and tag is None and not Checkpoint(run.checkpoint).exists():
@@ -139,22 +141,6 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
           f"{counts['drew']}, lost {counts['lost']} (wins by the policy's seat, {seats}); {source} {version}, "
           f"moves {'greedy' if greedy else 'sampled'}", file=out, flush=True)
     return counts
-
-
-def policy_function(exp, greedy: bool, contract: Contract, seed: int | None = None):
-    """model, one env's observation, recurrent state (None without) -> (the env's action, next state), as
-    evaluation workers choose it; sampled actions from a generator seeded with `seed` (default: the run's)."""
-    act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
-    explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
-    generator = torch.Generator().manual_seed(exp.seed if seed is None else seed)
-
-    def choose(model, obs, hidden):
-        batch = contract.obs.pack({k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict)
-                                  else np.asarray(obs)[None])
-        out = act(model, torch.from_numpy(batch), explore, generator, *(() if hidden is None else (hidden,)))
-        action = contract.action.to_env(out["actions"].numpy())[0]
-        return (action.item() if action.ndim == 0 else action), out.get(HIDDEN)
-    return choose
 
 
 def _fps(env, exp) -> float:

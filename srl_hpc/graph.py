@@ -32,6 +32,16 @@ from srl_hpc import population
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
 GROUPS = ("trainer", "policy", "buffer", "actor", "eval")
+RESTARTABLE = ("actor", "buffer")  # kinds whose lost state the run rebuilds by itself: env episodes, replay
+
+
+def restart_budget(exp, worker: str) -> int | None:
+    """How many times `worker` may be replaced; None: it is not supervised (it holds state a replacement
+    could not rebuild, or that every other worker depends on: trainers, policy workers, the controller; or
+    its budget is 0, and a supervisor that can never restart it would only double the run's processes)."""
+    kind = worker.partition("/")[0]
+    budget = getattr(exp.workers, kind).max_restarts if kind in RESTARTABLE else 0
+    return budget or None
 
 
 @dataclass(frozen=True)

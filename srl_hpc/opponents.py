@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from srl_hpc.envs.turns import FIXED_PLAYERS
+from srl_hpc.envs.fixed_players import FIXED_PLAYERS
 from srl_hpc.services.parameter_db import SNAPSHOT, ParameterDB
 
 NEWEST = -1  # the version an inference request's row asks for: whatever the policy worker has newest

@@ -32,18 +32,6 @@ from srl_hpc.streams import control, endpoints
 from srl_hpc.streams.inference import remove_segment, shm_name
 
 
-RESTARTABLE = ("actor", "buffer")  # kinds whose lost state the run rebuilds by itself: env episodes, replay
-
-
-def restart_budget(exp, worker: str) -> int | None:
-    """How many times `worker` may be replaced; None: it is not supervised (it holds state a replacement
-    could not rebuild, or that every other worker depends on: trainers, policy workers, the controller; or
-    its budget is 0, and a supervisor that can never restart it would only double the run's processes)."""
-    kind = worker.partition("/")[0]
-    budget = getattr(exp.workers, kind).max_restarts if kind in RESTARTABLE else 0
-    return budget or None
-
-
 def describe_exit(code: int) -> str:
     if code < 0:
         return f"was killed by {signal.Signals(-code).name}"

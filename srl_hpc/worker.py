@@ -25,18 +25,17 @@ from pathlib import Path
 import zmq
 
 from srl_hpc import config, graph as wiring
-from srl_hpc.handlers import handler_class
+from srl_hpc.handlers import POLL_MS, handler_class
 from srl_hpc.rundir import RunDir, redirect_output, task_id_of
 from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.control import ControlClient, report_interval
-from srl_hpc.supervisor import ChildLink, Supervisor, restart_budget
+from srl_hpc.supervisor import ChildLink, Supervisor
 from srl_hpc.trace.writer import TraceWriter
 
 HEARTBEAT_INTERVAL = 1.0
-POLL_MS = 100  # longest a handler's poll blocks, so commands and heartbeats are never late by more
 COMMANDS_INTERVAL = 0.01  # seconds between looks for the controller's commands (a busy loop turns ~3,000/s)
 EXIT_LINGER_MS = 5000  # at close: the longest a socket that sets no LINGER of its own keeps unsent messages
 
@@ -285,7 +284,7 @@ def main(argv=None) -> int:
         rendezvous = ChildLink(args.supervised)
     else:
         rendezvous = _rendezvous(args, run_dir, graph, name)
-        budget = restart_budget(exp, name)
+        budget = wiring.restart_budget(exp, name)
         if budget is not None:
             try:
                 return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget, args.slurm).run()

@@ -206,7 +206,7 @@ def nolock_env(tmp_path):
 
 def contract_of(envs, algorithm: str = "ppo", state_size: int = 0):
     """The message contract of a vector env's spaces (srl_hpc/streams/contract.py), as handlers build it."""
-    from srl_hpc.algorithms import SPECS
+    from srl_hpc.algorithm_spec import SPECS
     from srl_hpc.streams.contract import ActionContract, Contract, ObsContract
 
     return Contract(ObsContract(envs.single_observation_space), ActionContract(envs.single_action_space),

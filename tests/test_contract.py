@@ -8,7 +8,7 @@ import torch
 import zmq
 from gymnasium import spaces
 
-from srl_hpc.algorithms import SPECS
+from srl_hpc.algorithm_spec import SPECS
 from srl_hpc.models import ObsDecoder
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.contract import ActionContract, Contract, ObsContract, SpaceError

@@ -481,7 +481,7 @@ def fuzz_ports(experiment) -> dict[str, Port]:
     """A valid message for every kind of inbound port of a CartPole run of `experiment` (each checked against
     the receivers' own layouts below, so that a defect is the only thing wrong with a fuzzed one), and what
     each refuses."""
-    from srl_hpc.algorithms import spec
+    from srl_hpc.algorithm_spec import spec
     from srl_hpc.config import loader
     from srl_hpc.graph import build
     from srl_hpc.envs.backends import spaces

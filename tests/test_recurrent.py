@@ -8,7 +8,7 @@ import zmq
 from conftest import ROOT
 from srl_hpc import config
 from conftest import contract_of
-from srl_hpc.algorithms import HIDDEN
+from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.algorithms.dqn import DQN
 from srl_hpc.algorithms.ppo import PPO
 from srl_hpc.algorithms.replay import nstep_transitions

@@ -7,7 +7,7 @@ from gymnasium import spaces
 
 from conftest import ROOT, script
 from launcher import cli
-from srl_hpc.algorithms import SPECS, spec
+from srl_hpc.algorithm_spec import SPECS, spec
 from srl_hpc.config import spaces_check
 
 BOX_OBS = spaces.Box(-1.0, 1.0, (4,), dtype="float32")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from srl_hpc.algorithms import HIDDEN
+from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.algorithms.replay import nstep_returns
 
 PRIORITY_MAX_SHARE = 0.9  # a sequence's priority: 0.9 x its largest |TD error| + 0.1 x its mean (R2D2)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from srl_hpc.algorithms import HIDDEN
+from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.models.normalization import ReturnScale, collecting, moments
 
 

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import yaml
 
-from srl_hpc.algorithms import SPECS, AlgorithmSpec
+from srl_hpc.algorithm_spec import SPECS, AlgorithmSpec
 from srl_hpc.config.schema import Experiment
 from srl_hpc.dotted import load_object
 
@@ -346,7 +346,7 @@ def _user_algorithm(name, path, lines, problems):
     if not (dataclasses.is_dataclass(cls) and isinstance(getattr(cls, "spec", None), AlgorithmSpec)
             and "name" in {f.name for f in dataclasses.fields(cls)}):
         problems.append((path, lines.get(path), f"{name!r} must be a dataclass with a `name` field and a class "
-                                                f"attribute `spec` (an srl_hpc.algorithms.AlgorithmSpec)"))
+                                                f"attribute `spec` (an srl_hpc.algorithm_spec.AlgorithmSpec)"))
         return None
     return cls
 

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithm_spec import spec
 
 Precision = Literal["fp32", "bf16"]
 EnvBackend = Literal["auto", "sync", "vector", "envpool"]
@@ -364,12 +364,12 @@ class OpponentsConfig:
     # uniform, pfsp: opponents are drawn from the newest this many snapshots, each kept loaded in the policy
     # workers (a larger pool costs their memory, and a forward pass per version in a batch)
     pool: int = 8
-    # fixed players (srl_hpc/envs/turns.py: random, one-ply) among the opponents, each with its share of the
+    # fixed players (srl_hpc/envs/fixed_players.py: random, one-ply) among the opponents, each with its share of the
     # games, e.g. {one-ply: 0.25}; the rule draws the rest
     fixed: dict[str, float] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        from srl_hpc.envs.turns import FIXED_PLAYERS
+        from srl_hpc.envs.fixed_players import FIXED_PLAYERS
 
         problems = _check_positive(self, ("pfsp_power", "pool"))
         for name, share in self.fixed.items():

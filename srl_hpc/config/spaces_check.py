@@ -53,7 +53,7 @@ def _describe(names: Sequence[str], kinds: dict) -> str:
 def env_problems(exp) -> list[tuple[str, str]]:
     """(key, message) problems of the experiment's env and its algorithm: the env's spaces, each policy's
     (exp.policies), built as actors build them, then checked against the algorithm's spec."""
-    from srl_hpc.algorithms import reads_global_state, spec
+    from srl_hpc.algorithm_spec import reads_global_state, spec
     from srl_hpc.envs import backends
 
     env_id = exp.env.id

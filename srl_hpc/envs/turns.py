@@ -80,26 +80,6 @@ class TurnTaking:
         self.game.close()
 
 
-def random_player(env: TurnTaking, rng: np.random.Generator):
-    """A fixed player: a uniformly random legal move."""
-    def choose(obs: dict) -> int:
-        return int(rng.choice(np.flatnonzero(np.asarray(obs["action_mask"])[:env.moves])))
-    return choose
-
-
-def one_ply_player(env: TurnTaking, rng: np.random.Generator):
-    """A fixed player (Connect Four only): a winning move, else a block of the other's, else a random one."""
-    from srl_hpc.envs import connect_four
-
-    if env.moves != connect_four.COLUMNS or env.observation_space(env.possible_agents[0])["observation"].shape \
-            != (connect_four.ROWS, connect_four.COLUMNS, 2):
-        raise ValueError("the one-ply player plays Connect Four only")
-    return connect_four.one_ply_player(rng)
-
-
-FIXED_PLAYERS = {"random": random_player, "one-ply": one_ply_player}  # name -> (env, rng) -> player
-
-
 def play(env: TurnTaking, players: list, games: int, seed: int = 0) -> list[dict[str, float]]:
     """Play `games` games, seat i taken by players[i], a function (the mover's observation) -> move; returns
     each game's rewards by agent."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+POLL_MS = 100  # longest a handler's poll blocks, so commands and heartbeats are never late by more
+
 HANDLERS = {  # kind -> module:class, imported on demand (actors never import torch)
     "controller": "srl_hpc.handlers.controller:ControllerHandler",
     "actor": "srl_hpc.handlers.actor:ActorHandler",

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from srl_hpc.algorithms import HIDDEN, reads_global_state, spec
+from srl_hpc.algorithm_spec import HIDDEN, reads_global_state, spec
 from srl_hpc.envs.backends import first_seed, make_env, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.opponents import OpponentPool, Seats

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import time
 
+from srl_hpc import graph as wiring
 from srl_hpc.board import Board
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.progress_sinks import Console, Dashboards, MetricsCsv
 from srl_hpc.handlers.run_totals import RunTotals, earlier_attempts
 from srl_hpc.handlers.stop_rules import StopRules
 from srl_hpc.streams.control import ControlServer, report_interval
-from srl_hpc.supervisor import restart_budget
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
 PING_INTERVAL = 1.0
@@ -124,7 +124,7 @@ class ControllerHandler(Handler):
             elif msg.kind == "restarting":
                 count = self.totals.restarting(worker, msg.meta["error"])
                 self.console.line(f"{worker} {msg.meta['error']}: restarting it ({count} of "
-                                  f"{restart_budget(self.exp, worker)})")
+                                  f"{wiring.restart_budget(self.exp, worker)})")
             else:
                 rounds, back_after = self.totals.report(worker, msg.meta, final=msg.kind == "final")
                 for evaluation in rounds if self.dashboards is not None else []:

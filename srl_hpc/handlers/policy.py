@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import reads_global_state, spec
+from srl_hpc.algorithm_spec import reads_global_state, spec
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler

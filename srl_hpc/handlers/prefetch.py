@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from srl_hpc.worker import POLL_MS
+from srl_hpc.handlers import POLL_MS
 
 
 class Prefetcher:

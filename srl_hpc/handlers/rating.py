@@ -4,7 +4,7 @@ against each other and against fixed players instead (the evaluation manager of 
 
 A round starts `workers.eval.interval` seconds after the previous one, once the parameter database holds a
 snapshot not rated yet (the newest such; one skipped while a round ran is never rated). The snapshot plays
-`workers.eval.episodes` games against each of: the fixed players (srl_hpc/envs/turns.py: random, and
+`workers.eval.episodes` games against each of: the fixed players (srl_hpc/envs/fixed_players.py: random, and
 one-ply in Connect Four), the two snapshots rated last, and two earlier ones drawn at random. Each version
 samples its moves from its policy (two greedy versions would replay one game over and over), the seats
 alternate. Elo ratings are then fitted to every game so far (srl_hpc/ratings.py; the random player is 0),
@@ -19,10 +19,11 @@ import time
 import numpy as np
 import torch
 
-from srl_hpc.algorithms import spec
-from srl_hpc.enjoy import policy_function
+from srl_hpc.algorithm_spec import spec
+from srl_hpc.algorithms.watching import policy_function
 from srl_hpc.envs.backends import first_seed, make_env, spaces
-from srl_hpc.envs.turns import FIXED_PLAYERS, play
+from srl_hpc.envs.fixed_players import FIXED_PLAYERS
+from srl_hpc.envs.turns import play
 from srl_hpc.handlers import Handler
 from srl_hpc.models import build_model, load_arrays
 from srl_hpc.ratings import elo

@@ -22,7 +22,7 @@ import time
 import torch
 import zmq
 
-from srl_hpc.algorithms import reads_global_state, spec
+from srl_hpc.algorithm_spec import reads_global_state, spec
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import Handler
@@ -38,7 +38,7 @@ from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
-from srl_hpc.worker import POLL_MS
+from srl_hpc.handlers import POLL_MS
 
 
 class LossMeans:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from srl_hpc.algorithms import spec
+from srl_hpc.algorithm_spec import spec
 from srl_hpc.dotted import load_object
 from srl_hpc.envs.backends import agent_count, global_state_size
 from srl_hpc.services.parameters import arrays_checksum

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import gymnasium
 import numpy as np
 
-from srl_hpc.algorithms import HIDDEN, AlgorithmSpec
+from srl_hpc.algorithm_spec import HIDDEN, AlgorithmSpec
 from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, within
 
 ACTION_MASK = "action_mask"  # a Dict observation's key: 1 where the action may be chosen

@@ -9,8 +9,8 @@ Three transports behind one client interface (`send(group, obs, meta)`, `wait(gr
   shm     arrays in the actor's shared memory, a small header each way over a Unix socket
           (actor and server on one node: srl_hpc.streams.unix says why not ZMQ);
   inline  the policy handler hosted in the actor's own worker answers at once (no socket).
-What a reply holds is the algorithm's (srl_hpc.algorithms spec `reply`). With a recurrent model a request
-also carries each observation's recurrent state ("hidden") and the reply the next one: the policy side
+What a reply holds is the algorithm's spec's `reply` (srl_hpc/algorithm_spec.py). With a recurrent model a
+request also carries each observation's recurrent state ("hidden") and the reply the next one: the policy side
 keeps no state, so any policy worker can answer any request.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import zmq
 
-from srl_hpc.algorithms import HIDDEN
+from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
 from srl_hpc.streams.waiting import waiting

@@ -175,7 +175,7 @@ def _returns(run: RunTrace, title):
 
 def _ratings(table, title):
     """Each version's Elo after the last round (the random player at 0), the fixed players as lines."""
-    from srl_hpc.envs.turns import FIXED_PLAYERS
+    from srl_hpc.envs.fixed_players import FIXED_PLAYERS
 
     last = table["round"] == table["round"].max()
     versions, elo = table["version"][last], table["elo"][last]
