@@ -311,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_doctor(argv) -> int:
+def main(argv) -> int:
     p = parser()
     args = p.parse_intermixed_args(argv)
     files = overrides.take(args, [*([args.experiment] if args.experiment else []), *args.overrides])

@@ -7,6 +7,7 @@ import pytest
 from conftest import ROOT, script
 
 from launcher import cli
+from launcher.commands import common
 from srl_hpc import __version__, config
 
 CARTPOLE = [str(ROOT / "experiments" / name) for name in ("cartpole_ppo.yaml", "cartpole_dqn.yaml")]
@@ -87,7 +88,7 @@ def test_bare_key_value_words_are_set_overrides(capsys, tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "prepare", "validate", "graph"])
 def test_validate_graph_prepare_and_run_take_the_same_overrides(command):
-    args = cli._parse(cli.PARSERS[command](), [CARTPOLE[0], "a.b=1", "--seed", "3", "--set", "c.d=2", "e=3"],
+    args = common.parse(cli.PARSERS[command](), [CARTPOLE[0], "a.b=1", "--seed", "3", "--set", "c.d=2", "e=3"],
                       many=command in ("validate", "graph"))
     assert args.seed == 3 and args.set == ["c.d=2", "a.b=1", "e=3"]  # --set ones first, then the bare ones
 

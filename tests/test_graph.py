@@ -4,7 +4,8 @@ import re
 import shlex
 
 from conftest import ROOT
-from launcher import cli, plan
+from launcher import plan
+from launcher.commands import graph as graph_command
 from srl_hpc import config, graph
 
 BASE = "stop: {wall_time: 1}\nworkers:\n  actor: {count: 3}\n"
@@ -97,5 +98,5 @@ def test_the_docs_show_the_real_graph_of_every_shipped_experiment(capsys, monkey
     assert shown == shipped
     for args, listing in blocks:
         argv = shlex.split(args)
-        assert cli.cmd_graph([str(ROOT / argv[0]), *argv[1:]]) == 0
+        assert graph_command.main([str(ROOT / argv[0]), *argv[1:]]) == 0
         assert capsys.readouterr().out == listing, f"docs/architecture.md is stale for: srl-launch graph {args}"

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT
 from launcher import cli, plan, render, runs
+from launcher.commands import common, run as run_command
 from srl_hpc import config
 from srl_hpc.config.loader import key_lines
 
@@ -54,23 +55,23 @@ LAYERS = dict(
 
 def test_defaults_then_profiles_then_the_file_then_set(tmp_path):
     exp_path = write(tmp_path, **LAYERS)
-    parsed = cli._run_parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml")])
-    s = cli._experiment(parsed).slurm
+    parsed = run_command.parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml")])
+    s = common.experiment(parsed).slurm
     assert (s.account, s.qos, s.time) == ("second", "prof", "00:30:00")  # later defaults; profile; the file
     assert (s.actor.partition, s.actor.cpus_per_task) == ("prof", 3)  # mappings merge key by key
     assert s.setup == ("c",)  # lists replace
-    assert cli._experiment(parsed).seed == 5  # any section, not only slurm:
-    twice = cli._run_parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml"),
+    assert common.experiment(parsed).seed == 5  # any section, not only slurm:
+    twice = run_command.parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml"),
                                           "--profile", str(tmp_path / "later.yaml"), "--set", "slurm.time=00:40:00"])
-    assert (cli._experiment(twice).slurm.qos, cli._experiment(twice).slurm.time) == ("later", "00:40:00")
+    assert (common.experiment(twice).slurm.qos, common.experiment(twice).slurm.time) == ("later", "00:40:00")
 
 
 def test_the_environment_names_profiles_unless_the_flag_does(tmp_path, monkeypatch):
     exp_path = write(tmp_path, **LAYERS)
     monkeypatch.setenv("SRL_PROFILE", f"{tmp_path / 'prof.yaml'}{os.pathsep}{tmp_path / 'later.yaml'}")
-    assert cli._experiment(cli._run_parser().parse_args([str(exp_path)])).slurm.qos == "later"
-    flag = cli._run_parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml")])
-    assert cli._experiment(flag).slurm.qos == "prof"
+    assert common.experiment(run_command.parser().parse_args([str(exp_path)])).slurm.qos == "later"
+    flag = run_command.parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml")])
+    assert common.experiment(flag).slurm.qos == "prof"
 
 
 def test_a_wrong_key_is_named_with_the_profiles_file_and_line(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from gymnasium import spaces
 
 from conftest import ROOT, script
-from launcher import cli
+from launcher import cli, local, slurm
 from srl_hpc.algorithm_spec import SPECS, spec
 from srl_hpc.config import spaces_check
 
@@ -125,8 +125,8 @@ def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys,
 
     def started(*_args, **_kwargs):
         raise AssertionError("got past the check")
-    monkeypatch.setattr(cli.local, "run", started)  # were the check gone: a failure here, not a real run
-    monkeypatch.setattr(cli.slurm, "prepare", started)
+    monkeypatch.setattr(local, "run", started)  # were the check gone: a failure here, not a real run
+    monkeypatch.setattr(slurm, "prepare", started)
     assert cli.main([str(path)]) == 2
     assert cli.main([str(path), "--slurm", "--dry-run"]) == 2
     assert cli.main(["prepare", str(path), "--run-dir", str(tmp_path / "r")]) == 2

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import ROOT
 from launcher import cli, runs, slurm, status
+from launcher.commands import run as run_command
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
 
@@ -52,7 +53,7 @@ def test_follow_and_status_of_a_finished_run_whose_job_slurm_no_longer_knows_end
                                                                                                    capsys):
     run = slurm_run(tmp_path)
     started = time.monotonic()
-    assert cli._follow(run, "100") == 0  # the loop ends, with the summary's outcome
+    assert run_command.follow(run, "100") == 0  # the loop ends, with the summary's outcome
     assert time.monotonic() - started < 10
     out = capsys.readouterr().out
     assert "progress line" in out and "job 100 ended: completed" in out

@@ -1,0 +1,45 @@
+"""`srl-launch prepare EXPERIMENT.yaml`: a run directory ready to sbatch by hand."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from launcher import overrides, runs, slurm
+from launcher.commands import common
+from launcher.settings import add_profile_option
+from srl_hpc import config
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="srl-launch prepare",
+                                description="Write a run directory that is ready to run (its keys, the resolved "
+                                            "experiment and job.sbatch) and print the sbatch command; submit nothing.")
+    p.add_argument("experiment", type=Path)
+    overrides.add(p)
+    p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
+    p.add_argument("--seed", type=int, help="override the experiment's seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(p)
+    return p
+
+
+def main(argv) -> int:
+    args = common.parse(parser(), argv)
+    exp = common.checked_experiment(args)
+    command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
+    if exp.slurm.layout == "jobs":
+        raise common.UsageError("prepare writes one job script to sbatch by hand; with slurm.layout: jobs a run is a "
+                                "job per "
+                         "group, which `srl-launch EXP --slurm` submits together and ties together (RUN/slurm.json): "
+                         "use that (--dry-run prints every group's script), or slurm.layout: hetjob")
+    run_dir = runs.resolve(exp, args.run_dir)
+    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
+                            require_cluster=False)
+    if request.checked:
+        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+    exp, run = runs.create(exp, run_dir)
+    run.job_script.write_text(request.script)
+    print(f"sbatch {shlex.quote(str(run.job_script))}")
+    return 0
