@@ -18,7 +18,7 @@ from typing import Optional
 
 from srl_hpc import graph as wiring
 from srl_hpc.config import Experiment, parse_size_mb
-from srl_hpc.config.schema import ContainerConfig
+from srl_hpc.config.slurm import ContainerConfig
 
 
 class PlanError(ValueError):

@@ -15,7 +15,7 @@ from string import Template
 
 import srl_hpc
 from launcher.plan import HetGroup, Plan, PlanError
-from srl_hpc.config.schema import ContainerConfig
+from srl_hpc.config.slurm import ContainerConfig
 from srl_hpc.graph import compact
 
 TEMPLATES = Path(str(resources.files("job_templates")))

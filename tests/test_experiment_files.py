@@ -12,7 +12,7 @@ import yaml
 from conftest import LOCAL_PROFILE, ROOT
 from launcher import slurm
 from srl_hpc import config
-from srl_hpc.config.schema import SlurmConfig, SlurmGroupConfig
+from srl_hpc.config.slurm import SlurmConfig, SlurmGroupConfig
 
 EXPERIMENTS = ROOT / "experiments"
 SHIPPED = sorted(EXPERIMENTS.rglob("*.yaml"))

@@ -95,4 +95,4 @@ def test_every_key_of_the_schema_has_a_doc():
     """Every field carries its one-line doc in the schema (a comment on or above it): the reference has no
     empty description cell."""
     missing = reference.undocumented()
-    assert not missing, f"schema fields without a doc comment in srl_hpc/config/schema.py: {missing}"
+    assert not missing, f"schema fields without a doc comment in srl_hpc/config/: {missing}"

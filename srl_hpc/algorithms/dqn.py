@@ -11,7 +11,7 @@ previous segment in front. `sequence_update` unrolls the online and the target n
 without gradients, from the state the actors stored at its start, then trains on the segment's steps from
 the state that rebuilt: the current network's state, not the one the actors acted with weights ago.
 
-Hyper-parameters (srl_hpc.config.schema.DQNConfig): gamma, n_step, lr, batch_size, double, dueling,
+Hyper-parameters (srl_hpc.config.algorithms.DQNConfig): gamma, n_step, lr, batch_size, double, dueling,
 target_update_interval, max_grad_norm, priority_alpha/beta, epsilon/epsilon_alpha, max_replay_ratio, burn_in.
 """
 from __future__ import annotations

@@ -3,10 +3,11 @@
     python -m srl_hpc.config.reference > docs/reference.md
 
 Every key of an experiment file, walked from `Experiment` through the frozen dataclasses of
-srl_hpc/config/schema.py: its dotted path, type, default, allowed values (a `Literal` type's) and the
-schema's own comment for the field (on the field's line, or on the comment lines right above it); a class
-docstring introduces its section. `algorithm` gets one table per algorithm (chosen by `name`), and a
-section type that several fields of one parent share (slurm's het groups) is one table, `slurm.<group>`.
+srl_hpc/config/ (schema.py and the sections with modules of their own): its dotted path, type, default,
+allowed values (a `Literal` type's) and the schema's own comment for the field (on the field's line, or on
+the comment lines right above it); a class docstring introduces its section. `algorithm` gets one table per
+algorithm (chosen by `name`), and a section type that several fields of one parent share (slurm's het
+groups) is one table, `slurm.<group>`.
 tests/test_reference.py fails when docs/reference.md is not what render() returns.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ def render() -> str:
     """docs/reference.md: every key of an experiment file, one table per section."""
     sections = _sections(Experiment, "", "Top level")
     out = ["# Configuration reference", "",
-           f"Generated from `srl_hpc/config/schema.py` by `{COMMAND}`; do not edit by hand "
+           f"Generated from the schema (`srl_hpc/config/`) by `{COMMAND}`; do not edit by hand "
            "(`tests/test_reference.py` fails when this page is stale).", "",
            "Every key of an experiment file (`srl-launch EXP.yaml`), by its dotted path: write it nested in the "
            "YAML file, or as `--set workers.actor.ring_size=16` on the command line. A section (a mapping) "
