@@ -11,7 +11,7 @@ either before anything is submitted.
 The parsers are pure (tests feed them recorded `scontrol`, `sacctmgr` and `squeue` text); `read_limits` asks
 Slurm through a function of the caller's (launcher.slurm's, with its time limit), and gives None where the
 cluster has no accounting or does not enforce limits: there is then nothing to check. `doctor --probe`
-(launcher.probe) judges the same Limits by the same rules, read with `ask_limits` even where they are not
+(launcher.probe_settings) judges the same Limits by the same rules, read with `ask_limits` even where they are not
 enforced, so that it can say so.
 """
 from __future__ import annotations

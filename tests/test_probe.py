@@ -14,6 +14,7 @@ from conftest import ROOT, script
 from launcher import accounting
 from launcher import plan as planning
 from launcher import probe
+from launcher import probe_findings as findings, probe_settings as settings
 from launcher.doctor import line
 from srl_hpc import config
 from srl_hpc import probe as tasks
@@ -343,37 +344,37 @@ TaskPluginParam         = (null type)
 def test_the_settings_that_matter_are_read_and_judged():
     cfg = accounting.parse_config(CONFIG)
     assert cfg["TaskPlugin"] == "task/cgroup,task/affinity" and cfg["TaskPluginParam"] == "(null type)"
-    assert probe.judge_task_plugin(cfg)[0] == "ok" and probe.binds(cfg)
-    status, message, fix = probe.judge_task_plugin(dict(cfg, TaskPlugin="task/none"))
+    assert settings.judge_task_plugin(cfg)[0] == "ok" and settings.binds(cfg)
+    status, message, fix = settings.judge_task_plugin(dict(cfg, TaskPlugin="task/none"))
     assert status == "warn" and "not bound" in message and "torch_threads" in fix
-    assert probe.judge_proctrack(cfg)[0] == "ok"
-    assert probe.judge_proctrack(dict(cfg, ProctrackType="proctrack/linuxproc"))[0] == "warn"
-    assert probe.judge_mpi_default(cfg, "none") == \
+    assert settings.judge_proctrack(cfg)[0] == "ok"
+    assert settings.judge_proctrack(dict(cfg, ProctrackType="proctrack/linuxproc"))[0] == "warn"
+    assert settings.judge_mpi_default(cfg, "none") == \
         ("ok", "MpiDefault=pmix; the job's srun lines say --mpi=none (slurm.mpi) themselves", "")
-    status, message, _ = probe.judge_propagation(cfg, (1024, 4096))
+    status, message, _ = settings.judge_propagation(cfg, (1024, 4096))
     assert status == "ok" and "PropagateResourceLimitsExcept=NOFILE" in message and "nodes' own" in message
-    assert not probe.nofile_propagated(cfg)
-    assert probe.nofile_propagated({})  # Slurm's default: ALL
-    assert probe.nofile_propagated({"PropagateResourceLimits": "NOFILE,CORE"})
-    assert not probe.nofile_propagated({"PropagateResourceLimits": "NONE"})
-    assert not probe.nofile_propagated({"PropagateResourceLimits": "ALL", "PropagateResourceLimitsExcept": "ALL"})
+    assert not settings.nofile_propagated(cfg)
+    assert settings.nofile_propagated({})  # Slurm's default: ALL
+    assert settings.nofile_propagated({"PropagateResourceLimits": "NOFILE,CORE"})
+    assert not settings.nofile_propagated({"PropagateResourceLimits": "NONE"})
+    assert not settings.nofile_propagated({"PropagateResourceLimits": "ALL", "PropagateResourceLimitsExcept": "ALL"})
     assert "this shell's open-files limits (soft 1024, hard unlimited)" in \
-        probe.judge_propagation({}, (1024, -1))[1]
-    assert "enforced" in probe.judge_enforce(cfg)[1]
-    assert "no association or QOS limit" in probe.judge_enforce({"AccountingStorageEnforce": "(null)"})[1]
+        settings.judge_propagation({}, (1024, -1))[1]
+    assert "enforced" in settings.judge_enforce(cfg)[1]
+    assert "no association or QOS limit" in settings.judge_enforce({"AccountingStorageEnforce": "(null)"})[1]
 
 
 def test_het_steps_disabled_fail_the_hetjob_layout_only():
     cfg = accounting.parse_config(CONFIG)
-    assert probe.judge_het_steps(cfg, "hetjob") == \
+    assert settings.judge_het_steps(cfg, "hetjob") == \
         ("ok", "SchedulerParameters=(null): het steps allowed (no disable_hetero_steps)", "")
     off = dict(cfg, SchedulerParameters="bf_interval=1,disable_hetero_steps")
-    status, message, fix = probe.judge_het_steps(off, "hetjob")
+    status, message, fix = settings.judge_het_steps(off, "hetjob")
     assert status == "FAIL" and "SchedulerParameters=bf_interval=1,disable_hetero_steps" in message
     assert "one srun over every group" in message and fix.startswith("set slurm.layout: jobs")
-    status, message, _ = probe.judge_het_steps(off, "jobs")
+    status, message, _ = settings.judge_het_steps(off, "jobs")
     assert status == "ok" and "not needed" in message
-    assert probe.judge_mpi_default(cfg, "pmix", "jobs") == \
+    assert settings.judge_mpi_default(cfg, "pmix", "jobs") == \
         ("ok", "MpiDefault=pmix; each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI cannot span "
                "jobs)", "")
 
@@ -392,40 +393,40 @@ def limits(associations=ASSOCIATIONS, qos=QOS, queue="") -> accounting.Limits:
 def test_a_het_job_counts_one_job_per_component_against_qos_and_association_limits():
     cfg = accounting.parse_config(CONFIG)
     three = plan_of(cartpole())  # three het groups
-    assert probe.jobs_counted(three) == 3
-    results = probe.judge_limits(three, cfg, limits())
+    assert settings.jobs_counted(three) == 3
+    results = settings.judge_limits(three, cfg, limits())
     assert statuses(results) == ["ok", "ok"], results
     assert "association me/rl: MaxJobs unlimited, MaxSubmit unlimited; this run's het job counts 3" in results[0][1]
     assert results[1][1].startswith("QOS 'normal'")
 
-    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, limits()), "FAIL")
+    status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, limits()), "FAIL")
     assert "QOS 'small': MaxJobsPerUser 2, MaxSubmitJobsPerUser 3; this run's het job counts 3" in message
     assert "can never start (it pends with QOSMaxJobsPerUserLimit)" in message and "slurm.qos" in fix
     tight = limits(qos="normal||\nsmall||2\n")
-    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, tight), "FAIL")
+    status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, tight), "FAIL")
     assert "sbatch refuses it" in message
     busy = limits(qos="normal||\nsmall|4|5\n", queue="70|RUNNING|small|rl|cpu\n71|PENDING|small|rl|cpu\n"
                                                      "72|PENDING|small|rl|cpu\n")
-    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, busy), "warn")
+    status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, busy), "warn")
     assert "over MaxSubmitJobsPerUser with your 3 queued and MaxJobsPerUser with your 3 queued" in message
     one_group = cartpole("slurm.qos=small", "slurm.policy.qos=normal", "slurm.actor.qos=normal")  # 1 of 3 on small
-    assert statuses(probe.judge_limits(plan_of(one_group), cfg, limits())) == ["ok", "ok", "ok"]
+    assert statuses(settings.judge_limits(plan_of(one_group), cfg, limits())) == ["ok", "ok", "ok"]
 
     assoc_limited = limits("me|rl|srl-local|rl||normal,small||2|\n")  # MaxJobs 2
-    status, message, _ = only(probe.judge_limits(three, cfg, assoc_limited), "FAIL")
+    status, message, _ = only(settings.judge_limits(three, cfg, assoc_limited), "FAIL")
     assert message.startswith("association me/rl: MaxJobs 2") and "AssocMaxJobsLimit" in message
 
 
 def test_the_jobs_layout_counts_one_job_per_group():
     cfg = accounting.parse_config(CONFIG)
     jobs = plan_of(cartpole("slurm.layout=jobs"))
-    results = probe.judge_limits(jobs, cfg, limits())
+    results = settings.judge_limits(jobs, cfg, limits())
     assert statuses(results) == ["ok", "ok"] and "this run's jobs count 3 job(s) there (one per group)" in results[0][1]
-    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg,
+    status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg,
                                                  limits()), "FAIL")
     assert "QOS 'small': MaxJobsPerUser 2" in message and "this run's jobs count 3" in message
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
-    assert probe.judge_limits(jobs, none, "")[0][1].endswith("counts this run's 3 jobs (one per group)")
+    assert settings.judge_limits(jobs, none, "")[0][1].endswith("counts this run's 3 jobs (one per group)")
 
 
 def test_accounting_absent_unreadable_or_without_the_user(monkeypatch):
@@ -433,19 +434,19 @@ def test_accounting_absent_unreadable_or_without_the_user(monkeypatch):
     cfg = accounting.parse_config(CONFIG)
     three = plan_of(cartpole())
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
-    assert probe.judge_limits(three, none, "") == \
+    assert settings.judge_limits(three, none, "") == \
         [("ok", "no accounting (AccountingStorageType=accounting_storage/none): no QOS or association limit counts "
                 "this run's 3 het components", "")]
     monkeypatch.setattr(slurm, "_answer", lambda cmd: None if cmd[0] == "squeue" else "")
-    status, message, _ = probe.judge_limits(three, cfg, probe.read_limits(cfg))[0]
+    status, message, _ = settings.judge_limits(three, cfg, settings.read_limits(cfg))[0]
     assert status == "warn" and message.startswith("accounting exists, but its limits could not be read: `squeue")
-    status, message, fix = probe.judge_limits(three, cfg, limits(associations=""))[0]
+    status, message, fix = settings.judge_limits(three, cfg, limits(associations=""))[0]
     assert status == "FAIL" and "no association" in message and "sacctmgr add user me" in fix
-    status, message, fix = only(probe.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, limits()),
+    status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, limits()),
                                 "FAIL")
     assert message.startswith("het group(s) trainer, policy, actor: user me has no association with account 'other'")
     assert "rl, root" in fix
-    status, message, _ = only(probe.judge_limits(plan_of(cartpole("slurm.qos=fast")), cfg, limits()), "FAIL")
+    status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.qos=fast")), cfg, limits()), "FAIL")
     assert "ask for QOS 'fast', which account 'rl' may not use (it may: normal, small)" in message
 
 
@@ -455,7 +456,7 @@ def test_the_probe_judges_by_the_rules_that_refuse_a_run_before_submission():
     cfg = accounting.parse_config(CONFIG)
     gpu = cartpole("slurm.qos=normal", "slurm.trainer.partition=gpu")
     per_partition = limits(ASSOCIATIONS + "me|rl|srl-local|rl|gpu|normal|||1\n", queue="70|PENDING|normal|rl|gpu\n")
-    results = probe.judge_limits(plan_of(gpu), cfg, per_partition)
+    results = settings.judge_limits(plan_of(gpu), cfg, per_partition)
     assert statuses(results) == ["ok", "warn", "ok"], results
     assert results[0][1].startswith("association me/rl: MaxJobs unlimited") and "counts 2 job(s)" in results[0][1]
     assert results[1][1].startswith("association me/rl/gpu: MaxJobs unlimited, MaxSubmit 1; this run's het job "
@@ -463,11 +464,11 @@ def test_the_probe_judges_by_the_rules_that_refuse_a_run_before_submission():
     (refusal,) = accounting.limit_problems(plan_of(gpu), per_partition)  # the launcher refuses it until then
     assert refusal.startswith("your association with account 'rl' in partition 'gpu'")
     only_small = limits("me|rl|srl-local|rl||small|||\n")  # no default QOS, one allowed: the job runs in it
-    assert "QOS 'small'" in only(probe.judge_limits(plan_of(cartpole()), cfg, only_small), "FAIL")[1]
+    assert "QOS 'small'" in only(settings.judge_limits(plan_of(cartpole()), cfg, only_small), "FAIL")[1]
     elsewhere = limits(qos="normal||\nsmall|4|5\n", queue="70|PENDING|normal|rl|cpu\n" * 3)  # not in small
-    assert statuses(probe.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, elsewhere)) == ["ok", "ok"]
+    assert statuses(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, elsewhere)) == ["ok", "ok"]
     associations_only = dict(cfg, AccountingStorageEnforce="associations")  # QOS access and limits unchecked
-    (result,) = probe.judge_limits(plan_of(cartpole("slurm.qos=fast")), associations_only, limits())
+    (result,) = settings.judge_limits(plan_of(cartpole("slurm.qos=fast")), associations_only, limits())
     assert result[0] == "ok" and result[1].startswith("limits are not enforced (AccountingStorageEnforce=associations)")
 
 
@@ -484,8 +485,8 @@ def test_sbatchs_refusal_gets_a_fix_by_what_slurm_said():
 def test_the_recorded_probe_of_cartpole_on_the_local_slurm_is_all_ok():
     exp, found = cartpole(), recorded()
     plan = plan_of(exp)
-    results = [probe.judge_job("0", 3, "COMPLETED", found, NAMES), *probe.judge_reports(plan, found),
-               *probe.judge_found(plan, exp, found, binds=True)]
+    results = [probe.judge_job("0", 3, "COMPLETED", found, NAMES), *findings.judge_reports(plan, found),
+               *findings.judge_found(plan, exp, found, binds=True)]
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
     text = "\n".join(map(line, results))
     for group in ("trainer", "policy", "actor"):
@@ -499,29 +500,29 @@ def test_a_loopback_address_on_a_job_of_several_nodes_fails_naming_slurm_network
     found = recorded()
     for f in found["facts"].values():
         f["address"] = {"ip": "127.0.1.1", "interface": None, "source": f"hostname {f['node']}", "loopback": True}
-    results = probe.judge_addresses(plan_of(cartpole()), None, found["facts"])
+    results = findings.judge_addresses(plan_of(cartpole()), None, found["facts"])
     assert statuses(results) == ["FAIL"] * 3
     assert "127.0.1.1" in results[0][1] and "loopback" in results[0][1] and "slurm.network" in results[0][2]
     found["facts"]["actor/1"]["address"] = None
     found["facts"]["actor/1"]["address_error"] = "slurm.network is 'ib0', but that interface does not exist on node n4"
-    status, message, fix = probe.judge_addresses(plan_of(cartpole()), "ib0", found["facts"])[2]
+    status, message, fix = findings.judge_addresses(plan_of(cartpole()), "ib0", found["facts"])[2]
     assert status == "FAIL" and message.startswith("group actor: actor/1: slurm.network is 'ib0'") and "network" in fix
 
 
 def test_cpus_fewer_than_asked_unbound_or_shared_are_reported():
     exp, found = cartpole("slurm.policy.cpus_per_task=3"), recorded()  # it was given 2 (a whole core)
     facts = found["facts"]
-    status, message, _ = probe.judge_cpus(plan_of(exp), facts, binds=True)[1]
+    status, message, _ = findings.judge_cpus(plan_of(exp), facts, binds=True)[1]
     assert status == "FAIL" and "policy/0 may run on fewer CPUs than asked" in message
     facts["actor/0"]["cpus"] = list(range(facts["actor/0"]["node_cpus"] + 2))
     facts["actor/0"]["node_cpus"] += 2
-    assert probe.judge_cpus(plan_of(cartpole()), facts, binds=None)[2][0] == "warn"
-    assert "not bound" in probe.judge_cpus(plan_of(cartpole()), facts, binds=None)[2][1]
-    assert "not bound" not in probe.judge_cpus(plan_of(cartpole()), facts, binds=True)[2][1]  # a whole core
+    assert findings.judge_cpus(plan_of(cartpole()), facts, binds=None)[2][0] == "warn"
+    assert "not bound" in findings.judge_cpus(plan_of(cartpole()), facts, binds=None)[2][1]
+    assert "not bound" not in findings.judge_cpus(plan_of(cartpole()), facts, binds=True)[2][1]  # a whole core
     found = recorded()
     found["facts"]["actor/1"]["node"] = found["facts"]["actor/0"]["node"]
     found["facts"]["actor/1"]["cpus"] = found["facts"]["actor/0"]["cpus"]
-    status, message, _ = probe.judge_cpus(plan_of(cartpole()), found["facts"], binds=True)[2]
+    status, message, _ = findings.judge_cpus(plan_of(cartpole()), found["facts"], binds=True)[2]
     assert status == "warn" and "actor/0 and actor/1 on" in message
 
 
@@ -540,30 +541,30 @@ def test_two_cuda_workers_on_one_physical_gpu_fail_unless_the_group_may_share():
     gpu_facts(found, "actor/0", "n3", "GPU-aaaa", 0)
     gpu_facts(found, "actor/1", "n3", "GPU-aaaa", 0)
     exp = cartpole()
-    status, message, fix = probe.judge_gpus(plan_of(exp), exp, found["facts"])[2]
+    status, message, fix = findings.judge_gpus(plan_of(exp), exp, found["facts"])[2]
     assert status == "FAIL" and "actor/0, actor/1 would use one physical GPU (n3/GPU-aaaa)" in message
     assert "share_gpu" in fix
     sharing = cartpole("slurm.actor.share_gpu=true")
-    status, message, _ = probe.judge_gpus(plan_of(sharing), sharing, found["facts"])[2]
+    status, message, _ = findings.judge_gpus(plan_of(sharing), sharing, found["facts"])[2]
     assert status == "ok" and "share GPUs, as share_gpu allows" in message and "GPU-aaaa" in message
     gpu_facts(found, "actor/1", "n3", "GPU-bbbb", 1)
-    status, message, _ = probe.judge_gpus(plan_of(exp), exp, found["facts"])[2]
+    status, message, _ = findings.judge_gpus(plan_of(exp), exp, found["facts"])[2]
     assert status == "ok" and "actor/0 -> GPU-aaaa, actor/1 -> GPU-bbbb" in message
     found["facts"]["actor/1"]["gpu_pick"] = {"error": "actor/1 is on device cuda, but its task sees no GPU"}
-    status, message, fix = probe.judge_gpus(plan_of(exp), exp, found["facts"])[2]
+    status, message, fix = findings.judge_gpus(plan_of(exp), exp, found["facts"])[2]
     assert status == "FAIL" and "actor/1 on device cuda cannot take a GPU" in message and "gpus_per_node" in fix
-    assert probe.judge_gpus(plan_of(exp), exp, found["facts"])[0] == \
+    assert findings.judge_gpus(plan_of(exp), exp, found["facts"])[0] == \
         ("ok", "group trainer: no GPU asked for, none given", "")
 
 
 def test_a_hard_open_files_limit_under_the_need_fails_naming_it():
     found = recorded()
     found["facts"]["policy/0"]["nofile"].update(soft=64, hard=64)
-    status, message, fix = probe.judge_nofile(plan_of(cartpole()), found["facts"])[1]
+    status, message, fix = findings.judge_nofile(plan_of(cartpole()), found["facts"])[1]
     assert status == "FAIL" and "policy/0 needs about" in message and "hard open-files limit" in message
     assert "is 64 here" in message
     found["facts"]["policy/0"]["nofile"].update(soft=64, hard=100000)
-    status, message, _ = probe.judge_nofile(plan_of(cartpole()), found["facts"])[1]
+    status, message, _ = findings.judge_nofile(plan_of(cartpole()), found["facts"])[1]
     assert status == "ok" and "raise their soft limit to the hard one" in message
 
 
@@ -571,39 +572,39 @@ def test_a_group_that_cannot_reach_another_fails_naming_the_task_and_its_node():
     found = recorded()
     pings = found["results"]["controller/0"]["pings"]
     pings["actor/1"] = {"error": "no reply within 5 s from tcp://10.250.1.14:40001"}
-    results = probe.judge_pings(plan_of(cartpole()), found)
+    results = findings.judge_pings(plan_of(cartpole()), found)
     assert statuses(results) == ["ok", "FAIL", "ok"]
     assert results[1][1].startswith("ZMQ between trainer and actor: controller/0 -> actor/1 on ")
     assert "no reply within 5 s" in results[1][1] and "slurm.ports" in results[1][2]
     found["results"]["policy/0"]["pings"] = None
-    assert "not measured: policy/0 did not ping" in probe.judge_pings(plan_of(cartpole()), found)[0][1]
+    assert "not measured: policy/0 did not ping" in findings.judge_pings(plan_of(cartpole()), found)[0][1]
 
 
 def test_gloo_nccl_and_mpi_failures():
     exp, found = cartpole(), recorded()
     found["results"]["trainer/0"]["collective"]["gloo"] = {"error": "RuntimeError: Connection refused", "seconds": 1}
-    status, message, fix = probe.judge_collectives(plan_of(exp), exp, found)[0]
+    status, message, fix = findings.judge_collectives(plan_of(exp), exp, found)[0]
     assert status == "FAIL" and "trainer/0: RuntimeError: Connection refused" in message and "GLOO_SOCKET_IFNAME" in fix
     found = recorded()
     found["results"]["trainer/0"]["collective"]["nccl"] = {"skipped": "trainers share a GPU (n1/GPU-a, n1/GPU-a)"}
-    assert probe.judge_collectives(plan_of(exp), exp, found)[1][0] == "warn"
+    assert findings.judge_collectives(plan_of(exp), exp, found)[1][0] == "warn"
     found["results"]["trainer/0"]["collective"]["nccl"] = {"seconds": 0.2, "sum": 1.0, "expected": 1.0}
-    assert probe.judge_collectives(plan_of(exp), exp, found)[1][1].startswith("NCCL all-reduce among 1 trainer GPU")
+    assert findings.judge_collectives(plan_of(exp), exp, found)[1][1].startswith("NCCL all-reduce among 1 trainer GPU")
 
     found = recorded()
     found["results"]["actor/1"]["mpi"] = {"state": "started"}
-    status, message, fix = probe.judge_mpi(plan_of(exp), found)
+    status, message, fix = findings.judge_mpi(plan_of(exp), found)
     assert status == "FAIL" and "actor/1 never finished it" in message and "srun --mpi=list" in fix
     found["results"]["actor/1"]["mpi"] = {"state": "failed", "error": "RendezvousError: MPI world has 1 ranks"}
-    assert "actor/1: RendezvousError" in probe.judge_mpi(plan_of(exp), found)[1]
-    assert probe.judge_mpi(plan_of(cartpole("slurm.mpi=none")), found)[0] == "ok"
+    assert "actor/1: RendezvousError" in findings.judge_mpi(plan_of(exp), found)[1]
+    assert findings.judge_mpi(plan_of(cartpole("slurm.mpi=none")), found)[0] == "ok"
 
 
 def test_tasks_that_never_reported_are_named():
     found = recorded()
     del found["facts"]["actor/1"], found["results"]["actor/1"]
     del found["results"]["policy/0"]
-    results = probe.judge_reports(plan_of(cartpole()), found)
+    results = findings.judge_reports(plan_of(cartpole()), found)
     assert [r[1] for r in results] == ["1 of 5 tasks never started their probe: actor/1",
                                        "1 task(s) started but never finished: policy/0"]
     assert probe.judge_job("9", 3, "FAILED", found, NAMES)[0] == "ok"  # every group ran, one task short:
@@ -621,9 +622,9 @@ def test_the_jobs_layout_says_each_groups_job_ran_and_met_through_files_or_which
     assert probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS) == \
         ("ok", "jobs 10 (trainer), 11 (policy), 12 (actor): each group's ordinary job ran and their tasks met through "
                "files in the probe directory (5 of 5 tasks started)", "")
-    assert probe.judge_mpi(plan, found) == \
+    assert findings.judge_mpi(plan, found) == \
         ("ok", "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)", "")
-    results = [probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS), *probe.judge_found(plan, exp, found, True)]
+    results = [probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS), *findings.judge_found(plan, exp, found, True)]
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
 
     found["results"]["policy/0"]["rendezvous"] = {"error": "BarrierTimeout: actor/1 never came", "seconds": 120}
@@ -646,8 +647,8 @@ def test_a_loopback_address_fails_the_jobs_layout_even_on_one_node():
     for f in found["facts"].values():
         f["node"] = "n1"
         f["address"] = {"ip": "127.0.1.1", "interface": None, "source": "hostname n1", "loopback": True}
-    assert statuses(probe.judge_addresses(plan_of(cartpole()), None, found["facts"])) == ["ok"] * 3
-    results = probe.judge_addresses(plan_of(cartpole("slurm.layout=jobs")), None, found["facts"])
+    assert statuses(findings.judge_addresses(plan_of(cartpole()), None, found["facts"])) == ["ok"] * 3
+    results = findings.judge_addresses(plan_of(cartpole("slurm.layout=jobs")), None, found["facts"])
     assert statuses(results) == ["FAIL"] * 3 and "the other groups' jobs cannot reach" in results[0][1]
     assert "slurm.network" in results[0][2]
 
@@ -746,7 +747,7 @@ def test_the_probes_tasks_meet_ping_and_all_reduce_for_real_here(tmp_path):
     found = tasks.collect(run.root, names)
     assert sorted(found["facts"]) == sorted(found["results"]) == sorted(names)
     plan = plan_of(exp)
-    results = [*probe.judge_reports(plan, found), *probe.judge_found(plan, exp, found, binds=None)]
+    results = [*findings.judge_reports(plan, found), *findings.judge_found(plan, exp, found, binds=None)]
     text = "\n".join(map(line, results))
     cpus = [r for r in results if "cpus_per_task" in r[1]]  # here no Slurm binds the tasks
     assert statuses(cpus) == ["warn"] * 3 and all("not bound" in r[1] for r in cpus), text
