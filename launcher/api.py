@@ -36,7 +36,7 @@ class Run:
         """pending / running / completed / failed / cancelled / timeout (Slurm's states, via one table); the
         run's own outcome once Slurm no longer knows the job (no accounting, after MinJobAge)."""
         if self.job_id is not None:
-            # slurm.layout: jobs: the groups' jobs together (slurm.current)
+            # slurm.layout: jobs: the groups' jobs together (slurm_jobs.current)
             state = scheduler.run_job(self.run)[1].state if scheduler.group_jobs(self.run) else \
                 scheduler.job_state(self.job_id)[0]
             return status.describe(self.run)[0] if state == "unknown" else state

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from launcher import accounting, render, runs, slurm
+from launcher import accounting, render, runs, slurm, slurm_jobs
 from launcher import plan as planning
 from launcher.findings import FAIL, OK, WARN, Result
 from launcher.probe_findings import judge_found, judge_reports
@@ -211,7 +211,7 @@ def run(exp: config.Experiment, given_dir: Optional[Path], command: str, wait: f
         yield gave_up
     explained, jobs = [job_id], None
     if groups:  # how each group's job ended: the ones that did not complete are explained
-        infos = slurm.job_states(list(groups.values()))
+        infos = slurm_jobs.job_states(list(groups.values()))
         jobs = {g: (j, infos[j].raw) for g, j in groups.items()}
         explained = [j for j in groups.values() if infos[j].state != "completed"] or list(groups.values())
     yield judge_job(job_id, len(job_plan.groups), state, found, names, jobs)
@@ -233,7 +233,7 @@ def _reported(run_dir: RunDir) -> int:
 
 def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) -> tuple[str, Optional[Result]]:
     """Until the job ends (with slurm.layout: jobs, every group's job: slurm.json lists them), at most `wait`
-    seconds, asking Slurm as launcher.slurm.Watch does; tasks' reports as they come. Jobs still pending or
+    seconds, asking Slurm as launcher.slurm_jobs.Watch does; tasks' reports as they come. Jobs still pending or
     running then are cancelled (the second value says so); so are ones that outlive every task's report by
     AFTER_REPORTS seconds (a hung srun)."""
     names = [w for g in plan.groups for w in g.workers]
@@ -244,15 +244,15 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
     def all_reported() -> bool:
         return counts["reported"] == len(names)
 
-    def cancel_live() -> dict[str, slurm.JobInfo]:
+    def cancel_live() -> dict[str, slurm_jobs.JobInfo]:
         """Slurm's word on each job just before the live ones are cancelled."""
-        infos = slurm.job_states(ids)
-        live = [i for i in ids if infos[i].state not in slurm.FINISHED]
+        infos = slurm_jobs.job_states(ids)
+        live = [i for i in ids if infos[i].state not in slurm_jobs.FINISHED]
         if live:
-            slurm.cancel(*live)
+            slurm_jobs.cancel(*live)
         return infos
 
-    watch = slurm.Watch(lambda: ids, ending=all_reported, say=say, groups=lambda: groups,
+    watch = slurm_jobs.Watch(lambda: ids, ending=all_reported, say=say, groups=lambda: groups,
                         started=lambda job: run_dir.slurm_output(job).exists())
     deadline = time.monotonic() + wait
     try:
@@ -273,14 +273,14 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
                                      "an srun that outlives its step (srl_hpc/srun_guard.py ends those in runs)")
             if time.monotonic() > deadline:
                 infos = cancel_live()
-                _, info = slurm.current(ids, infos, together=bool(groups))
-                now = slurm.groups_line(groups, infos) if groups else f"job {job_id} was {info.line()}"
+                _, info = slurm_jobs.current(ids, infos, together=bool(groups))
+                now = slurm_jobs.groups_line(groups, infos) if groups else f"job {job_id} was {info.line()}"
                 return info.raw, (FAIL, f"the probe gave up after {wait:.0f} s: {now}; cancelled",
                                   "the cluster is busy or the job cannot start (the reason above): probe again with "
                                   "a longer --probe-wait, or change what the reason names")
             time.sleep(1.0)
     except BaseException:
-        slurm.cancel(*ids)  # Ctrl-C or an error: never leave the probe's jobs behind
+        slurm_jobs.cancel(*ids)  # Ctrl-C or an error: never leave the probe's jobs behind
         raise
 
 
@@ -288,7 +288,7 @@ def explain_end(job_ids: list[str], run_dir: RunDir, missing: list[str]) -> Iter
     """Slurm's word on how each job (the jobs layout: each group's job that did not complete) ended, the last
     lines of the missing tasks' logs and of each job's output."""
     for job_id in job_ids:
-        for line in slurm.job_end(job_id):
+        for line in slurm_jobs.job_end(job_id):
             yield WARN, line, f"the job's output: {run_dir.slurm_output(job_id)}"
     for name in missing[:3]:
         yield WARN, f"{name}'s log ({run_dir.log(name)}), last lines: " + \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launcher import slurm
+from launcher import slurm, slurm_jobs
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams.security import write_run_keys
@@ -63,9 +63,9 @@ def continue_later(run_dir: str | Path, python: str, command: str, after: str | 
     if count < 1:
         raise ValueError(f"--chain must be >= 1, got {count}")
     ids = slurm.jobs_of(run)
-    infos = slurm.job_states(ids)
+    infos = slurm_jobs.job_states(ids)
     if after is None:
-        after = next((i for i in reversed(ids) if slurm.live(infos[i])), None)
+        after = next((i for i in reversed(ids) if slurm_jobs.live(infos[i])), None)
     if after is None and not run.checkpoint.exists():
         raise FileNotFoundError(f"{run.root}: no checkpoint to resume from (no {run.checkpoint}), and no job "
                                 "of the run that could still write one")

@@ -10,13 +10,13 @@ import json
 import time
 from pathlib import Path
 
-from launcher import local, slurm
+from launcher import local, slurm, slurm_jobs
 from srl_hpc import group_watch
 from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services.rendezvous import abandoned_by
 
 
-def describe(run: RunDir, job_state: slurm.JobInfo | None = None) -> tuple[str, str]:
+def describe(run: RunDir, job_state: slurm_jobs.JobInfo | None = None) -> tuple[str, str]:
     """(state, a readable report). state: pending/running/completed/failed/cancelled/timeout/unknown.
     job_state: Slurm's word on the run's job when the caller already asked (a sweep asks once for all)."""
     if not run.experiment.exists():
@@ -29,7 +29,7 @@ def describe(run: RunDir, job_state: slurm.JobInfo | None = None) -> tuple[str, 
         state = "running"
         lines.append(f"local run, launcher pid {local.launcher_pid(run)}")
     else:
-        state = slurm.OUTCOMES.get((summary or {}).get("status"), "unknown")
+        state = slurm_jobs.OUTCOMES.get((summary or {}).get("status"), "unknown")
     if summary:
         lines.append(f"outcome: {summary['status']}: {summary['reason']}")
         lines.append(f"wall time {summary['wall_time']}s, {summary['env_frames']:,} env frames, "
@@ -54,7 +54,7 @@ def describe(run: RunDir, job_state: slurm.JobInfo | None = None) -> tuple[str, 
 def ended_badly(run: RunDir, job_id: str) -> str:
     """For a Slurm job that failed, was cancelled or timed out: Slurm's reason and exit code, then where to
     look. No output file means the batch script never ran on a node, which nothing in the run says."""
-    return "\n".join(slurm.job_end(job_id) + where_to_look(run, job_id))
+    return "\n".join(slurm_jobs.job_end(job_id) + where_to_look(run, job_id))
 
 
 def why_it_ended(run: RunDir) -> str:
@@ -63,9 +63,9 @@ def why_it_ended(run: RunDir) -> str:
     groups = slurm.group_jobs(run)
     if not groups:
         return ended_badly(run, slurm.jobs_of(run)[-1])
-    infos = slurm.job_states(list(groups.values()))
+    infos = slurm_jobs.job_states(list(groups.values()))
     bad = [job for job in groups.values() if infos[job].state in ("failed", "cancelled", "timeout", "unknown")]
-    lines = [line for job in bad for line in slurm.job_end(job)]
+    lines = [line for job in bad for line in slurm_jobs.job_end(job)]
     for job in bad:
         if infos[job].state == "cancelled" and not run.slurm_output(job).exists():
             lines.append(f"job {job} was cancelled before it started (no {run.slurm_output(job).name})")
@@ -86,31 +86,31 @@ def where_to_look(run: RunDir, job_id: str) -> list[str]:
     return lines
 
 
-def _slurm_lines(run: RunDir, info: slurm.JobInfo | None, summary: dict | None, lines: list[str]) -> str:
+def _slurm_lines(run: RunDir, info: slurm_jobs.JobInfo | None, summary: dict | None, lines: list[str]) -> str:
     """The run's job (with its pending reason and expected start), the continuations queued after it, and
     the run's state: the job's, or the summary's outcome when Slurm no longer knows the job."""
     groups = slurm.group_jobs(run)
     if groups:
         return _group_jobs_lines(run, groups, summary, lines)
     ids = slurm.jobs_of(run)
-    infos = {ids[0]: slurm.JobInfo(*info)} if info is not None else slurm.job_states(ids)
-    job_id, info = slurm.current([i for i in ids if i in infos], infos)
+    infos = {ids[0]: slurm_jobs.JobInfo(*info)} if info is not None else slurm_jobs.job_states(ids)
+    job_id, info = slurm_jobs.current([i for i in ids if i in infos], infos)
     lines.append(f"slurm job {job_id}: {info.line()}")
     after = ids[ids.index(job_id) + 1:]
     if after:
         lines.append("queued after it (resume --after/--chain): " +
                      ", ".join(f"{i} {infos[i].line()}" for i in after if i in infos))
     state = info.state
-    if state == "unknown" and summary and summary.get("status") in slurm.OUTCOMES:
-        state = slurm.OUTCOMES[summary["status"]]
+    if state == "unknown" and summary and summary.get("status") in slurm_jobs.OUTCOMES:
+        state = slurm_jobs.OUTCOMES[summary["status"]]
         lines.append(f"(no word from Slurm on job {job_id}: the run's state is its summary's)")
     return state
 
 
 def _group_jobs_lines(run: RunDir, groups: dict[str, str], summary: dict | None, lines: list[str]) -> str:
     """slurm.layout: jobs: each group's job and its state, which group's job ended first where the group watch
-    cancelled the others for it, and the run's state (slurm.current's, together)."""
-    infos = slurm.job_states(list(groups.values()))
+    cancelled the others for it, and the run's state (slurm_jobs.current's, together)."""
+    infos = slurm_jobs.job_states(list(groups.values()))
     lines.append("slurm jobs, one per group (slurm.layout: jobs):")
     watched = {}
     for group, job in groups.items():
@@ -122,10 +122,10 @@ def _group_jobs_lines(run: RunDir, groups: dict[str, str], summary: dict | None,
             if infos[job].state in ("failed", "cancelled", "timeout") and not watched[group]:
                 lines.append(f"group {group}'s job {job} ended {infos[job].raw} before the run did; the other "
                              f"groups' jobs were cancelled for it")
-    _, info = slurm.current(list(groups.values()), infos, together=True)
+    _, info = slurm_jobs.current(list(groups.values()), infos, together=True)
     state = info.state
-    if state == "unknown" and summary and summary.get("status") in slurm.OUTCOMES:
-        state = slurm.OUTCOMES[summary["status"]]
+    if state == "unknown" and summary and summary.get("status") in slurm_jobs.OUTCOMES:
+        state = slurm_jobs.OUTCOMES[summary["status"]]
         lines.append("(no word from Slurm on the groups' jobs: the run's state is its summary's)")
     return state
 
@@ -154,11 +154,11 @@ def follow_file(path: Path, position: int = 0) -> int:
 
 def ended(run: RunDir, say=None):
     """`logs -f`'s stop test: a local run has ended once its summary exists; a Slurm run once none of its
-    jobs is live (slurm.Watch: asked politely, at most once a minute while pending; the summary's outcome
+    jobs is live (slurm_jobs.Watch: asked politely, at most once a minute while pending; the summary's outcome
     once Slurm no longer knows the job). say(line): the job's pending reason and state changes."""
     if not run.slurm.exists():
         return run.summary.exists
-    watch = slurm.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm.outcome_of(run), say,
+    watch = slurm_jobs.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm_jobs.outcome_of(run), say,
                         groups=lambda: slurm.group_jobs(run))
     return lambda: watch.check() is not None
 

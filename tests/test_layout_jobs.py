@@ -17,7 +17,7 @@ import pytest
 
 import launcher
 from conftest import ROOT, assert_every_frame_accounted_for, wait_until
-from launcher import accounting, cli, plan, render, slurm
+from launcher import accounting, cli, plan, render, slurm, slurm_jobs
 from srl_hpc import config, graph as wiring, group_watch
 from srl_hpc.rundir import task_id_of
 from test_slurm import no_process_left, srl
@@ -142,7 +142,7 @@ def test_a_cluster_without_het_steps_refuses_the_hetjob_layout_and_says_which_to
 
 
 def info(state, raw, reason="", start=""):
-    return slurm.JobInfo(state, raw, reason, start)
+    return slurm_jobs.JobInfo(state, raw, reason, start)
 
 
 def test_the_groups_jobs_speak_for_the_run_together():
@@ -150,16 +150,16 @@ def test_the_groups_jobs_speak_for_the_run_together():
     groups = dict(zip(["trainer", "policy", "actor"], ids))
     late = {"10": info("running", "RUNNING"), "11": info("running", "RUNNING"),
             "12": info("pending", "PENDING", "Priority", "N/A")}
-    assert slurm.current(ids, late, together=True) == ("12", late["12"])  # the run waits for it
-    assert slurm.groups_line(groups, late) == \
+    assert slurm_jobs.current(ids, late, together=True) == ("12", late["12"])  # the run waits for it
+    assert slurm_jobs.groups_line(groups, late) == \
         "waiting for group actor (job 12): pending, reason Priority, expected start unknown"
     going = {**late, "12": info("cancelled", "CANCELLED")}  # the others still wind down: not over yet
-    assert slurm.current(ids, going, together=True)[0] == "10"
-    assert slurm.groups_line(groups, going) == \
+    assert slurm_jobs.current(ids, going, together=True)[0] == "10"
+    assert slurm_jobs.groups_line(groups, going) == \
         "group trainer (job 10) running, group policy (job 11) running, group actor (job 12) cancelled"
     over = {"10": info("cancelled", "CANCELLED"), "11": info("completed", "COMPLETED"), "12": info("failed", "FAILED")}
-    assert slurm.current(ids, over, together=True) == ("12", over["12"])  # the end that matters most
-    assert slurm.current(ids, over) == ("12", over["12"])  # (a chain: the last job)
+    assert slurm_jobs.current(ids, over, together=True) == ("12", over["12"])  # the end that matters most
+    assert slurm_jobs.current(ids, over) == ("12", over["12"])  # (a chain: the last job)
 
 
 def test_the_group_watch_finds_the_other_groups_and_the_first_that_ended_badly(tmp_path):
@@ -198,7 +198,7 @@ def groups_of(run_dir: Path) -> dict[str, str]:
 
 
 def states(groups: dict[str, str]) -> dict[str, str]:
-    infos = slurm.job_states(list(groups.values()))
+    infos = slurm_jobs.job_states(list(groups.values()))
     return {group: infos[job].raw for group, job in groups.items()}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, script
+from launcher import slurm_jobs
 from launcher import accounting
 from launcher import plan as planning
 from launcher import probe
@@ -685,7 +686,8 @@ def fake_cluster(monkeypatch):
 
     monkeypatch.setattr(slurm, "_sbatch", sbatch)
     monkeypatch.setattr(slurm, "_run", run)
-    monkeypatch.setattr(slurm, "job_states", lambda ids: {i: slurm.JobInfo("completed", "COMPLETED") for i in ids})
+    monkeypatch.setattr(slurm_jobs, "job_states",
+                        lambda ids: {i: slurm_jobs.JobInfo("completed", "COMPLETED") for i in ids})
     monkeypatch.setattr(probe, "follow", follow)
     return cluster
 

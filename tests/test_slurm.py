@@ -14,7 +14,7 @@ import pytest
 import launcher
 from conftest import (ROOT, assert_every_frame_accounted_for, processes_mentioning, script, tensorboard_scalars,
                       wait_until)
-from launcher import slurm
+from launcher import slurm, slurm_jobs
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
 from srl_hpc.trace.reader import read_run
@@ -143,7 +143,7 @@ def test_a_failing_worker_fails_the_job_and_status_names_it(tmp_path):
     proc = srl(exp, "--slurm", "--follow", "--run-dir", run_dir, "--set", "workers.actor.max_restarts=1")
     assert proc.returncode == 1
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-    assert slurm.job_state(job_id)[0] == "failed"
+    assert slurm_jobs.job_state(job_id)[0] == "failed"
     out = srl("status", run_dir).stdout
     assert "state: failed" in out
     assert "worker actor/" in out and "RuntimeError: CrashAfter env crashed on purpose" in out
@@ -159,7 +159,7 @@ def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names
                "--set", "workers.trainer.device=cuda")
     assert proc.returncode == 1
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-    assert slurm.job_state(job_id)[0] == "failed"
+    assert slurm_jobs.job_state(job_id)[0] == "failed"
     out = srl("status", run_dir).stdout
     assert "worker trainer/0 exited before the rendezvous" in out and "Torch not compiled with CUDA enabled" in out
     assert "rendezvous abandoned: trainer/0 exited before it" in (run_dir / "logs" / "actor-0.log").read_text()
@@ -189,8 +189,8 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
     job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True,
                             timeout=60).stdout.strip()
     try:
-        wait_until(lambda: slurm.job_state(job_id)[0] in slurm.FINISHED, 120, f"job {job_id} to end",
-                   lambda: slurm.job_state(job_id), interval=0.5)
+        wait_until(lambda: slurm_jobs.job_state(job_id)[0] in slurm_jobs.FINISHED, 120, f"job {job_id} to end",
+                   lambda: slurm_jobs.job_state(job_id), interval=0.5)
     finally:  # a guard that failed leaves the stand-in holding a node for 10 minutes
         subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
     out = (tmp_path / "out").read_text()

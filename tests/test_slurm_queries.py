@@ -1,24 +1,24 @@
 """How the launcher reads Slurm's answers and how often it asks (pure parts; the real squeue is in test_slurm)."""
-from launcher import slurm
+from launcher import slurm, slurm_jobs
 
 
 def test_het_components_count_for_their_job_and_array_tasks_for_themselves():
     squeue = "123+0|RUNNING\n123+1|RUNNING\n123+2|FAILED\n200_0|COMPLETED\n200_1|PENDING\n999|RUNNING\n"
-    raw = slurm.parse_states(squeue, ["123", "200_0", "200_1", "300"])
+    raw = slurm_jobs.parse_states(squeue, ["123", "200_0", "200_1", "300"])
     assert raw == {"123": ["RUNNING", "RUNNING", "FAILED"], "200_0": ["COMPLETED"], "200_1": ["PENDING"]}
-    assert slurm.combine(raw["123"]) == ("failed", "FAILED")  # one failed component fails the het job
-    assert slurm.combine(raw.get("300", [])) == ("unknown", "UNKNOWN")
+    assert slurm_jobs.combine(raw["123"]) == ("failed", "FAILED")  # one failed component fails the het job
+    assert slurm_jobs.combine(raw.get("300", [])) == ("unknown", "UNKNOWN")
 
 
 def test_sacct_states_with_who_cancelled_and_requeue_marks():
-    raw = slurm.parse_states("55|CANCELLED by 0\n56|COMPLETED\n57|RUNNING+\n", ["55", "56", "57"])
-    assert [slurm.combine(raw[i])[0] for i in ("55", "56", "57")] == ["cancelled", "completed", "running"]
+    raw = slurm_jobs.parse_states("55|CANCELLED by 0\n56|COMPLETED\n57|RUNNING+\n", ["55", "56", "57"])
+    assert [slurm_jobs.combine(raw[i])[0] for i in ("55", "56", "57")] == ["cancelled", "completed", "running"]
 
 
 def test_a_watched_job_is_asked_about_less_and_less_often_until_it_is_about_to_end(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(slurm.time, "monotonic", lambda: now[0])
-    ask = slurm.Polite(first=1.0, most=15.0)
+    ask = slurm_jobs.Polite(first=1.0, most=15.0)
     asked = []
     while now[0] < 120:  # a follower that wakes every half second for two minutes
         if ask.due():
@@ -40,15 +40,16 @@ def test_a_watched_job_is_asked_about_less_and_less_often_until_it_is_about_to_e
 def test_a_pending_job_reads_with_its_reason_and_expected_start():
     squeue = ("40+0|PENDING|Resources|2026-12-03T10:00:00\n40+1|PENDING|None|2026-12-03T10:00:00\n"
               "41|PENDING|JobHeldUser|N/A\n42|RUNNING|None|2026-12-03T09:00:00\n")
-    rows = slurm.parse_rows(squeue, ["40", "41", "42"])
-    het, held, running = (slurm.combine_info(rows[i]) for i in ("40", "41", "42"))
+    rows = slurm_jobs.parse_rows(squeue, ["40", "41", "42"])
+    het, held, running = (slurm_jobs.combine_info(rows[i]) for i in ("40", "41", "42"))
     assert het == ("pending", "PENDING", "Resources", "2026-12-03T10:00:00", "")
     assert het.line() == "PENDING (Resources), expected start 2026-12-03T10:00:00"
     assert held.line() == "PENDING (JobHeldUser), expected start unknown"  # Slurm says N/A
     assert running.line() == "RUNNING" and running[:2] == ("running", "RUNNING")  # (state, raw) as before
-    assert slurm.pending_text("Priority", "Unknown") == "(Priority), expected start unknown"
-    assert slurm.pending_text("None", "2026-12-04T00:00:00") == "(no reason given), expected start 2026-12-04T00:00:00"
-    lost = slurm.combine_info([], "squeue: slurm_load_jobs error: Unable to contact slurm controller")
+    assert slurm_jobs.pending_text("Priority", "Unknown") == "(Priority), expected start unknown"
+    assert slurm_jobs.pending_text("None", "2026-12-04T00:00:00") == \
+        "(no reason given), expected start 2026-12-04T00:00:00"
+    lost = slurm_jobs.combine_info([], "squeue: slurm_load_jobs error: Unable to contact slurm controller")
     assert lost.state == "unknown" and "Unable to contact" in lost.line()
 
 
@@ -66,7 +67,7 @@ def asks_over(ask, seconds, now, hurry=lambda t: False, answer=lambda t: "runnin
 def test_a_pending_job_is_asked_about_at_most_once_a_minute_then_politely_once_it_runs(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(slurm.time, "monotonic", lambda: now[0])
-    ask = slurm.Polite()
+    ask = slurm_jobs.Polite()
     asked = asks_over(ask, 300, now, answer=lambda t: "pending" if t < 200 else "running")
     pending = [t for t in asked if t <= 200]
     assert pending == [0.0, 60.0, 120.0, 180.0, 240.0][:len(pending)] and len(pending) == 4
@@ -79,7 +80,7 @@ def test_the_one_second_looks_at_a_run_that_says_it_is_ending_are_bounded(monkey
     then back to the backoff, and to once a minute while it is pending; a new summary, ten more."""
     now = [0.0]
     monkeypatch.setattr(slurm.time, "monotonic", lambda: now[0])
-    ask = slurm.Polite()
+    ask = slurm_jobs.Polite()
     asks_over(ask, 100, now)  # running for a while: asked every 15 s by now
     asked = asks_over(ask, 120, now, hurry=lambda t: True)
     assert asked[:10] == [101.0 + k for k in range(10)]  # the first a second after the summary appeared
@@ -98,7 +99,7 @@ class FakeSlurm:
         self.answers, self.looks = list(answers), []
         self.now = [0.0]
         monkeypatch.setattr(slurm.time, "monotonic", lambda: self.now[0])
-        monkeypatch.setattr(slurm, "job_states", self.job_states)
+        monkeypatch.setattr(slurm_jobs, "job_states", self.job_states)
 
     def job_states(self, ids):
         self.looks.append(self.now[0])
@@ -116,9 +117,9 @@ class FakeSlurm:
         return None, self.now[0]
 
 
-PENDING = slurm.JobInfo("pending", "PENDING", "Priority", "")
-RUNNING = slurm.JobInfo("running", "RUNNING", "None", "2026-12-03T10:00:00")
-UNKNOWN = slurm.JobInfo("unknown", "UNKNOWN")
+PENDING = slurm_jobs.JobInfo("pending", "PENDING", "Priority", "")
+RUNNING = slurm_jobs.JobInfo("running", "RUNNING", "None", "2026-12-03T10:00:00")
+UNKNOWN = slurm_jobs.JobInfo("unknown", "UNKNOWN")
 
 
 def test_following_a_pending_job_says_its_reason_once_and_again_only_when_it_changes(monkeypatch):
@@ -126,7 +127,7 @@ def test_following_a_pending_job_says_its_reason_once_and_again_only_when_it_cha
     fake = FakeSlurm(monkeypatch, [PENDING], [PENDING], [later], [later], [RUNNING], [RUNNING._replace(
         state="completed", raw="COMPLETED")])
     said = []
-    watch = slurm.Watch(lambda: ["7"], say=said.append)
+    watch = slurm_jobs.Watch(lambda: ["7"], say=said.append)
     final, _ = fake.run(watch, 1000)
     assert final == "completed"
     assert said == ["job 7 pending (Priority), expected start unknown",
@@ -137,31 +138,31 @@ def test_following_a_pending_job_says_its_reason_once_and_again_only_when_it_cha
 def test_a_pending_job_whose_output_file_appears_is_asked_about_at_once_not_a_minute_later(monkeypatch):
     """The job script's output file appears as the job starts: a follower sees it within a second."""
     fake = FakeSlurm(monkeypatch, [PENDING], [RUNNING])
-    watch = slurm.Watch(lambda: ["7"], started=lambda job: job == "7" and fake.now[0] >= 5.0)
+    watch = slurm_jobs.Watch(lambda: ["7"], started=lambda job: job == "7" and fake.now[0] >= 5.0)
     fake.run(watch, 30)
     assert fake.looks[:2] == [0.0, 5.0] and watch.state == "running"
     never = FakeSlurm(monkeypatch, [PENDING])
-    never.run(slurm.Watch(lambda: ["7"], started=lambda job: False), 150)
+    never.run(slurm_jobs.Watch(lambda: ["7"], started=lambda job: False), 150)
     assert never.looks == [0.0, 60.0, 120.0]
 
 
 def test_a_run_with_a_summary_whose_job_slurm_no_longer_knows_ends_with_the_run_outcome(monkeypatch):
     """No accounting, and the job aged out of slurmctld (MinJobAge): squeue and sacct know nothing."""
     fake = FakeSlurm(monkeypatch, [UNKNOWN])
-    outcome = slurm.Watch(lambda: ["7"], ending=lambda: True, outcome=lambda: "completed")
+    outcome = slurm_jobs.Watch(lambda: ["7"], ending=lambda: True, outcome=lambda: "completed")
     assert fake.run(outcome, 600) == ("completed", 0.0)
     fake.now[0] = 0.0
-    without_outcome = slurm.Watch(lambda: ["7"], ending=lambda: True)
+    without_outcome = slurm_jobs.Watch(lambda: ["7"], ending=lambda: True)
     assert fake.run(without_outcome, 600) == ("unknown", 0.0)
 
 
 def test_a_job_slurm_no_longer_knows_and_no_summary_is_given_up_after_a_while_unless_slurm_did_not_answer(monkeypatch):
     fake = FakeSlurm(monkeypatch, [UNKNOWN])
-    final, when = fake.run(slurm.Watch(lambda: ["7"], ending=lambda: False), 3 * slurm.LOST_AFTER)
-    assert final == "unknown" and slurm.LOST_AFTER <= when <= slurm.LOST_AFTER + 15
+    final, when = fake.run(slurm_jobs.Watch(lambda: ["7"], ending=lambda: False), 3 * slurm_jobs.LOST_AFTER)
+    assert final == "unknown" and slurm_jobs.LOST_AFTER <= when <= slurm_jobs.LOST_AFTER + 15
     fake = FakeSlurm(monkeypatch, [UNKNOWN._replace(error="squeue: Unable to contact slurm controller")])
     said = []
-    assert fake.run(slurm.Watch(lambda: ["7"], say=said.append), 3 * slurm.LOST_AFTER)[0] is None
+    assert fake.run(slurm_jobs.Watch(lambda: ["7"], say=said.append), 3 * slurm_jobs.LOST_AFTER)[0] is None
     assert said == ["job 7: squeue: Unable to contact slurm controller (asking again)"]  # once
 
 
@@ -171,10 +172,10 @@ def test_a_chain_is_followed_through_its_continuations_to_the_last(monkeypatch):
     fake = FakeSlurm(monkeypatch, [RUNNING, waiting, waiting], [done, RUNNING, waiting], [done, done, RUNNING],
                      [UNKNOWN, done, done])
     said = []
-    final, _ = fake.run(slurm.Watch(lambda: ["1", "2", "3"], say=said.append), 600)
+    final, _ = fake.run(slurm_jobs.Watch(lambda: ["1", "2", "3"], say=said.append), 600)
     assert final == "completed" and said == ["job 1 running", "job 2 running", "job 3 running"]
-    assert slurm.current(["1", "2"], {"1": done, "2": waiting}) == ("2", waiting)
-    assert slurm.current(["1", "2"], {"1": done, "2": UNKNOWN}) == ("2", UNKNOWN)
+    assert slurm_jobs.current(["1", "2"], {"1": done, "2": waiting}) == ("2", waiting)
+    assert slurm_jobs.current(["1", "2"], {"1": done, "2": UNKNOWN}) == ("2", UNKNOWN)
 
 
 def test_a_continuation_waits_for_the_job_before_it_however_that_one_ended():
@@ -222,9 +223,9 @@ JobId=813 HetJobId=812 HetJobOffset=1 JobName=srl-cartpole_ppo
 
 
 def test_a_failed_het_job_reads_with_slurms_reason_and_exit_code_for_each_component():
-    ends = slurm.parse_show_job(LAUNCH_FAILED)
+    ends = slurm_jobs.parse_show_job(LAUNCH_FAILED)
     assert ends == [("812+0", "FAILED", "JobLaunchFailure", "0:1"), ("812+1", "FAILED", "JobLaunchFailure", "0:1")]
-    assert slurm.end_lines(ends) == ["Slurm: job 812+0, 812+1 FAILED, reason JobLaunchFailure, ExitCode 0:1 "
+    assert slurm_jobs.end_lines(ends) == ["Slurm: job 812+0, 812+1 FAILED, reason JobLaunchFailure, ExitCode 0:1 "
                                      "(exit status:signal)"]
 
 
@@ -232,10 +233,11 @@ def test_scontrol_one_line_records_of_a_timeout_and_a_cancel_without_a_reason():
     one_line = ("JobId=90 JobName=srl-pong UserId=bob(1002) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) "
                 "Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:15 WorkDir=/home/bob/my runs/pong Power=\n"
                 "JobId=91 JobName=srl-pong JobState=CANCELLED Reason=None ExitCode=0:0 Power=\n")
-    ends = slurm.parse_show_job(one_line)
+    ends = slurm_jobs.parse_show_job(one_line)
     assert ends == [("90", "TIMEOUT", "TimeLimit", "0:15"), ("91", "CANCELLED", "None", "0:0")]
-    assert slurm.end_lines(ends)[1] == "Slurm: job 91 CANCELLED, no reason given, ExitCode 0:0 (exit status:signal)"
-    assert slurm.parse_show_job("slurm_load_jobs error: Invalid job id specified\n") == []
+    assert slurm_jobs.end_lines(ends)[1] == \
+        "Slurm: job 91 CANCELLED, no reason given, ExitCode 0:0 (exit status:signal)"
+    assert slurm_jobs.parse_show_job("slurm_load_jobs error: Invalid job id specified\n") == []
 
 
 def test_where_to_look_says_when_the_batch_script_never_ran_and_names_the_logs(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 import launcher
 from conftest import ROOT, Output, script, wait_until
-from launcher import slurm
+from launcher import slurm, slurm_jobs
 from srl_hpc.rundir import RunDir
 
 pytestmark = pytest.mark.slurm
@@ -66,7 +66,7 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
     waiting = srl("status", run.run_dir).stdout
     assert f"slurm job {run.job_id}: RUNNING" in waiting and f"{first} PENDING (Dependency)" in waiting, waiting
     subprocess.run(["scancel", run.job_id], check=True, timeout=30)  # only the run's job: the chain goes on
-    assert slurm.wait(second, run=RunDir(run.run_dir), timeout=400) == "completed"
+    assert slurm_jobs.wait(second, run=RunDir(run.run_dir), timeout=400) == "completed"
     attempt1 = json.loads((run.run_dir / "summary.attempt-1.json").read_text())
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert attempt1["status"] == "cancelled" and attempt1["policy_version"] > 0
@@ -74,7 +74,7 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
     assert summary["reason"] == "wall time reached: 30s"
     assert f"version {attempt1['policy_version']}, " in (run.run_dir / "logs" / "trainer-0.log").read_text()  # resumed
     assert "the run has already succeeded: nothing to continue" in (run.run_dir / f"slurm-{second}.out").read_text()
-    states = slurm.job_states([run.job_id, first, second])
+    states = slurm_jobs.job_states([run.job_id, first, second])
     assert [states[j].state for j in (run.job_id, first, second)] == ["cancelled", "completed", "completed"]
     report = srl("status", run.run_dir).stdout
     assert "(attempt 2)" in report and f"slurm job {second}: COMPLETED" in report

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from launcher import cli, runs, slurm, status
+from launcher import cli, runs, slurm, slurm_jobs, status
 from launcher.commands import run as run_command
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
@@ -60,7 +60,7 @@ def test_follow_and_status_of_a_finished_run_whose_job_slurm_no_longer_knows_end
     state, report = status.describe(run)
     assert state == "completed" and "slurm job 100: UNKNOWN" in report and "the run's state is its summary's" in report
     failed = slurm_run(tmp_path / "failed", status_="failed")
-    assert slurm.wait("100", run=failed, timeout=10) == "failed"
+    assert slurm_jobs.wait("100", run=failed, timeout=10) == "failed"
 
 
 def test_logs_follow_ends_once_the_run_has_ended_and_slurm_no_longer_knows_its_job(tmp_path, forgotten, capsys):
@@ -74,7 +74,7 @@ def test_logs_follow_ends_once_the_run_has_ended_and_slurm_no_longer_knows_its_j
 def test_a_run_that_never_concluded_is_not_given_up_at_the_first_unknown(tmp_path, forgotten):
     run = slurm_run(tmp_path, status_=None)
     with pytest.raises(TimeoutError, match="still unknown"):
-        slurm.wait("100", run=run, timeout=2)
+        slurm_jobs.wait("100", run=run, timeout=2)
 
 
 # ------------------------------------------------------------------------------- Slurm does not answer
@@ -86,13 +86,13 @@ def test_a_slurm_command_that_does_not_answer_is_a_clear_error_naming_it(tmp_pat
         fake_bin(name, "exec sleep 30")
     started = time.monotonic()
     with pytest.raises(slurm.SlurmError, match=r"^squeue did not answer within 0.5 s: slurmctld is not answering"):
-        slurm.job_state("100")
+        slurm_jobs.job_state("100")
     with pytest.raises(slurm.SlurmError, match="may still have been submitted"):
         slurm.submit(slurm.Request(None, "#!/bin/sh\n", None), slurm_run(tmp_path), "test")
     with pytest.raises(slurm.SlurmError, match="^sinfo did not answer"):
         slurm.cluster_facts()
     with pytest.raises(slurm.SlurmError, match="^scancel did not answer"):
-        slurm.cancel("100")
+        slurm_jobs.cancel("100")
     assert time.monotonic() - started < 10
     assert cli.main(["status", str(tmp_path / "run")]) == 3  # Slurm did not answer: said, not a traceback
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ import argparse
 import os
 import signal
 
-from launcher import local, slurm, sweep
+from launcher import local, slurm_jobs, sweep
 from launcher.commands import common
 from srl_hpc.rundir import RunDir
 
@@ -21,7 +21,7 @@ def main(argv) -> int:
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         if all("job_id" in m for m in members):
-            slurm.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
+            slurm_jobs.cancel(*(m["job_id"] for m in members))  # one scancel for the whole sweep
             print(f"cancelled the sweep's {len(members)} jobs")
             return 0
         # a local sweep runs its members in one launcher, one after another: stopping it stops the sweep
@@ -33,7 +33,7 @@ def main(argv) -> int:
         print(f"sent SIGTERM to the sweep's local launcher (pid {', '.join(map(str, sorted(pids)))})")
         return 0
     if args.run_dir.slurm.exists():
-        job_ids = slurm.cancel_run(args.run_dir)  # with the continuations queued after it
+        job_ids = slurm_jobs.cancel_run(args.run_dir)  # with the continuations queued after it
         print(f"cancelled job {', '.join(job_ids)}")
         return 0
     pid = local.launcher_pid(args.run_dir)

@@ -5,7 +5,7 @@ import argparse
 import shlex
 import sys
 
-from launcher import local, runs, slurm
+from launcher import local, runs, slurm, slurm_jobs
 from launcher.commands import common, run as running
 from srl_hpc.rundir import RunDir
 
@@ -34,11 +34,11 @@ def main(argv) -> int:
         print(f"continuing {run.root}: queued job {', '.join(job_ids)}" + (f", after job {after}" if after else ""))
         return running.follow(run, job_ids[-1]) if args.follow else 0
     if run.slurm.exists():
-        job_id, info = slurm.run_job(run)
-        if (slurm.live(info) or info.error) and slurm.group_jobs(run):
+        job_id, info = slurm_jobs.run_job(run)
+        if (slurm_jobs.live(info) or info.error) and slurm.group_jobs(run):
             raise common.UsageError(f"job {job_id} of {run.root} (slurm.layout: jobs) is {info.line()}; cancel the run "
                              f"first: srl-launch cancel {run.root}")
-        if slurm.live(info) or info.error:
+        if slurm_jobs.live(info) or info.error:
             raise common.UsageError(f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
                              f"continuation after it: --after {job_id}")
     elif local.launcher_pid(run) is not None:

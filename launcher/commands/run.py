@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher import local, overrides, runs, slurm, status, sweep
+from launcher import local, overrides, runs, slurm, slurm_jobs, status, sweep
 from launcher.commands import common
 from launcher.settings import add_profile_option
 from srl_hpc import config, graph as wiring
@@ -92,7 +92,7 @@ def follow(run: RunDir, job_id: str) -> int:
         nonlocal position
         position = status.follow_file(log, position)
 
-    slurm.wait(job_id, on_poll=stream_progress, run=run, say=print)  # print: pending reasons, state changes
+    slurm_jobs.wait(job_id, on_poll=stream_progress, run=run, say=print)  # print: pending reasons, state changes
     stream_progress()
     final, report = status.describe(run)
     print(report)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from launcher import local, slurm, status, sweep
+from launcher import local, slurm_jobs, status, sweep
 from launcher.commands import common
 from srl_hpc.rundir import RunDir
 
@@ -19,7 +19,7 @@ def main(argv) -> int:
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         on_slurm = [m["job_id"] for m in members if "job_id" in m]
-        states = slurm.job_states(on_slurm) if on_slurm else {}  # one squeue for the whole sweep
+        states = slurm_jobs.job_states(on_slurm) if on_slurm else {}  # one squeue for the whole sweep
         sweeping = any(local.launcher_pid(RunDir(m["run_dir"])) for m in members if "job_id" not in m)
         codes = []
         for member in members:
