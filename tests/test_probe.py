@@ -19,6 +19,7 @@ from launcher import probe_findings as findings, probe_settings as settings
 from launcher.doctor import line
 from srl_hpc import config
 from srl_hpc import probe as tasks
+from srl_hpc.probe import facts as probe_facts, task as probe_task
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 NAMES = ["controller/0", "trainer/0", "policy/0", "actor/0", "actor/1"]
@@ -309,10 +310,10 @@ def test_a_probe_task_of_a_groups_job_is_its_first_task_plus_its_place_in_the_gr
     from launcher import runs
     _, run = runs.create(cartpole("slurm.layout=jobs"), tmp_path / "probe")
     seen = []
-    monkeypatch.setattr(tasks, "probe", lambda exp, graph, name, run_dir, mpi: seen.append((name, mpi)))
+    monkeypatch.setattr(probe_task, "probe", lambda exp, graph, name, run_dir, mpi: seen.append((name, mpi)))
     monkeypatch.setenv("SLURM_PROCID", "1")  # the second task of the actor group's srun
-    assert tasks.main(["--run-dir", str(run.root), "--slurm", "--rendezvous", "file", "--first-task", "3"]) == 0
-    assert tasks.main(["--run-dir", str(run.root), "--slurm"]) == 0  # a het job's one srun: SLURM_PROCID alone
+    assert probe_task.main(["--run-dir", str(run.root), "--slurm", "--rendezvous", "file", "--first-task", "3"]) == 0
+    assert probe_task.main(["--run-dir", str(run.root), "--slurm"]) == 0  # a het job's one srun: SLURM_PROCID alone
     assert seen == [("actor/1", False), ("trainer/0", False)]
 
 
@@ -325,7 +326,7 @@ def test_the_probe_directory_is_never_a_runs_own(tmp_path):
 
 def test_gpu_variables_are_the_models_own():
     from srl_hpc import models
-    assert tasks.GPU_VARIABLES == models.GPU_VARIABLES
+    assert probe_facts.GPU_VARIABLES == models.GPU_VARIABLES
 
 
 # ------------------------------------------------------------------------------ the cluster's settings

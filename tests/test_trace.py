@@ -18,7 +18,7 @@ from conftest import ROOT, script, wait_until
 from srl_hpc import config
 from srl_hpc import graph
 from srl_hpc.streams.inference import shm_name
-from srl_hpc.trace import analysis, cli, reader
+from srl_hpc.trace import analysis, cli, reader, verdict
 from srl_hpc.trace.reader import RunTrace, WorkerTrace
 
 SLOW_ENV = ROOT / "experiments" / "testing" / "slow_env.yaml"
@@ -100,13 +100,13 @@ def shares(kind: str, **values) -> dict:
     ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.1}, {"computing": 0.3}, "transport"),
 ])
 def test_verdict_rule(actor, policy, trainer, stage):
-    found = analysis.verdict(shares("actor", **actor), shares("policy", **policy), shares("trainer", **trainer))
+    found = verdict.verdict(shares("actor", **actor), shares("policy", **policy), shares("trainer", **trainer))
     assert found.stage == stage
     assert "actors spend" in found.evidence
 
 
 def test_verdict_without_actor_traces_is_unknown():
-    assert analysis.verdict(None, None, shares("trainer", computing=0.5)).stage == "unknown"
+    assert verdict.verdict(None, None, shares("trainer", computing=0.5)).stage == "unknown"
 
 
 def test_histogram_is_exact_for_small_values_and_power_of_two_beyond():
