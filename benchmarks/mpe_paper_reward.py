@@ -26,7 +26,7 @@ from srl_hpc import config
 from srl_hpc.algorithm_spec import reads_global_state
 from srl_hpc.algorithms.watching import watching_policy
 from srl_hpc.envs.backends import make_env, spaces
-from srl_hpc.models import build_model
+from srl_hpc.models.building import build_model
 from srl_hpc.rundir import RunDir
 
 

@@ -124,7 +124,7 @@ class Graph:
 
     def gpu_index(self, name: str, local_id: int | None) -> int:
         """A worker on device "cuda": its index among its node's CUDA workers, the number of them before it
-        (srl_hpc.models.pick_gpu turns it into a device its task sees). Under Slurm a het group's tasks fill
+        (srl_hpc.models.devices.pick_gpu turns it into a device its task sees). Under Slurm a het group's tasks fill
         each node in order, so those are among the `local_id` (SLURM_LOCALID) tasks of its group before it;
         in local mode (None) all share one node."""
         position = self.names.index(name)

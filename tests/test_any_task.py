@@ -87,7 +87,7 @@ def test_a_mask_in_the_envs_info_joins_the_observation_and_only_legal_moves_are_
     from srl_hpc import config
     from srl_hpc.algorithms import ppo
     from srl_hpc.envs.backends import make_env, spaces
-    from srl_hpc.models import build_model
+    from srl_hpc.models.building import build_model
     from srl_hpc.streams.contract import ObsContract
 
     exp = config.load(EXPERIMENTS / "taxi_masked_ppo.yaml")

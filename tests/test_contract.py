@@ -9,7 +9,7 @@ import zmq
 from gymnasium import spaces
 
 from srl_hpc.algorithm_spec import SPECS
-from srl_hpc.models import ObsDecoder
+from srl_hpc.models.torsos import ObsDecoder
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.contract import ActionContract, Contract, ObsContract, SpaceError
 from srl_hpc.streams.inference import InferenceServer, ShmInferenceClient

@@ -98,7 +98,8 @@ def test_a_policy_workers_engine_keeps_the_published_statistics_exact_in_any_pre
     from srl_hpc.algorithms import ppo
     from srl_hpc.envs.backends import spaces
     from srl_hpc.handlers.policy import InferenceEngine
-    from srl_hpc.models import build_model, load_arrays, state_arrays
+    from srl_hpc.models.building import build_model
+    from srl_hpc.models.weights import load_arrays, state_arrays
 
     exp = config.load(ROOT / "experiments" / "pendulum_ppo.yaml")
     trained = build_model(exp, *spaces(exp.env))

@@ -5,7 +5,8 @@ import torch
 
 from srl_hpc import config
 from srl_hpc.algorithms import dqn
-from srl_hpc.models import MLP, QHead
+from srl_hpc.models.heads import QHead
+from srl_hpc.models.torsos import MLP
 
 
 class Fixed(torch.nn.Module):

@@ -3,7 +3,7 @@ passed in, so no GPU is needed)."""
 import pytest
 import torch
 
-from srl_hpc.models import pick_gpu, resolve_device
+from srl_hpc.models.devices import pick_gpu, resolve_device
 
 WHOLE_NODE = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "0,1", "SLURM_JOB_GPUS": "0,1"}
 OWN_GPU = {"CUDA_VISIBLE_DEVICES": "0", "SLURM_STEP_GPUS": "1", "SLURM_JOB_GPUS": "0,1"}  # --gpus-per-task

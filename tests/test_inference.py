@@ -212,7 +212,9 @@ def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_w
 
     from srl_hpc.algorithms import ppo
     from srl_hpc.handlers.policy import InferenceEngine
-    from srl_hpc.models import MLP, ActorCritic, load_arrays, state_arrays
+    from srl_hpc.models.heads import ActorCritic
+    from srl_hpc.models.torsos import MLP
+    from srl_hpc.models.weights import load_arrays, state_arrays
     from srl_hpc.models.distributions import ActionDistribution
 
     four = ActionDistribution(gymnasium.spaces.Discrete(4))

@@ -86,7 +86,7 @@ def pushes_toward_the_fall(run_dir) -> float:
 
     from srl_hpc import config
     from srl_hpc.envs.backends import spaces
-    from srl_hpc.models import build_model
+    from srl_hpc.models.building import build_model
 
     exp = config.load(run_dir / "experiment.yaml")
     model = build_model(exp, *spaces(exp.env))
@@ -243,7 +243,7 @@ def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_the
     policy's weights (published under its tag), and every episode is counted for the policy of its agent."""
     import torch
 
-    from srl_hpc.models import parameter_checksum
+    from srl_hpc.models.weights import parameter_checksum
 
     run_dir = tmp_path / "run"
     summary = launch(ROOT / "experiments" / "mpe_tag_two_policies.yaml", run_dir, "stop.wall_time=10",

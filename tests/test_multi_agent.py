@@ -14,7 +14,9 @@ from conftest import contract_of
 from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import MLP, CentralisedActorCritic, build_model, global_state
+from srl_hpc.models.building import build_model
+from srl_hpc.models.heads import CentralisedActorCritic, global_state
+from srl_hpc.models.torsos import MLP
 
 SPREAD = """\
 env: {id: "mpe2.simple_spread_v3:parallel_env", kwargs: {N: 3, max_cycles: 25, continuous_actions: false}}

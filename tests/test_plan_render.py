@@ -336,7 +336,7 @@ def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path, capsys):
 def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed(monkeypatch):
     import torch
 
-    from srl_hpc.models import resolve_device
+    from srl_hpc.models.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a node that shows two GPUs
     assert resolve_device("cuda", 1, may_share=False, worker="trainer/1") == torch.device("cuda", 1)

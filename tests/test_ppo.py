@@ -145,7 +145,7 @@ def test_a_separate_critic_keeps_the_value_loss_out_of_the_policys_torso():
     import gymnasium
 
     from srl_hpc import config
-    from srl_hpc.models import build_model
+    from srl_hpc.models.building import build_model
 
     obs_space, actions = gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3)
     obs = torch.randn(32, 6)

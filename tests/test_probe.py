@@ -325,8 +325,8 @@ def test_the_probe_directory_is_never_a_runs_own(tmp_path):
 
 
 def test_gpu_variables_are_the_models_own():
-    from srl_hpc import models
-    assert probe_facts.GPU_VARIABLES == models.GPU_VARIABLES
+    from srl_hpc.models import devices
+    assert probe_facts.GPU_VARIABLES == devices.GPU_VARIABLES
 
 
 # ------------------------------------------------------------------------------ the cluster's settings

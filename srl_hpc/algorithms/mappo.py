@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from srl_hpc.algorithms.ppo import PPO
-from srl_hpc.models import global_state
+from srl_hpc.models.heads import global_state
 
 
 class MAPPO(PPO):

@@ -28,7 +28,8 @@ from srl_hpc.algorithms.watching import watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.policy import InferenceEngine
-from srl_hpc.models import build_model, resolve_device
+from srl_hpc.models.building import build_model
+from srl_hpc.models.devices import resolve_device
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import ParameterSubscriber

@@ -25,7 +25,9 @@ from srl_hpc.algorithm_spec import reads_global_state, spec
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.models import build_model, load_arrays, resolve_device
+from srl_hpc.models.building import build_model
+from srl_hpc.models.devices import resolve_device
+from srl_hpc.models.weights import load_arrays
 from srl_hpc.models.normalization import exact_statistics
 from srl_hpc.opponents import NEWEST
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound

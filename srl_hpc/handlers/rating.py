@@ -25,7 +25,8 @@ from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.envs.fixed_players import FIXED_PLAYERS
 from srl_hpc.envs.turns import play
 from srl_hpc.handlers import Handler
-from srl_hpc.models import build_model, load_arrays
+from srl_hpc.models.building import build_model
+from srl_hpc.models.weights import load_arrays
 from srl_hpc.ratings import elo
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound

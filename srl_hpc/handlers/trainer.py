@@ -29,7 +29,9 @@ from srl_hpc.handlers import Handler
 from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
 from srl_hpc.handlers.lockstep import Lockstep
 from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
-from srl_hpc.models import build_model, load_arrays, parameter_checksum, resolve_device, state_arrays
+from srl_hpc.models.building import build_model
+from srl_hpc.models.devices import resolve_device
+from srl_hpc.models.weights import load_arrays, parameter_checksum, state_arrays
 from srl_hpc.population import starting_values
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB

@@ -14,7 +14,7 @@ from srl_hpc.services import limits, network
 from srl_hpc.probe import error_text
 
 
-# what says which GPUs a task sees (the same as srl_hpc.models.GPU_VARIABLES, which imports torch)
+# what says which GPUs a task sees (the same as srl_hpc.models.devices.GPU_VARIABLES, which imports torch)
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 
 
@@ -47,7 +47,7 @@ def gpu_facts(want_torch: bool) -> dict:
 
 
 def gpu_pick(exp, graph: wiring.Graph, name: str, gpus: dict) -> dict | None:
-    """For a worker on device cuda: which visible GPU it would take (srl_hpc.models.pick_gpu) and that GPU's
+    """For a worker on device cuda: which visible GPU it would take (srl_hpc.models.devices.pick_gpu) and that GPU's
     identity, its UUID where torch sees it (else the node's GPU number Slurm gave); None for a CPU worker."""
     node = graph.worker(name)
     if not node.device.startswith("cuda"):
@@ -57,7 +57,7 @@ def gpu_pick(exp, graph: wiring.Graph, name: str, gpus: dict) -> dict | None:
     if node.device != "cuda":  # "cuda:N": taken as named
         index = int(node.device.partition(":")[2])
     else:
-        from srl_hpc.models import pick_gpu  # (imports torch: only CUDA workers get here)
+        from srl_hpc.models.devices import pick_gpu# (imports torch: only CUDA workers get here)
         local_id = int(os.environ.get("SLURM_LOCALID", "0"))
         share = getattr(exp.slurm, node.group).share_gpu
         try:

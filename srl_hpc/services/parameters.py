@@ -27,7 +27,7 @@ REPUBLISH_INTERVAL = 2.0
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> int:
     """A 63-bit digest of published weights (every array's name and bytes): equal for two models only if they
-    hold bit-identical parameters (srl_hpc.models.parameter_checksum)."""
+    hold bit-identical parameters (srl_hpc.models.weights.parameter_checksum)."""
     digest = hashlib.blake2b(digest_size=8)
     for name, value in sorted(arrays.items()):
         digest.update(name.encode())

@@ -7,7 +7,7 @@ each other:
 - observations: a Box as itself (its dtype, its shape). A Dict is one row of bytes per observation
   (uint8, (nbytes,)), its keys' arrays side by side in a packed record (`ObsContract.record`): every
   stream, shared-memory slot, segment and replay buffer then carries one array whatever the space, and
-  only the env side (`pack`) and the model (srl_hpc.models.ObsDecoder) know the keys. A key named
+  only the env side (`pack`) and the model (srl_hpc.models.torsos.ObsDecoder) know the keys. A key named
   `action_mask` (PettingZoo's convention) is the mask of the actions the policy may choose.
 - actions: Discrete (int64, ()), MultiDiscrete (int64, (heads,)) or Box (float32, its shape). A Box
   action in messages is the policy's raw sample; `to_env` maps it into the env's bounds (clipped, or
