@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from srl_hpc.config import Experiment
-from srl_hpc import population
+from srl_hpc.population import pbt
 
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
@@ -144,7 +144,7 @@ class Graph:
 def build(exp: Experiment) -> Graph:
     w = exp.workers
     # several policies: each has workers.trainer.count trainers, policy.count policy workers
-    policies = list(exp.policies) or population.members(exp.population.size) or [""]
+    policies = list(exp.policies) or pbt.members(exp.population.size) or [""]
     trainers = {p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
                 for k, p in enumerate(policies)}
     servers = {p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)]

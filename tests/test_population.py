@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, assert_every_frame_accounted_for, run_local, script
 from srl_hpc import config, graph
 from srl_hpc.config.loader import ConfigError, with_overrides
-from srl_hpc.population import Population, starting_values
+from srl_hpc.population.pbt import Population, starting_values
 
 EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
 

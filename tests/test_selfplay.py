@@ -17,8 +17,8 @@ from srl_hpc.envs.connect_four import connect_four, has_four, one_ply_player
 from srl_hpc.envs.fixed_players import random_player
 from srl_hpc.envs.turns import play
 from srl_hpc.handlers.actor import RingGroup
-from srl_hpc.opponents import NEWEST, OpponentPool, Seats, fixed_code
-from srl_hpc.ratings import elo, expected_score
+from srl_hpc.population.opponents import NEWEST, OpponentPool, Seats, fixed_code
+from srl_hpc.population.ratings import elo, expected_score
 from srl_hpc.services.parameter_db import ParameterDB, snapshot_tag
 from srl_hpc.streams.contract import Contract
 

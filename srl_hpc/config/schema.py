@@ -107,7 +107,7 @@ BUILTIN_MODELS = ("mlp", "nature_cnn")
 class OpponentsConfig:
     """Self-play in a game of several seats (a turn-taking game such as srl_hpc.envs.connect_four:connect_four):
     the learner plays one seat of each env with the newest weights, a past version plays the others, and only
-    the learner's seat is trained on (srl_hpc/opponents.py)."""
+    the learner's seat is trained on (srl_hpc/population/opponents.py)."""
     # who plays the other seats, chosen per episode: "latest" the newest weights, "uniform" any stored
     # snapshot, "pfsp" snapshots the learner scores worst against most often; "none": no self-play
     rule: OpponentRule = "none"
@@ -140,7 +140,7 @@ class PopulationConfig:
     trainer, trained side by side in one run. Every `interval` seconds a population manager beside the
     controller ranks the members by their mean training return; each of the worst `fraction` copies the
     weights and hyper-parameters of one of the best `fraction` (exploit) and multiplies each `explore` key by
-    one of its factors (explore). srl_hpc/population.py; the lineage goes to RUN/population/lineage.jsonl."""
+    one of its factors (explore). srl_hpc/population/pbt.py; the lineage goes to RUN/population/lineage.jsonl."""
     size: int = 0  # members (named member-0 .. member-{size-1}); 0: no population
     # seconds between rounds; a member takes part once it has ended stop.return_window episodes since its last copy
     interval: float = 30.0

@@ -23,7 +23,7 @@ import numpy as np
 from srl_hpc.algorithm_spec import HIDDEN, reads_global_state, spec
 from srl_hpc.envs.backends import first_seed, make_env, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
-from srl_hpc.opponents import OpponentPool, Seats
+from srl_hpc.population.opponents import OpponentPool, Seats
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import endpoints, inference, unix, wire
 from srl_hpc.streams.contract import Contract, segment_frames

@@ -29,7 +29,7 @@ from srl_hpc.models.building import build_model
 from srl_hpc.models.devices import resolve_device
 from srl_hpc.models.weights import load_arrays
 from srl_hpc.models.normalization import exact_statistics
-from srl_hpc.opponents import NEWEST
+from srl_hpc.population.opponents import NEWEST
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix

@@ -3,7 +3,7 @@
 It runs in the controller's worker (in a thread of its own) and reads the controller's scores of each
 member (`ControllerHandler.scores`: the mean return of its last window of episodes). It follows every
 member's newest weights on the parameter stream, as a policy worker does. Every `population.interval`
-seconds, Population (srl_hpc/population.py) decides which members copy which. Each copy goes to the copying
+seconds, Population (srl_hpc/population/pbt.py) decides which members copy which. Each copy goes to the copying
 member's trainer over the "population" stream: the source's newest weights and the new hyper-parameters.
 The trainer applies it between two updates. Each copy is appended to RUN/population/lineage.jsonl and to
 the trace table `copy`. A resumed run replays the lineage, so the members' hyper-parameters carry on.
@@ -19,7 +19,7 @@ import numpy as np
 import zmq
 
 from srl_hpc.handlers import Handler
-from srl_hpc.population import Copy, Population
+from srl_hpc.population.pbt import Copy, Population
 from srl_hpc.services.parameters import ParameterSubscriber, arrays_checksum
 from srl_hpc.streams import endpoints, wire
 

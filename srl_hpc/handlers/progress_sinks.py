@@ -1,11 +1,11 @@
 """Where the controller's progress goes: every sink is fed the same dict of scalars (RunTotals.progress) and
-shows its own part of it: the console line, a row of RUN/metrics.csv, TensorBoard and W&B (srl_hpc.board)."""
+shows its own part of it: the console line, a row of RUN/metrics.csv, TensorBoard and W&B (srl_hpc.handlers.board)."""
 from __future__ import annotations
 
 import csv
 import sys
 
-from srl_hpc.board import Board
+from srl_hpc.handlers.board import Board
 from srl_hpc.rundir import RunDir
 
 METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",

@@ -7,7 +7,7 @@ snapshot not rated yet (the newest such; one skipped while a round ran is never 
 `workers.eval.episodes` games against each of: the fixed players (srl_hpc/envs/fixed_players.py: random, and
 one-ply in Connect Four), the two snapshots rated last, and two earlier ones drawn at random. Each version
 samples its moves from its policy (two greedy versions would replay one game over and over), the seats
-alternate. Elo ratings are then fitted to every game so far (srl_hpc/ratings.py; the random player is 0),
+alternate. Elo ratings are then fitted to every game so far (srl_hpc/population/ratings.py; the random player is 0),
 written to the database (RUN/parameters/<policy>/ratings.json: the games, and each player's rating),
 recorded in the trace (table `rating`: every player's rating after each round, the fixed players as negative
 versions -1, -2, ... in their order), and the best-rated snapshot is tagged `best` with its rating.
@@ -27,7 +27,7 @@ from srl_hpc.envs.turns import play
 from srl_hpc.handlers import Handler
 from srl_hpc.models.building import build_model
 from srl_hpc.models.weights import load_arrays
-from srl_hpc.ratings import elo
+from srl_hpc.population.ratings import elo
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.streams.contract import Contract

@@ -12,7 +12,7 @@ parameter database (services/parameter_db.py): each checkpoint's version tagged 
 `snapshot_every`-th version tagged `snapshot-N`, at most `keep_untagged` other versions. In a population
 (population-based training) a member's trainer starts with its member's hyper-parameters and, between two
 updates, takes the copies the population manager sends it: another member's weights and new
-hyper-parameters (srl_hpc/population.py).
+hyper-parameters (srl_hpc/population/pbt.py).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
 from srl_hpc.models.building import build_model
 from srl_hpc.models.devices import resolve_device
 from srl_hpc.models.weights import load_arrays, parameter_checksum, state_arrays
-from srl_hpc.population import starting_values
+from srl_hpc.population.pbt import starting_values
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import LATEST, ParameterPublisher

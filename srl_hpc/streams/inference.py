@@ -352,7 +352,7 @@ class InlineInferenceClient:
 
 
 def _check_opponents(meta: dict, rows: int) -> None:
-    """Self-play requests name, per row, the version to act with (-1: the newest; srl_hpc/opponents.py)."""
+    """Self-play requests name, per row, the version to act with (-1: the newest; srl_hpc/population/opponents.py)."""
     versions = meta.get("opponents")
     if versions is not None and (not isinstance(versions, (list, tuple)) or len(versions) != rows
                                  or not all(integer(-1)(v) for v in versions)):

@@ -223,7 +223,7 @@ def format_summary(s: dict) -> str:
 def _ratings_lines(r: dict) -> list[str]:
     """Self-play: games by opponent, and the rating workers' last Elo (the fixed players by name)."""
     from srl_hpc.envs.fixed_players import FIXED_PLAYERS
-    from srl_hpc.opponents import FIXED, fixed_name
+    from srl_hpc.population.opponents import FIXED, fixed_name
 
     lines = []
     if r.get("games"):
