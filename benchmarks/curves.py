@@ -46,6 +46,7 @@ def episode_rows(run_dir: Path, window: int = 20) -> list[dict]:
     """After each episode (all actors' episodes in time order): the mean of the last `window` returns, with the
     time since the run's start and env frames interpolated from the controller's progress rows."""
     import numpy as np
+
     from srl_hpc.trace.reader import read_run
 
     run = read_run(run_dir)

@@ -197,8 +197,9 @@ def runner_args(env: str, s: dict, seconds: float, warmup: float) -> list[str]:
 # ------------------------------------------------------------------------------------------- running
 
 def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out: Path, extra: list[str]) -> dict:
-    from srl_hpc import config
     import throughput  # benchmarks/throughput.py
+
+    from srl_hpc import config
 
     overrides = our_overrides(s) + OURS[system] + extra
     exp = config.with_overrides(config.load(ROOT / s["experiment"]), overrides)
@@ -221,8 +222,9 @@ def run_ours(system: str, env: str, s: dict, seconds: float, warmup: float, out:
 
 def run_ours_to_target(system: str, env: str, s: dict, seed: int, target: tuple[float, int], budget: float,
                        out: Path, extra: list[str]) -> dict:
-    from srl_hpc import config
     import time_to_target  # benchmarks/time_to_target.py
+
+    from srl_hpc import config
 
     overrides = our_overrides(s) + OURS[system] + extra + [
         f"stop.target_return={target[0]}", f"stop.return_window={target[1]}", f"stop.wall_time={budget}",

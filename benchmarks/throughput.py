@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-
 from launcher import trials
 from launcher.trials import from_traces, table  # noqa: F401  (the other benchmarks import them from here)
 from srl_hpc import config

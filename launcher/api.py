@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 from launcher import runs, status
-from launcher.settings import profile_files
 from launcher import slurm as scheduler
-from srl_hpc import config, graph as wiring
+from launcher.settings import profile_files
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
 from srl_hpc.rundir import RunDir

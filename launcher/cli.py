@@ -11,8 +11,7 @@ from pathlib import Path
 from argcomplete.completers import DirectoriesCompleter, FilesCompleter
 
 from launcher import doctor, local, plan, slurm
-from launcher.commands import (cancel, common, enjoy, graph, logs, params, prepare, resume, run, status, tune,
-                               validate)
+from launcher.commands import cancel, common, enjoy, graph, logs, params, prepare, resume, run, status, tune, validate
 from srl_hpc import __version__, config
 from srl_hpc.completion import complete
 

@@ -17,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from srl_hpc import config, graph as wiring
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services import limits
 from srl_hpc.streams import control, endpoints

@@ -29,9 +29,18 @@ from launcher import accounting, render, runs, slurm, slurm_jobs
 from launcher import plan as planning
 from launcher.findings import FAIL, OK, WARN, Result
 from launcher.probe_findings import judge_found, judge_reports
-from launcher.probe_settings import (binds, judge_enforce, judge_het_steps, judge_limits,
-                                     judge_mpi_default, judge_proctrack, judge_propagation, judge_task_plugin,
-                                     read_limits, slurm_config)
+from launcher.probe_settings import (
+    binds,
+    judge_enforce,
+    judge_het_steps,
+    judge_limits,
+    judge_mpi_default,
+    judge_proctrack,
+    judge_propagation,
+    judge_task_plugin,
+    read_limits,
+    slurm_config,
+)
 from srl_hpc import config
 from srl_hpc import probe as tasks
 from srl_hpc.rundir import RunDir, tail

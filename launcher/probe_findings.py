@@ -8,7 +8,8 @@ from typing import Callable, Optional
 from launcher import plan as planning
 from launcher.findings import FAIL, OK, WARN, Result
 from launcher.probe_settings import limit_text
-from srl_hpc import config, graph as wiring
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc import probe as tasks
 from srl_hpc.services import limits, network
 

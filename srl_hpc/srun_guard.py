@@ -31,7 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from srl_hpc import config, graph as wiring, group_watch, start_watch
+from srl_hpc import config, group_watch, start_watch
+from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
 
 GRACE = 5.0  # after the summary, before the first question: srun usually ends by itself within it

@@ -24,14 +24,15 @@ from pathlib import Path
 
 import zmq
 
-from srl_hpc import config, graph as wiring
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc.handlers import POLL_MS, handler_class
 from srl_hpc.rundir import RunDir, redirect_output, task_id_of
-from srl_hpc.streams.security import PrivateContext
 from srl_hpc.services import limits, network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.control import ControlClient, report_interval
+from srl_hpc.streams.security import PrivateContext
 from srl_hpc.supervisor import ChildLink, Supervisor
 from srl_hpc.trace.writer import TraceWriter
 

@@ -2,12 +2,12 @@
 and segments carry the right bootstrap values across termination and truncation."""
 import gymnasium
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import pytest
 import zmq
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from srl_hpc import config, graph
 from conftest import contract_of
+from srl_hpc import config, graph
 from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams import wire
@@ -15,7 +15,6 @@ from srl_hpc.streams.inference import InferenceClient, InferenceServer
 from srl_hpc.streams.samples import SampleProducer
 from srl_hpc.streams.security import write_run_keys
 from srl_hpc.worker import Worker
-
 
 
 class Counter(gymnasium.Env):

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_waiting import fake_bin, slurm_run  # noqa: F401  (fake_bin: a fixture; hence F811 where a test takes it)
 
 from conftest import ROOT
 from launcher import cli, plan, runs, slurm, status
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
-from test_waiting import fake_bin, slurm_run  # noqa: F401  (fake_bin: a fixture; hence F811 where a test takes it)
 
 SINFO = "\n".join(f"n{k}|{p}|16|16000|(null)" for k in range(1, 5) for p in ("cpu*", "gpu"))
 

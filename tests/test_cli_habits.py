@@ -4,8 +4,8 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT, script
 
+from conftest import ROOT, script
 from launcher import cli
 from launcher.commands import common
 from srl_hpc import __version__, config

@@ -3,7 +3,6 @@ send, whatever their number."""
 import zmq
 
 from conftest import wait_until
-
 from srl_hpc.streams import credits, wire
 from srl_hpc.streams.credits import CreditLedger, GatedProducer
 

@@ -16,7 +16,6 @@ from launcher.mounts import filesystem_of
 from srl_hpc.services import network
 
 
-
 def experiment(directory: Path, **slurm) -> Path:
     """A small experiment whose runs would go to directory/runs, with these slurm settings."""
     lines = ["name: doctor", "stop: {wall_time: 60}", f"run_dir: {directory / 'runs'}"]

@@ -2,7 +2,6 @@
 import json
 
 import gymnasium
-
 import numpy as np
 import pytest
 import zmq
@@ -212,10 +211,10 @@ def test_engine_samples_valid_actions_with_their_log_probs_and_loads_published_w
 
     from srl_hpc.algorithms import ppo
     from srl_hpc.handlers.policy import InferenceEngine
+    from srl_hpc.models.distributions import ActionDistribution
     from srl_hpc.models.heads import ActorCritic
     from srl_hpc.models.torsos import MLP
     from srl_hpc.models.weights import load_arrays, state_arrays
-    from srl_hpc.models.distributions import ActionDistribution
 
     four = ActionDistribution(gymnasium.spaces.Discrete(4))
     trained = ActorCritic(MLP(3, (16,)), four)
@@ -250,9 +249,8 @@ def test_ppo_samples_each_action_as_often_as_its_probability_and_never_one_of_pr
 
 @pytest.mark.slow
 def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_them_is_served(shm_stream, tmp_path):
-    from hypothesis import strategies as st
-
     from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_in
+    from hypothesis import strategies as st
 
     server, path = shm_stream
     server.obs_shape = (4,)

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from srl_hpc import config, graph as wiring
+from conftest import ROOT, assert_every_frame_accounted_for, script
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc.services import limits
 from srl_hpc.trace import reader
-from conftest import ROOT, assert_every_frame_accounted_for, script
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 

@@ -13,12 +13,10 @@ import h5py
 import numpy as np
 import pytest
 import zmq
-
+from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
 from hypothesis import strategies as st
 
-from conftest import (ROOT, Output, assert_every_frame_accounted_for, run_local, script, tensorboard_scalars,
-                      wait_until)
-from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
+from conftest import ROOT, Output, assert_every_frame_accounted_for, run_local, script, tensorboard_scalars, wait_until
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.inference import shm_name
@@ -483,8 +481,8 @@ def fuzz_ports(experiment) -> dict[str, Port]:
     each refuses."""
     from srl_hpc.algorithm_spec import spec
     from srl_hpc.config import loader
-    from srl_hpc.graph import build
     from srl_hpc.envs.backends import spaces
+    from srl_hpc.graph import build
     from srl_hpc.streams.contract import Contract, priorities_layout
     from srl_hpc.streams.control import is_event
 

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import contract_of
 from srl_hpc import config
 from srl_hpc.algorithms.mappo import MAPPO
 from srl_hpc.algorithms.vdn import team_q, team_targets
 from srl_hpc.envs.agents import AgentRows, TeamRows, assign_teams
 from srl_hpc.envs.backends import agent_count, make_env_group, spaces
-from conftest import contract_of
 from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine

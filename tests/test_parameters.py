@@ -4,8 +4,8 @@ import zmq
 
 from conftest import wait_until
 from srl_hpc.services import parameters
-from srl_hpc.streams import wire
 from srl_hpc.services.parameters import InlineSubscriber, ParameterPublisher, ParameterSubscriber
+from srl_hpc.streams import wire
 
 
 def poll_until(subscriber, version, timeout=5.0):

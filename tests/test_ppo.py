@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from srl_hpc.config import PPOConfig as AlgorithmConfig
 from srl_hpc.algorithms.ppo import PPO, gae, ppo_losses
+from srl_hpc.config import PPOConfig as AlgorithmConfig
 from srl_hpc.models.distributions import ActionDistribution
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, script
-from launcher import slurm_jobs
-from launcher import accounting
+from launcher import accounting, probe, slurm_jobs
 from launcher import plan as planning
-from launcher import probe
-from launcher import probe_findings as findings, probe_settings as settings
+from launcher import probe_findings as findings
+from launcher import probe_settings as settings
 from launcher.doctor import line
 from srl_hpc import config
 from srl_hpc import probe as tasks
-from srl_hpc.probe import facts as probe_facts, task as probe_task
+from srl_hpc.probe import facts as probe_facts
+from srl_hpc.probe import task as probe_task
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 NAMES = ["controller/0", "trainer/0", "policy/0", "actor/0", "actor/1"]

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import ROOT
 from launcher import cli, plan, render, runs
-from launcher.commands import common, run as run_command
+from launcher.commands import common
+from launcher.commands import run as run_command
 from srl_hpc import config
 from srl_hpc.config.loader import key_lines
 

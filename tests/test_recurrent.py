@@ -5,16 +5,15 @@ import pytest
 import torch
 import zmq
 
-from conftest import ROOT
+from conftest import ROOT, contract_of
 from srl_hpc import config
-from conftest import contract_of
 from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.algorithms.dqn import DQN
 from srl_hpc.algorithms.ppo import PPO
 from srl_hpc.algorithms.replay import nstep_transitions
-from srl_hpc.handlers.buffer import sequences
 from srl_hpc.envs.backends import make_env_group, spaces
 from srl_hpc.handlers.actor import RingGroup
+from srl_hpc.handlers.buffer import sequences
 from srl_hpc.handlers.policy import InferenceEngine
 from srl_hpc.models.building import build_model
 from srl_hpc.streams import unix

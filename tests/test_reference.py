@@ -6,7 +6,6 @@ import types
 import typing
 
 from conftest import ROOT
-
 from srl_hpc.config import reference
 from srl_hpc.config.schema import Experiment
 

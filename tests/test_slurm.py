@@ -12,8 +12,14 @@ from pathlib import Path
 import pytest
 
 import launcher
-from conftest import (ROOT, assert_every_frame_accounted_for, processes_mentioning, script, tensorboard_scalars,
-                      wait_until)
+from conftest import (
+    ROOT,
+    assert_every_frame_accounted_for,
+    processes_mentioning,
+    script,
+    tensorboard_scalars,
+    wait_until,
+)
 from launcher import slurm, slurm_jobs
 from srl_hpc import config
 from srl_hpc.rundir import RunDir

@@ -5,10 +5,11 @@ import json
 import re
 
 import pytest
-
-from srl_hpc import config, graph as wiring
-from srl_hpc.services import limits
 from test_slurm import experiment, no_process_left, srl
+
+from srl_hpc import config
+from srl_hpc import graph as wiring
+from srl_hpc.services import limits
 
 pytestmark = pytest.mark.slurm
 

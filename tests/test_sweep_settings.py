@@ -2,11 +2,10 @@
 the script without submitting it)."""
 import pytest
 import submitit
+from test_waiting import fake_bin  # noqa: F401  (a fixture)
 
 from launcher import sweep
 from srl_hpc import config
-from test_waiting import fake_bin  # noqa: F401  (a fixture)
-
 
 SWEEP = """\
 name: sweepy

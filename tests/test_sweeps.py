@@ -11,7 +11,6 @@ from launcher import sweep
 from launcher.cli import main
 from srl_hpc import config
 
-
 GRID_IN_THE_FILE = """\
 env: {id: CartPole-v1}
 stop: {wall_time: 5}

@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from test_waiting import fake_bin  # noqa: F401  (a fixture; hence F811 where a test takes it)
 
 from conftest import ROOT, slurm_unavailable
-from test_waiting import fake_bin  # noqa: F401  (a fixture; hence F811 where a test takes it)
 
 CONTROLLER_DOWN = 'echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1'
 

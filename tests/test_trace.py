@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, script, wait_until
-from srl_hpc import config
-from srl_hpc import graph
+from srl_hpc import config, graph
 from srl_hpc.streams.inference import shm_name
 from srl_hpc.trace import analysis, cli, reader, verdict
 from srl_hpc.trace.reader import RunTrace, WorkerTrace

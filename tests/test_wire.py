@@ -95,7 +95,8 @@ def test_fuzzed_frames_either_unpack_or_are_a_wire_error():
     """Valid messages of every real dtype unpack to what was packed; random frames and damaged headers are a
     WireError or, where they happen to follow the format, a message of real arrays (never anything else).
     Both outcomes are counted: a wire that refused everything, or accepted everything, fails."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     spec = st.lists(st.one_of(st.text(max_size=4), st.integers(-3, 3), st.lists(st.integers(-2, 8), max_size=3),
                               st.sampled_from(["<f4", "|u1", "|O", "<i8", "|b1", "<c8", "V4", "S3"])), max_size=4)

@@ -10,7 +10,6 @@ from srl_hpc import config
 from srl_hpc.config import spaces_check
 from srl_hpc.config.loader import key_lines
 
-
 USAGE = """\
 srl-launch [run] EXPERIMENT.yaml [KEY=VALUE...] [options]  run every worker here (local mode); KEY=VALUE: --set
 srl-launch EXPERIMENT.yaml --slurm [--follow]   submit one heterogeneous Slurm job

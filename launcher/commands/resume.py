@@ -6,7 +6,8 @@ import shlex
 import sys
 
 from launcher import local, runs, slurm, slurm_jobs
-from launcher.commands import common, run as running
+from launcher.commands import common
+from launcher.commands import run as running
 from srl_hpc.rundir import RunDir
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from launcher import local, overrides, runs, slurm, slurm_jobs, status, sweep
 from launcher.commands import common
 from launcher.settings import add_profile_option
-from srl_hpc import config, graph as wiring
+from srl_hpc import config
+from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
 
 

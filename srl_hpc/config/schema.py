@@ -19,8 +19,6 @@ from srl_hpc.config.choices import ActionSquash, EnvBackend, OpponentRule, Recur
 from srl_hpc.config.slurm import SlurmConfig
 from srl_hpc.config.workers import WorkersConfig
 
-
-
 # ----------------------------------------------------------------------------------------------- schema
 
 @dataclass(frozen=True)

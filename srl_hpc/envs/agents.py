@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import fnmatch
 
-import numpy as np
 import gymnasium
+import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 

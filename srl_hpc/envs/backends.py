@@ -25,10 +25,9 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
+from srl_hpc.dotted import load_object
 from srl_hpc.envs import agents, pool
 from srl_hpc.envs.action_masks import MaskFromInfo
-from srl_hpc.dotted import load_object
-
 
 SEED_SPACE = 2 ** 31  # ALE and envpool take signed 32-bit seeds
 

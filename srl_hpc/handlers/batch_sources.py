@@ -7,10 +7,10 @@ import time
 import numpy as np
 import zmq
 
+from srl_hpc.handlers import POLL_MS
 from srl_hpc.streams.contract import segment_frames
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer
-from srl_hpc.handlers import POLL_MS
 
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
 

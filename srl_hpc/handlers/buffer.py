@@ -28,14 +28,13 @@ import time
 import numpy as np
 import zmq
 
-from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
-from srl_hpc.handlers import Handler
 from srl_hpc.algorithm_spec import HIDDEN, spec
+from srl_hpc.algorithms.replay import PrioritizedReplay, nstep_transitions
 from srl_hpc.envs.backends import agent_count, spaces
+from srl_hpc.handlers import POLL_MS, Handler
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract, priorities_layout, segment_frames
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
-from srl_hpc.handlers import POLL_MS
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
 REPLAYED_STEPS = ("obs", "actions", "rewards", "dones", "terminated", "valid")  # each step of a recurrent sequence

@@ -15,8 +15,8 @@ import json
 import time
 
 from srl_hpc import graph as wiring
-from srl_hpc.handlers.board import Board
 from srl_hpc.handlers import Handler
+from srl_hpc.handlers.board import Board
 from srl_hpc.handlers.progress_sinks import Console, Dashboards, MetricsCsv
 from srl_hpc.handlers.run_totals import RunTotals, earlier_attempts
 from srl_hpc.handlers.stop_rules import StopRules

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from srl_hpc.algorithm_spec import HIDDEN, reads_global_state, spec
-
 from srl_hpc.algorithms.watching import watching_policy
 from srl_hpc.envs.backends import first_seed, make_env_group, spaces
 from srl_hpc.handlers import Handler

@@ -27,15 +27,14 @@ from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models.building import build_model
 from srl_hpc.models.devices import resolve_device
-from srl_hpc.models.weights import load_arrays
 from srl_hpc.models.normalization import exact_statistics
+from srl_hpc.models.weights import load_arrays
 from srl_hpc.population.opponents import NEWEST
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix
 from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.inference import InferenceServer
-
 
 PULL_INTERVAL = 0.005  # seconds between looks for newer weights
 

@@ -25,7 +25,7 @@ import zmq
 from srl_hpc.algorithm_spec import reads_global_state, spec
 from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import agent_count, spaces
-from srl_hpc.handlers import Handler
+from srl_hpc.handlers import POLL_MS, Handler
 from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
 from srl_hpc.handlers.lockstep import Lockstep
 from srl_hpc.handlers.prefetch import DeviceCopy, Prefetcher
@@ -40,7 +40,6 @@ from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract
 from srl_hpc.streams.credits import CreditLedger
 from srl_hpc.streams.samples import SampleConsumer, SampleProducer
-from srl_hpc.handlers import POLL_MS
 
 
 class LossMeans:

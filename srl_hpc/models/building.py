@@ -2,7 +2,6 @@
 `model` section (a built-in torso, or a user's nn.Module by dotted path)."""
 from __future__ import annotations
 
-
 import gymnasium
 import numpy as np
 import torch
@@ -12,9 +11,9 @@ from srl_hpc.algorithm_spec import spec
 from srl_hpc.dotted import load_object
 from srl_hpc.envs.backends import agent_count, global_state_size
 from srl_hpc.models.distributions import ActionDistribution
-from srl_hpc.streams.contract import ACTION_MASK
 from srl_hpc.models.heads import ActorCritic, CentralisedActorCritic, QHead, RecurrentActorCritic, RecurrentQ
-from srl_hpc.models.torsos import DictTorso, MLP, NatureCNN, ObsDecoder
+from srl_hpc.models.torsos import MLP, DictTorso, NatureCNN, ObsDecoder
+from srl_hpc.streams.contract import ACTION_MASK
 
 
 def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, policy: str = "") -> nn.Module:

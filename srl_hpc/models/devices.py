@@ -7,8 +7,6 @@ from collections.abc import Mapping
 
 import torch
 
-
-
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")  # what says which GPUs a task sees
 
 

@@ -2,7 +2,6 @@
 recurrent forms."""
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 

@@ -2,7 +2,6 @@
 observation, which ObsDecoder unpacks from the bytes it travels as)."""
 from __future__ import annotations
 
-
 import gymnasium
 import numpy as np
 import torch

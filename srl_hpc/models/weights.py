@@ -1,7 +1,6 @@
 """A model's weights as named numpy arrays, as the parameter service publishes them, and their checksum."""
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from torch import nn

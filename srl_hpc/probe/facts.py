@@ -8,11 +8,9 @@ import resource
 import socket
 import sys
 
-
 from srl_hpc import graph as wiring
-from srl_hpc.services import limits, network
 from srl_hpc.probe import error_text
-
+from srl_hpc.services import limits, network
 
 # what says which GPUs a task sees (the same as srl_hpc.models.devices.GPU_VARIABLES, which imports torch)
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
@@ -57,7 +55,7 @@ def gpu_pick(exp, graph: wiring.Graph, name: str, gpus: dict) -> dict | None:
     if node.device != "cuda":  # "cuda:N": taken as named
         index = int(node.device.partition(":")[2])
     else:
-        from srl_hpc.models.devices import pick_gpu# (imports torch: only CUDA workers get here)
+        from srl_hpc.models.devices import pick_gpu  # (imports torch: only CUDA workers get here)
         local_id = int(os.environ.get("SLURM_LOCALID", "0"))
         share = getattr(exp.slurm, node.group).share_gpu
         try:

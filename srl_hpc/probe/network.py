@@ -10,8 +10,8 @@ import time
 import zmq
 
 from srl_hpc import graph as wiring
-from srl_hpc.streams import endpoints
 from srl_hpc.probe import COLLECTIVE_TIMEOUT, PING_BATCH, PING_TIMEOUT, PORT, error_text
+from srl_hpc.streams import endpoints
 
 
 class Responder(threading.Thread):

@@ -12,16 +12,25 @@ from pathlib import Path
 
 import zmq
 
-from srl_hpc import config, graph as wiring
+from srl_hpc import config
+from srl_hpc import graph as wiring
+from srl_hpc.probe import (
+    BARRIER_TIMEOUT,
+    FINISH_TIMEOUT,
+    MPI_BOUND,
+    PORT,
+    SERVE_TIMEOUT,
+    ProbeDir,
+    error_text,
+    write_json,
+)
+from srl_hpc.probe.facts import measure
+from srl_hpc.probe.network import Responder, all_reduce, ping_all
 from srl_hpc.rundir import RunDir, file_stem, redirect_output, task_id_of
 from srl_hpc.services import network
 from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvous
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.security import PrivateContext
-from srl_hpc.probe import (BARRIER_TIMEOUT, FINISH_TIMEOUT, MPI_BOUND, PORT, SERVE_TIMEOUT, ProbeDir, error_text,
-                           write_json)
-from srl_hpc.probe.facts import measure
-from srl_hpc.probe.network import Responder, all_reduce, ping_all
 
 
 def wait_for(paths: list[Path], timeout: float) -> list[Path]:

@@ -23,8 +23,8 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from multiprocessing import resource_tracker, shared_memory
+from pathlib import Path
 
 import numpy as np
 import zmq

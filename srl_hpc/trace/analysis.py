@@ -13,7 +13,6 @@ policy handler too: its inline inference counts as inference, not as env steppin
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
