@@ -55,8 +55,8 @@ KNOBS = (
     Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
 )
 BY_KEY = {k.key: k for k in KNOBS}
-# values whose gains come together, so each is also tried with its companion (docs/tuning.md): on Pong here bf16 in
-# the trainer alone or in inference alone gains about one trial's noise, bf16 in both several times that; and
+# values whose gains come together, so each is also tried with its companion (docs/tuning.md): bf16 in the trainer
+# alone or in inference alone gains little, bf16 in both much more; and
 # impala's actors infer their own ring's requests (no policy worker batches several actors'), so its batch is the
 # ring's: impala is also tried with the largest ring
 JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},

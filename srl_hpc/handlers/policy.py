@@ -43,8 +43,8 @@ class InferenceEngine:
     """One model that chooses actions for a batch of observations, by its algorithm's `act`."""
 
     def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False):
-        # bf16: weights converted once (published fp32 weights are converted as they load): NatureCNN batches
-        # of 8-32 run 1.6-1.85x faster on an avx512_bf16 CPU; autocast, which converts on every call, 1.3-1.6x
+        # bf16: weights converted once (published fp32 weights are converted as they load), rather than by
+        # autocast on every call, which gains less (docs/benchmarks.md)
         self.model = exact_statistics(model.to(device, torch.bfloat16 if bf16 else torch.float32)).eval()
         self.act = act
         self.device = device

@@ -20,8 +20,8 @@ def init_layer(layer: nn.Module, gain: float) -> nn.Module:
 class MLP(nn.Module):
     """Vector observations -> features (tanh layers).
 
-    forward calls the layers' functions, not the modules: on a policy worker's CartPole batches each module
-    call's own overhead (~2 us here) made up about a third of the model's forward pass."""
+    forward calls the layers' functions, not the modules: on a policy worker's small batches each module
+    call's own overhead is a large part of the model's forward pass (docs/benchmarks.md)."""
 
     def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...], normalize: bool = False):
         super().__init__()
@@ -47,7 +47,7 @@ class MLP(nn.Module):
 class NatureCNN(nn.Module):
     """The DQN-Nature torso on uint8 stacked frames (C, 84, 84), scaled to [0, 1] inside.
 
-    Convolutions run channels-last: on CPU (oneDNN) that made forward + backward ~1.4x faster here."""
+    Convolutions run channels-last, the layout oneDNN runs fastest on CPU (docs/benchmarks.md)."""
 
     def __init__(self, obs_shape: tuple[int, ...]):
         super().__init__()

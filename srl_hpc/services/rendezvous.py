@@ -92,8 +92,7 @@ class FileBarrier:
     seconds (at least 0.1 s) from a phase set by its place in the plan, so that workers arriving together
     do not look together; the leader lists the arrivals at most once a second. At N = 10,000: 200 stats
     and one listing a second, and the go reaches every worker within 50 s of the last arrival (25 s on
-    average), against a start-up of 10,000 processes that takes minutes. (Looking every second, as before,
-    was 10,000 stats a second.)
+    average), against a start-up of 10,000 processes that takes minutes.
     """
 
     TIMEOUT = 600.0  # seconds without a new arrival (not in all): workers still arriving are progress
@@ -200,11 +199,10 @@ PR_SET_TIMERSLACK = 29  # prctl(2)
 def coarse_timer_slack(seconds: float = 0.01):
     """While MPI starts, this thread's sleeps may end up to `seconds` late. Open MPI's MPI_Init waits for the
     other ranks by polling with 100 us sleeps: with many ranks on few cores (hundreds of actors on one node,
-    the local Slurm) the ranks that wait woke ~4,500 times a second each, and the kernel's switching among
-    them (450,000 context switches a second, two thirds of the CPU in the kernel) starved the ranks still
-    importing: at N = 256 no rank reached the barrier in 20 minutes. A 10 ms slack lets the kernel batch
-    those wake-ups (100 a second; 6,800 switches a second) and the rendezvous took 3 minutes. MPI_Init is
-    at most a few polls later for it. Threads MPI starts meanwhile inherit the slack; they wait on events."""
+    the local Slurm) the waiting ranks' wake-ups, and the kernel's switching among them, starve the ranks
+    still importing, and a large rendezvous never completes. A coarse slack lets the kernel batch those
+    wake-ups (docs/benchmarks.md, "Figures behind choices in the code"). MPI_Init is at most a few polls
+    later for it. Threads MPI starts meanwhile inherit the slack; they wait on events."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(int(seconds * 1e9)), 0, 0, 0)
     try:

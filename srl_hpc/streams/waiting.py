@@ -2,8 +2,8 @@
 
 Every serving loop (a policy worker's inference server, its weight subscriber, the controller's commands)
 looks for waiting messages once per turn, and mostly finds none. Asking the socket (ZMQ_EVENTS) costs
-about half of what a non-blocking receive that raises zmq.Again does (3.8 against 6.8 us here), and a
-policy worker's turn did that three times for each batch it served.
+less than a non-blocking receive that raises zmq.Again (docs/benchmarks.md), and a policy worker's turn
+asks three times for each batch it serves.
 """
 from __future__ import annotations
 
