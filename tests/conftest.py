@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import queue
@@ -11,6 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from launcher import runs
+from srl_hpc import config
+from srl_hpc.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run directories must be on a filesystem every node sees: the local Slurm's nodes each have a /tmp of
@@ -248,3 +253,104 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"SRL_REQUIRE_SLURM=1 but {len(wanted)} Slurm tests cannot run: {reason}")
     for item in wanted:
         item.add_marker(pytest.mark.skip(reason=f"no Slurm cluster: {reason}"))
+
+
+# ------------------------------------------------------------------ Slurm, real and faked
+
+@pytest.fixture
+def fake_bin(tmp_path, monkeypatch):
+    """fake_bin(name, body): an executable `name` running the shell `body`, found before the real one."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+
+    def make(name, body):
+        path = directory / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+        return path
+    return make
+
+
+def slurm_run(tmp_path, status_="succeeded", job_id="100", chain=()) -> RunDir:
+    """A submitted run directory (its experiment, slurm.json, a controller log and, unless None, a summary)."""
+    exp, run = runs.create(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"), tmp_path / "run")
+    run.slurm.write_text(json.dumps({"job_id": job_id, "command": "test", **({"chain": list(chain)} if chain else {})}))
+    run.log("controller/0").write_text("progress line\n")
+    if status_ is not None:
+        run.summary.write_text(json.dumps({"status": status_, "reason": "wall time reached: 5s", "wall_time": 5.0,
+                                           "env_frames": 1000, "frames_consumed": 900, "policy_version": 3}))
+    return run
+
+
+SHORT_SLURM_RUN = """\
+name: {name}
+env: {{id: {env_id}, kwargs: {kwargs}}}
+workers:
+  actor: {{count: 2, ring_size: 4, inference_splits: 2, segment_length: 32}}
+  trainer: {{batch_segments: 4, checkpoint_interval: 2}}
+stop: {{wall_time: {wall_time}}}
+monitor: {{status_interval: 1}}
+slurm:
+  time: "00:10:00"
+  network: ib0
+  trainer: {{partition: gpu, mem_per_task: 1G}}
+  policy: {{partition: gpu, mem_per_task: 1G}}
+  actor: {{partition: cpu, mem_per_task: 1G, tasks_per_node: 2}}
+  sweep: {{partition: cpu, cpus: 2, mem: 2G, time: "00:10:00"}}
+"""
+
+
+def experiment(tmp_path, name="short", env_id="CartPole-v1", kwargs="{}", wall_time=5):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SHORT_SLURM_RUN.format(name=name, env_id=env_id, kwargs=kwargs, wall_time=wall_time))
+    return path
+
+
+def srl(*args, timeout=300):
+    args = list(map(str, args))
+    try:
+        return subprocess.run([script("srl-launch"), *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        if "--run-dir" not in args:
+            raise
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise AssertionError(f"srl-launch {' '.join(args)} ran past {timeout}s; its output:\n{out[-3000:]}\n"
+                             f"{where_it_hangs(Path(args[args.index('--run-dir') + 1]))}") from None
+
+
+def where_it_hangs(run_dir: Path) -> str:
+    """For a run that outlived its test: the job's state, the processes left, and their Python stacks (a
+    worker's faulthandler writes them to its log on SIGABRT), so that a rare hang in CI says where it was."""
+    lines, job_id = [], None
+    if (run_dir / "slurm.json").exists():
+        job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
+        lines.append(subprocess.run(["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True,
+                                    timeout=60).stdout)
+    left = processes_mentioning(str(run_dir))
+    lines += [f"left: {pid} {cmd}" for pid, cmd in left]
+    for pid, cmd in left:
+        if "srl_hpc.worker" in cmd:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+    with contextlib.suppress(AssertionError):  # workers whose stacks take longer are reported as still there
+        wait_until(lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))), 5,
+                   "the workers to write their stacks and end", interval=0.2)
+    if job_id is not None:  # after the stacks: a scancel would first wind the workers down
+        subprocess.run(["scancel", job_id], timeout=60)
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        text = log.read_text(errors="replace")
+        if " ended" not in text or "Current thread" in text or "Thread 0x" in text:
+            lines.append(f"---- {log.name}:\n" + "\n".join(text.splitlines()[-40:]))
+    return "\n".join(lines)
+
+
+def het_nodes(job_id):
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
+    return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
+
+
+def no_process_left(run_dir, timeout=30):
+    """Every process of the job ends; if one does not, the failure lists the ones left (pid, command line)."""
+    wait_until(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
+               lambda: f"still running: {processes_mentioning(str(run_dir))}", interval=0.5)

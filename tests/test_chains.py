@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_waiting import fake_bin, slurm_run  # noqa: F401  (fake_bin: a fixture; hence F811 where a test takes it)
 
-from conftest import ROOT
+from conftest import ROOT, slurm_run
 from launcher import cli, plan, runs, slurm, status
 from srl_hpc import config
 from srl_hpc.rundir import RunDir
@@ -26,7 +25,7 @@ def cluster(monkeypatch):
     monkeypatch.setattr(slurm, "mpi_plugins", lambda: ["none", "pmix"])  # (srun --mpi=list: no srun needed)
 
 
-def test_resume_chain_queues_continuations_each_after_the_one_before(tmp_path, fake_bin, cluster, capsys):  # noqa: F811
+def test_resume_chain_queues_continuations_each_after_the_one_before(tmp_path, fake_bin, cluster, capsys):
     run = slurm_run(tmp_path, status_=None)
     args = tmp_path / "sbatch.args"
     fake_bin("sbatch", f'echo "$@" >> {args}; n=$(wc -l < {args}); echo $((200 + n))')
@@ -46,7 +45,7 @@ def test_resume_chain_queues_continuations_each_after_the_one_before(tmp_path, f
     assert cli.main(["resume", str(run.root), "--chain", "0"]) == 2
 
 
-def test_a_chain_after_a_stopped_run_starts_at_once_and_cancel_stops_every_live_job(tmp_path, fake_bin, cluster):  # noqa: F811
+def test_a_chain_after_a_stopped_run_starts_at_once_and_cancel_stops_every_live_job(tmp_path, fake_bin, cluster):
     run = slurm_run(tmp_path, status_="cancelled")
     run.checkpoint.parent.mkdir()
     run.checkpoint.write_bytes(b"checkpoint")
@@ -80,7 +79,7 @@ def continuation_script(tmp_path, monkeypatch, overrides=()) -> Path:
     (None, 0, 0, 2),  # killed before it could write a summary
     ("cancelled", 1, 0, 2),  # a continuation Slurm requeued: the script's own requeue lines move on, once
 ])
-def test_a_continuation_job_is_the_next_attempt_of_its_run_unless_the_run_has_ended(tmp_path, monkeypatch, fake_bin,  # noqa: F811
+def test_a_continuation_job_is_the_next_attempt_of_its_run_unless_the_run_has_ended(tmp_path, monkeypatch, fake_bin,
                                                                                      summary, restarts, code, attempt):
     script = continuation_script(tmp_path, monkeypatch)
     run = RunDir(tmp_path / "run")

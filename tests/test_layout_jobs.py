@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_slurm import no_process_left, srl
 
 import launcher
-from conftest import ROOT, assert_every_frame_accounted_for, wait_until
+from conftest import ROOT, assert_every_frame_accounted_for, no_process_left, srl, wait_until
 from launcher import accounting, cli, plan, render, slurm, slurm_jobs
 from srl_hpc import config, group_watch
 from srl_hpc import graph as wiring

@@ -1,5 +1,4 @@
 """Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
-import contextlib
 import csv
 import json
 import os
@@ -15,10 +14,13 @@ import launcher
 from conftest import (
     ROOT,
     assert_every_frame_accounted_for,
-    processes_mentioning,
-    script,
+    experiment,
+    het_nodes,
+    no_process_left,
+    srl,
     tensorboard_scalars,
     wait_until,
+    where_it_hangs,
 )
 from launcher import slurm, slurm_jobs
 from srl_hpc import config
@@ -26,67 +28,6 @@ from srl_hpc.rundir import RunDir
 from srl_hpc.trace.reader import read_run
 
 pytestmark = pytest.mark.slurm
-
-SHORT = """\
-name: {name}
-env: {{id: {env_id}, kwargs: {kwargs}}}
-workers:
-  actor: {{count: 2, ring_size: 4, inference_splits: 2, segment_length: 32}}
-  trainer: {{batch_segments: 4, checkpoint_interval: 2}}
-stop: {{wall_time: {wall_time}}}
-monitor: {{status_interval: 1}}
-slurm:
-  time: "00:10:00"
-  network: ib0
-  trainer: {{partition: gpu, mem_per_task: 1G}}
-  policy: {{partition: gpu, mem_per_task: 1G}}
-  actor: {{partition: cpu, mem_per_task: 1G, tasks_per_node: 2}}
-  sweep: {{partition: cpu, cpus: 2, mem: 2G, time: "00:10:00"}}
-"""
-
-
-def experiment(tmp_path, name="short", env_id="CartPole-v1", kwargs="{}", wall_time=5):
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(SHORT.format(name=name, env_id=env_id, kwargs=kwargs, wall_time=wall_time))
-    return path
-
-
-def srl(*args, timeout=300):
-    args = list(map(str, args))
-    try:
-        return subprocess.run([script("srl-launch"), *args], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        if "--run-dir" not in args:
-            raise
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(f"srl-launch {' '.join(args)} ran past {timeout}s; its output:\n{out[-3000:]}\n"
-                             f"{where_it_hangs(Path(args[args.index('--run-dir') + 1]))}") from None
-
-
-def where_it_hangs(run_dir: Path) -> str:
-    """For a run that outlived its test: the job's state, the processes left, and their Python stacks (a
-    worker's faulthandler writes them to its log on SIGABRT), so that a rare hang in CI says where it was."""
-    lines, job_id = [], None
-    if (run_dir / "slurm.json").exists():
-        job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-        lines.append(subprocess.run(["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True,
-                                    timeout=60).stdout)
-    left = processes_mentioning(str(run_dir))
-    lines += [f"left: {pid} {cmd}" for pid, cmd in left]
-    for pid, cmd in left:
-        if "srl_hpc.worker" in cmd:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGABRT)
-    with contextlib.suppress(AssertionError):  # workers whose stacks take longer are reported as still there
-        wait_until(lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))), 5,
-                   "the workers to write their stacks and end", interval=0.2)
-    if job_id is not None:  # after the stacks: a scancel would first wind the workers down
-        subprocess.run(["scancel", job_id], timeout=60)
-    for log in sorted((run_dir / "logs").glob("*.log")):
-        text = log.read_text(errors="replace")
-        if " ended" not in text or "Current thread" in text or "Thread 0x" in text:
-            lines.append(f"---- {log.name}:\n" + "\n".join(text.splitlines()[-40:]))
-    return "\n".join(lines)
 
 
 def wait_for_the_end(run, timeout):
@@ -96,17 +37,6 @@ def wait_for_the_end(run, timeout):
         return run.wait(timeout=timeout)
     except TimeoutError as e:
         raise AssertionError(f"{e}\n{where_it_hangs(run.run_dir)}") from None
-
-
-def het_nodes(job_id):
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
-    return [f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("NodeList=")]
-
-
-def no_process_left(run_dir, timeout=30):
-    """Every process of the job ends; if one does not, the failure lists the ones left (pid, command line)."""
-    wait_until(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
-               lambda: f"still running: {processes_mentioning(str(run_dir))}", interval=0.5)
 
 
 def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_path):

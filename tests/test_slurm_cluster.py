@@ -7,9 +7,8 @@ import stat
 import subprocess
 
 import pytest
-from test_slurm import experiment, het_nodes, no_process_left, srl
 
-from conftest import ROOT, script, wait_until
+from conftest import ROOT, experiment, het_nodes, no_process_left, script, srl, wait_until
 from srl_hpc import srun_guard
 from srl_hpc.trace.reader import read_run
 

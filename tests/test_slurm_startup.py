@@ -5,8 +5,8 @@ import json
 import re
 
 import pytest
-from test_slurm import experiment, no_process_left, srl
 
+from conftest import experiment, no_process_left, srl
 from srl_hpc import config
 from srl_hpc import graph as wiring
 from srl_hpc.services import limits

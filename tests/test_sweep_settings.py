@@ -2,7 +2,6 @@
 the script without submitting it)."""
 import pytest
 import submitit
-from test_waiting import fake_bin  # noqa: F401  (a fixture)
 
 from launcher import sweep
 from srl_hpc import config
@@ -40,7 +39,7 @@ def test_a_sweep_hands_submitit_the_slurm_sections_setup_env_python_and_sbatch_o
     assert "/opt/venv/bin/python -u -m submitit.core._submit" in text
 
 
-def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_anything(tmp_path, fake_bin):  # noqa: F811
+def test_a_sweep_refuses_an_sbatch_option_submitit_cannot_take_before_making_anything(tmp_path, fake_bin):
     fake_bin("sbatch", "exit 1")  # (never the cluster's, were the option to get through)
     exp = config.loads(SWEEP.replace('"-A lab"', '"-Z x"'))
     with pytest.raises(config.ConfigError, match="'-Z x'"):

@@ -5,19 +5,18 @@ import subprocess
 import sys
 
 import pytest
-from test_waiting import fake_bin  # noqa: F401  (a fixture; hence F811 where a test takes it)
 
 from conftest import ROOT, slurm_unavailable
 
 CONTROLLER_DOWN = 'echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1'
 
 
-def test_a_cluster_with_a_node_up_can_take_slurm_tests(fake_bin):  # noqa: F811
+def test_a_cluster_with_a_node_up_can_take_slurm_tests(fake_bin):
     fake_bin("sinfo", 'echo "down*"; echo "idle"')
     assert slurm_unavailable() is None
 
 
-def test_no_controller_no_node_up_and_no_sinfo_each_say_why(fake_bin, tmp_path, monkeypatch):  # noqa: F811
+def test_no_controller_no_node_up_and_no_sinfo_each_say_why(fake_bin, tmp_path, monkeypatch):
     fake_bin("sinfo", CONTROLLER_DOWN)
     reason = slurm_unavailable()
     assert "sinfo failed (exit 1: slurm_load_partitions: Unable to contact slurm controller" in reason, reason
@@ -38,7 +37,7 @@ def pytest_on(test_file, env: dict) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_the_slurm_tier_skips_saying_why_unless_slurm_is_required(fake_bin, tmp_path):  # noqa: F811
+def test_the_slurm_tier_skips_saying_why_unless_slurm_is_required(fake_bin, tmp_path):
     fake_bin("sinfo", CONTROLLER_DOWN)
     env = {k: v for k, v in os.environ.items() if k != "SRL_REQUIRE_SLURM"}
     one_slurm_test = tmp_path / "test_one.py"

@@ -1,32 +1,13 @@
 """The launcher against a busy or forgetful cluster, without one: Slurm commands that do not answer, and a
 job Slurm no longer knows (no accounting, and MinJobAge has passed). The Slurm commands are small fake
 executables put first on PATH; the real ones are test_slurm_waiting's."""
-import json
-import os
 import time
 
 import pytest
 
-from conftest import ROOT
-from launcher import cli, runs, slurm, slurm_jobs, status
+from conftest import slurm_run
+from launcher import cli, slurm, slurm_jobs, status
 from launcher.commands import run as run_command
-from srl_hpc import config
-from srl_hpc.rundir import RunDir
-
-
-@pytest.fixture
-def fake_bin(tmp_path, monkeypatch):
-    """fake_bin(name, body): an executable `name` running the shell `body`, found before the real one."""
-    directory = tmp_path / "bin"
-    directory.mkdir()
-    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
-
-    def make(name, body):
-        path = directory / name
-        path.write_text(f"#!/bin/sh\n{body}\n")
-        path.chmod(0o755)
-        return path
-    return make
 
 
 @pytest.fixture
@@ -34,17 +15,6 @@ def forgotten(fake_bin):
     """A cluster without accounting whose slurmctld no longer knows any job (MinJobAge has passed)."""
     fake_bin("squeue", 'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1')
     fake_bin("sacct", 'echo "Slurm accounting storage is disabled" >&2; exit 1')
-
-
-def slurm_run(tmp_path, status_="succeeded", job_id="100", chain=()) -> RunDir:
-    """A submitted run directory (its experiment, slurm.json, a controller log and, unless None, a summary)."""
-    exp, run = runs.create(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"), tmp_path / "run")
-    run.slurm.write_text(json.dumps({"job_id": job_id, "command": "test", **({"chain": list(chain)} if chain else {})}))
-    run.log("controller/0").write_text("progress line\n")
-    if status_ is not None:
-        run.summary.write_text(json.dumps({"status": status_, "reason": "wall time reached: 5s", "wall_time": 5.0,
-                                           "env_frames": 1000, "frames_consumed": 900, "policy_version": 3}))
-    return run
 
 
 # ------------------------------------------------------------------------------------ a job Slurm forgot
