@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import runs, status
+from launcher import runs, slurm_jobs, status
 from launcher import slurm as scheduler
 from launcher.settings import profile_files
 from srl_hpc import config
@@ -38,8 +38,8 @@ class Run:
         run's own outcome once Slurm no longer knows the job (no accounting, after MinJobAge)."""
         if self.job_id is not None:
             # slurm.layout: jobs: the groups' jobs together (slurm_jobs.current)
-            state = scheduler.run_job(self.run)[1].state if scheduler.group_jobs(self.run) else \
-                scheduler.job_state(self.job_id)[0]
+            state = slurm_jobs.run_job(self.run)[1].state if scheduler.group_jobs(self.run) else \
+                slurm_jobs.job_state(self.job_id)[0]
             return status.describe(self.run)[0] if state == "unknown" else state
         if self._process is not None and self._process.poll() is None:
             return "running"
@@ -47,7 +47,7 @@ class Run:
 
     def wait(self, timeout: float | None = None) -> str:
         if self.job_id is not None:
-            scheduler.wait(self.job_id, timeout=timeout, run=self.run)
+            slurm_jobs.wait(self.job_id, timeout=timeout, run=self.run)
         elif self._process is not None:
             self._process.wait(timeout=timeout)
         return self.state()
@@ -55,7 +55,7 @@ class Run:
     def cancel(self) -> None:
         """Stop the run; workers wind down and the trainer keeps its checkpoint."""
         if self.job_id is not None:
-            scheduler.cancel_run(self.run)  # continuation jobs queued by resume --chain too
+            slurm_jobs.cancel_run(self.run)  # continuation jobs queued by resume --chain too
         elif self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
 
