@@ -19,21 +19,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher import trials, tune
+from launcher import trials, tune, tune_knobs
 from srl_hpc import config
 
 
 def grid(exp: config.Experiment, keys: tuple[str, ...], limits: dict) -> list[dict]:
     """Every valid setting over the knobs' values, the experiment's own values included."""
-    given = tune.read(exp, keys)
-    values = [sorted(set(tune.BY_KEY[k].values) | {given[k]}, key=str) for k in keys]
+    given = tune_knobs.read(exp, keys)
+    values = [sorted(set(tune_knobs.BY_KEY[k].values) | {given[k]}, key=str) for k in keys]
     out, seen = [], set()
     for combo in itertools.product(*values):
-        setting = tune.normalized(dict(zip(keys, combo)))
-        if any(tune.skip_reason(setting, k, setting[k], limits) for k in keys if setting[k] != given[k]):
+        setting = tune_knobs.normalized(dict(zip(keys, combo)))
+        if any(tune_knobs.skip_reason(setting, k, setting[k], limits) for k in keys if setting[k] != given[k]):
             continue
         try:
-            config.with_overrides(exp, tune.overrides(setting, exp))
+            config.with_overrides(exp, tune_knobs.overrides(setting, exp))
         except config.ConfigError:
             continue
         if tuple(sorted(setting.items())) not in seen:
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="tune-vs-grid-"))
     keys = tuple(args.keys.split(","))
     exp = config.load(args.experiment)
-    given = tune.read(exp, keys)
+    given = tune_knobs.read(exp, keys)
 
     began = time.monotonic()
     outcome = tune.tune(exp, args.experiment, out / "tune", out / "tuned.yaml", keys=keys, seconds=args.seconds,
@@ -67,10 +67,10 @@ def main(argv=None) -> int:
                         say=lambda line: print(line, file=sys.stderr, flush=True))
     tune_seconds = time.monotonic() - began
 
-    settings = grid(exp, keys, tune.limits(exp, False))
+    settings = grid(exp, keys, tune_knobs.limits(exp, False))
     if outcome.best.setting not in settings:
         settings.append(outcome.best.setting)
-    measured = trials.round_robin([(label(s, given), config.with_overrides(exp, tune.overrides(s, exp)))
+    measured = trials.round_robin([(label(s, given), config.with_overrides(exp, tune_knobs.overrides(s, exp)))
                                    for s in settings], args.seconds, args.warmup, args.repeats, out / "grid",
                                   say=lambda line: print(f"[grid] {line}", file=sys.stderr, flush=True))
     rows = [{"setting": label(s, given), **m} for s, m in zip(settings, measured)]

@@ -20,7 +20,6 @@ it was tried go in a table.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import io
 import json
 import os
@@ -30,118 +29,21 @@ from pathlib import Path
 from typing import Callable
 
 from launcher import local, trials
+from launcher.tune_knobs import (
+    BY_KEY,
+    PLACEMENT,
+    changes_of,
+    limits,
+    normalized,
+    order,
+    overrides,
+    read,
+    skip_reason,
+    value_of,
+)
 from srl_hpc import config
 
-PLACEMENT = "workers.placement"
-
-
-@dataclasses.dataclass(frozen=True)
-class Knob:
-    key: str
-    values: tuple
-    why: str  # what it changes, for the trial table
-
-
-KNOBS = (
-    Knob(PLACEMENT, ("srl", "impala", "seed"), "where inference runs"),
-    Knob("workers.actor.count", (1, 2, 4), "actor processes (their share of the cores)"),
-    Knob("workers.policy.count", (1, 2), "policy workers: actors per policy worker"),
-    Knob("workers.actor.ring_size", (4, 8, 16, 32), "envs per actor: the batch each actor sends"),
-    Knob("workers.actor.inference_splits", (1, 2, 4), "requests per ring: env stepping overlapping inference"),
-    Knob("workers.policy.max_batch", (32, 64, 256), "the dynamic batch's cap"),
-    Knob("workers.trainer.torch_threads", (1, 2, 4), "the trainer's compute threads"),
-    Knob("workers.policy.torch_threads", (1, 2), "inference threads"),
-    Knob("workers.policy.precision", ("fp32", "bf16"), "inference in bf16"),
-    Knob("workers.trainer.precision", ("fp32", "bf16"), "the trainer's forward passes under bf16 autocast"),
-)
-BY_KEY = {k.key: k for k in KNOBS}
-# values whose gains come together, so each is also tried with its companion (docs/tuning.md): bf16 in the trainer
-# alone or in inference alone gains little, bf16 in both much more; and
-# impala's actors infer their own ring's requests (no policy worker batches several actors'), so its batch is the
-# ring's: impala is also tried with the largest ring
-JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
-         ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"},
-         (PLACEMENT, "impala"): {"workers.actor.ring_size": max(BY_KEY["workers.actor.ring_size"].values)}}
 STALE_AFTER = 6  # trials since the best's latest, after which it is measured again before the next trial
-# the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
-SLURM_KEYS = tuple(k.key for k in KNOBS if k.key not in ("workers.actor.count", "workers.policy.count"))
-
-# the knobs that address each verdict, tried first (then the rest, in KNOBS' order)
-FIRST = {
-    # the trainer's own precision (alone, then with bf16 inference: JOINT; on a GPU the largest lever), then what
-    # gives the trainer cores where every worker shares them, as in the trials here: a process fewer (the
-    # placement), fewer or more actors
-    "trainer": ("workers.trainer.precision", PLACEMENT, "workers.actor.count", "workers.policy.precision",
-                "workers.trainer.torch_threads", "workers.actor.ring_size"),
-    "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
-                  "workers.policy.torch_threads", "workers.actor.inference_splits", "workers.actor.ring_size"),
-    "transport": (PLACEMENT, "workers.actor.inference_splits", "workers.actor.ring_size", "workers.policy.max_batch"),
-    "env": ("workers.actor.count", "workers.actor.ring_size", "workers.actor.inference_splits", PLACEMENT),
-}
-
-
-def order(verdict: str | None, keys: tuple[str, ...], far: set[str] = frozenset()) -> list[str]:
-    """The knobs to try from a setting whose trial had this verdict: those addressing it first; those in `far`
-    (every value measured well under the best when last tried, from a neighbouring setting) last."""
-    first = [k for k in FIRST.get(verdict or "", ()) if k in keys]
-    return sorted(first + [k for k in keys if k not in first], key=lambda k: k in far)
-
-
-def value_of(exp: config.Experiment, key: str):
-    return functools.reduce(getattr, key.split("."), exp)
-
-
-def read(exp: config.Experiment, keys: tuple[str, ...]) -> dict:
-    """The current value of every knob in `keys`."""
-    return {key: value_of(exp, key) for key in keys}
-
-
-def normalized(setting: dict) -> dict:
-    """A setting whose policy worker count fits its placement (policy workers with 'srl' only)."""
-    count = setting.get("workers.policy.count")
-    if PLACEMENT not in setting or count is None:
-        return setting
-    return {**setting, "workers.policy.count": max(1, count) if setting[PLACEMENT] == "srl" else 0}
-
-
-def overrides(setting: dict, exp: config.Experiment) -> list[str]:
-    """The --set words of a setting, with what its placement requires of `exp`'s policy workers."""
-    words = [f"{key}={value}" for key, value in setting.items()]
-    placement = setting.get(PLACEMENT, exp.workers.placement)
-    count = setting.get("workers.policy.count", exp.workers.policy.count)
-    if placement != "srl" and count != 0:
-        words.append("workers.policy.count=0")
-    elif placement == "srl" and count == 0:
-        words.append("workers.policy.count=1")
-    return words
-
-
-def changes_of(key: str, setting: dict, keys: tuple[str, ...]) -> list[dict]:
-    """What trying `key` from `setting` changes, value by value: the value alone, then with its JOINT companions
-    (those searched and not already so)."""
-    out = []
-    for value in BY_KEY[key].values:
-        if value == setting[key]:
-            continue
-        out.append({key: value})
-        also = {k: v for k, v in JOINT.get((key, value), {}).items() if k in keys and setting.get(k) != v}
-        if also:
-            out.append({key: value, **also})
-    return out
-
-
-def skip_reason(setting: dict, key: str, value, limits: dict) -> str | None:
-    """Why this value of the knob is not worth a trial from `setting` (None: it is)."""
-    placement = setting.get(PLACEMENT, "srl")
-    if key == "workers.policy.count" and placement != "srl":
-        return "policy workers exist only with placement srl"
-    if key == "workers.policy.max_batch" and placement == "impala":
-        return "an actor's inline inference batches its own ring"
-    if key.endswith("torch_threads") and value > limits.get(key, 1):
-        return f"more threads than the {limits.get(key, 1)} CPUs there"
-    if key.endswith(".precision") and value == "bf16" and not limits.get(key):
-        return f"no fast bf16 where the {key.split('.')[1]} runs (a GPU, or a CPU with avx512_bf16/AMX)"
-    return None
 
 
 @dataclasses.dataclass
@@ -206,90 +108,125 @@ def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, bu
            invalid: Callable[[dict], str | None] = lambda setting: None) -> Outcome:
     """The greedy, verdict-led search from `base` (see the module's docstring).
     `invalid`: why a setting cannot run at all (not a valid experiment, too big for the machine), or None."""
-    say = say or _say
-    start, done = clock(), []
-    seen: set[tuple] = set()
+    return Search(keys, measure, limits, budget, min_gain, clock, say or _say, invalid).from_base(base)
 
-    def run(setting: dict, why: str) -> Trial:
-        trial = Trial(len(done), dict(setting), why)
-        seen.add(tuple(sorted(setting.items())))
-        began = clock()
+
+class Search:
+    """The search's state (every trial, the settings kept, what not to try again) and its steps: measure the
+    experiment as given twice, then knob by knob in the order the best's verdict gives, try each value once
+    and check the fastest against the best measured again beside it, until a pass over the knobs keeps
+    nothing or the budget is spent."""
+
+    def __init__(self, keys: tuple[str, ...], measure: Measure, limits: dict, budget: float, min_gain: float,
+                 clock: Callable[[], float], say: Callable[[str], None], invalid: Callable[[dict], str | None]):
+        self.keys, self.measure, self.limits, self.budget, self.min_gain = keys, measure, limits, budget, min_gain
+        self.clock, self.say, self.invalid = clock, say, invalid
+        self.start = clock()
+        self.done: list[Trial] = []  # every trial, in order
+        self.seen: set[tuple] = set()  # every setting measured
+        self.kept: list[Kept] = []  # the experiment as given, then each setting that became the best
+        self.undone: set[tuple] = set()  # (knob, value) pairs a kept setting changed away from
+        self.far: set[str] = set()  # knobs whose values all came well under the best when last tried
+
+    def from_base(self, base: dict) -> Outcome:
+        self.kept = [Kept(base, [self.run(base, "the experiment as given"),
+                                 self.run(base, "the experiment as given, again")])]
+        failed = [t.error for t in self.kept[0].trials if t.fps is None]
+        if failed:
+            raise trials.TrialFailed(f"the experiment as given failed to run: {failed[0]}")
+        improved = True
+        while improved:
+            improved = False
+            for key in order(self.kept[-1].verdict, self.keys, self.far):
+                kept = self.try_knob(key)
+                if kept is None:  # the budget is spent
+                    return Outcome(self.done, self.kept)
+                if kept:
+                    improved = True
+                    break
+        return Outcome(self.done, self.kept)
+
+    def run(self, setting: dict, why: str) -> Trial:
+        """One trial of `setting`, recorded and reported; a trial interrupted (signal) stops the search."""
+        trial = Trial(len(self.done), dict(setting), why)
+        self.seen.add(tuple(sorted(setting.items())))
+        began = self.clock()
         try:
-            figures = measure(setting, trial.index)
+            figures = self.measure(setting, trial.index)
             trial.fps, trial.verdict = trials.training_fps(figures), figures.get("verdict")
             trial.evidence, trial.run_dir = figures.get("verdict_evidence", ""), figures.get("run_dir", "")
         except trials.TrialFailed as e:
             trial.error = str(e).strip().splitlines()[-1] if str(e).strip() else "failed"
             if e.code >= 128:  # interrupted: the search stops with what it has
                 raise
-        trial.seconds = clock() - began
-        done.append(trial)
-        say(_progress(trial))
+        trial.seconds = self.clock() - began
+        self.done.append(trial)
+        self.say(_progress(trial))
         return trial
 
-    def affordable(trials: int) -> bool:
-        mean = sum(t.seconds for t in done) / len(done)
-        return clock() - start + trials * mean <= budget
+    def affordable(self, count: int) -> bool:
+        """Whether `count` more trials of the mean length so far fit in the budget."""
+        mean = sum(t.seconds for t in self.done) / len(self.done)
+        return self.clock() - self.start + count * mean <= self.budget
 
-    def again(why: str) -> Trial:
+    def again(self, why: str) -> Trial:
         """The best measured once more (the machine's speed drifts during a search): its figure becomes the
         mean of its two latest trials."""
-        best = kept[-1]
-        trial = run(best.setting, why)
+        best = self.kept[-1]
+        trial = self.run(best.setting, why)
         if trial.fps is not None:
-            kept[-1] = dataclasses.replace(best, trials=[best.trials[-1], trial])
+            self.kept[-1] = dataclasses.replace(best, trials=[best.trials[-1], trial])
         return trial
 
-    kept = [Kept(base, [run(base, "the experiment as given"), run(base, "the experiment as given, again")])]
-    undone: set[tuple] = set()  # (knob, value) pairs a kept setting changed away from
-    far: set[str] = set()  # knobs whose values all came well under the best when last tried
-    failed = [t.error for t in kept[0].trials if t.fps is None]
-    if failed:
-        raise trials.TrialFailed(f"the experiment as given failed to run: {failed[0]}")
-    improved = True
-    while improved:
-        improved, best = False, kept[-1]
-        for key in order(best.verdict, keys, far):
-            candidates = []  # (the change, the setting)
-            for change in changes_of(key, best.setting, keys):
-                candidate = normalized({**best.setting, **change})
-                if (any((k, v) in undone or skip_reason(best.setting, k, v, limits) for k, v in change.items())
-                        or tuple(sorted(candidate.items())) in seen or candidate in [c for _, c in candidates]
-                        or invalid(candidate)):
-                    continue
-                candidates.append((change, candidate))
-            if not candidates:
+    def candidates(self, key: str, best: Kept) -> list[tuple[dict, dict]]:
+        """(the change, the setting) for each value of `key` (with its companions) not yet measured from the
+        best, and neither skipped, undone, nor invalid."""
+        found = []
+        for change in changes_of(key, best.setting, self.keys):
+            candidate = normalized({**best.setting, **change})
+            if (any((k, v) in self.undone or skip_reason(best.setting, k, v, self.limits) for k, v in change.items())
+                    or tuple(sorted(candidate.items())) in self.seen or candidate in [c for _, c in found]
+                    or self.invalid(candidate)):
                 continue
-            stale = done[-1].index - best.trials[-1].index >= STALE_AFTER
-            if not affordable(stale + len(candidates) + 2):  # (the best again,) each value, the fastest's check
-                say(f"budget spent after {len(done)} trials")
-                return Outcome(done, kept)
-            if stale:
-                again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
-                best = kept[-1]
-            firsts = [run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
-                                     + " with ".join(f"{k} {best.setting[k]} -> {v}" for k, v in change.items())
-                                     + f", {BY_KEY[key].why}")
-                      for change, candidate in candidates]
-            fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
-            # one short trial is noisy (a faster setting can measure below the best in its one trial): the
-            # knob's fastest value, if near the best or above it, is checked, paired in time: the best again,
-            # then the value again, against the best's new trial
-            if fastest is None or fastest.fps < best.fps * (1 - min_gain):
-                far.add(key)  # tried last from the next best: the least likely to pay there
-                continue
-            far.discard(key)
-            fresh = again(f"check: the best ({best.label}) again, beside trial {fastest.index}")
-            best = kept[-1]
-            now = fresh.fps if fresh.fps is not None else best.fps
-            check = run(fastest.setting, f"check: trial {fastest.index} again")
-            won = Kept(fastest.setting, [fastest, check], decided=(fastest, fresh, check))
-            if check.fps is not None and check.fps > now and won.fps > now * (1 + min_gain):
-                kept.append(won)
-                undone.update((k, v) for k, v in best.setting.items() if won.setting[k] != v)  # measured slower
-                improved = True
-                break
-    return Outcome(done, kept)
+            found.append((change, candidate))
+        return found
+
+    def try_knob(self, key: str) -> bool | None:
+        """Each value of `key` once; the fastest, if near the best or above it, checked. True: it became the
+        best; False: it did not (or there was nothing to try); None: the budget is spent."""
+        best = self.kept[-1]
+        candidates = self.candidates(key, best)
+        if not candidates:
+            return False
+        stale = self.done[-1].index - best.trials[-1].index >= STALE_AFTER
+        if not self.affordable(stale + len(candidates) + 2):  # (the best again,) each value, the fastest's check
+            self.say(f"budget spent after {len(self.done)} trials")
+            return None
+        if stale:
+            self.again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
+            best = self.kept[-1]
+        firsts = [self.run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
+                                      + " with ".join(f"{k} {best.setting[k]} -> {v}" for k, v in change.items())
+                                      + f", {BY_KEY[key].why}")
+                  for change, candidate in candidates]
+        fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
+        # one short trial is noisy (a faster setting can measure below the best in its one trial): the knob's
+        # fastest value, if near the best or above it, is checked, paired in time: the best again, then the
+        # value again, against the best's new trial
+        if fastest is None or fastest.fps < best.fps * (1 - self.min_gain):
+            self.far.add(key)  # tried last from the next best: the least likely to pay there
+            return False
+        self.far.discard(key)
+        fresh = self.again(f"check: the best ({best.label}) again, beside trial {fastest.index}")
+        best = self.kept[-1]
+        now = fresh.fps if fresh.fps is not None else best.fps
+        check = self.run(fastest.setting, f"check: trial {fastest.index} again")
+        won = Kept(fastest.setting, [fastest, check], decided=(fastest, fresh, check))
+        if check.fps is not None and check.fps > now and won.fps > now * (1 + self.min_gain):
+            self.kept.append(won)
+            self.undone.update((k, v) for k, v in best.setting.items() if won.setting[k] != v)  # measured slower
+            return True
+        return False
 
 
 def _say(line: str) -> None:
@@ -360,32 +297,6 @@ def tuned_yaml(source: str, changes: dict, notes: dict[str, str], header: list[s
     out = io.StringIO()
     yaml.dump(data, out)
     return "".join(f"# {line}\n" for line in header) + out.getvalue()
-
-
-def limits(exp: config.Experiment, slurm: bool) -> dict:
-    """What bounds the knobs where the trials run, by knob: the CPUs there for threads, whether bf16 is fast
-    there for precision (a GPU; a CPU with avx512_bf16/AMX, known here only: a cluster's nodes may differ)."""
-    workers = exp.workers
-    if slurm:
-        where_inference = exp.slurm.actor if workers.placement == "impala" else exp.slurm.policy
-        cpus = {"workers.trainer.torch_threads": exp.slurm.trainer.cpus_per_task,
-                "workers.policy.torch_threads": where_inference.cpus_per_task}
-        cpu_bf16 = False
-    else:
-        n = os.cpu_count() or 1
-        cpus = {"workers.trainer.torch_threads": n, "workers.policy.torch_threads": n}
-        cpu_bf16 = _cpu_has_bf16()
-    return {**cpus,
-            "workers.policy.precision": workers.policy.device.startswith("cuda") or cpu_bf16,
-            "workers.trainer.precision": workers.trainer.device.startswith("cuda") or cpu_bf16}
-
-
-def _cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    try:
-        flags = Path(cpuinfo).read_text()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def tune(exp: config.Experiment, source: Path, tune_dir: Path, output: Path, *, keys: tuple[str, ...],

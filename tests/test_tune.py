@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from launcher import trials, tune
+from launcher import trials, tune, tune_knobs
 from launcher.cli import main
 from srl_hpc import config
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
-KEYS = tuple(tune.BY_KEY)
+KEYS = tuple(tune_knobs.BY_KEY)
 ROOMY = {"workers.trainer.torch_threads": 4, "workers.policy.torch_threads": 2,
          "workers.policy.precision": False, "workers.trainer.precision": False}
 
@@ -37,21 +37,21 @@ def clock_of(machine: Machine, seconds_per_trial: float):
 
 
 def base() -> dict:
-    return tune.read(config.load(CARTPOLE), KEYS)
+    return tune_knobs.read(config.load(CARTPOLE), KEYS)
 
 
 def test_the_verdict_puts_the_knobs_that_address_it_first():
     # the trainer's own precision, then what gives it cores on shared ones: a process fewer, fewer actors
-    assert tune.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.placement",
+    assert tune_knobs.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.placement",
                                                "workers.actor.count"]
-    assert tune.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
-    assert tune.order("unknown", KEYS) == list(KEYS)
-    assert sorted(tune.order("env", KEYS)) == sorted(KEYS)  # every knob, once
-    assert tune.order("trainer", ("workers.actor.ring_size",)) == ["workers.actor.ring_size"]
+    assert tune_knobs.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
+    assert tune_knobs.order("unknown", KEYS) == list(KEYS)
+    assert sorted(tune_knobs.order("env", KEYS)) == sorted(KEYS)  # every knob, once
+    assert tune_knobs.order("trainer", ("workers.actor.ring_size",)) == ["workers.actor.ring_size"]
     # knobs ruled out from a neighbouring setting go last, in their order
     far = {"workers.trainer.precision", "workers.actor.count"}
-    assert tune.order("trainer", KEYS, far)[:2] == ["workers.placement", "workers.policy.precision"]
-    assert tune.order("trainer", KEYS, far)[-2:] == ["workers.trainer.precision", "workers.actor.count"]
+    assert tune_knobs.order("trainer", KEYS, far)[:2] == ["workers.placement", "workers.policy.precision"]
+    assert tune_knobs.order("trainer", KEYS, far)[-2:] == ["workers.trainer.precision", "workers.actor.count"]
 
 
 def test_knobs_whose_values_all_came_well_under_the_best_are_tried_last_from_the_next_best():
@@ -80,37 +80,37 @@ def test_knobs_whose_values_all_came_well_under_the_best_are_tried_last_from_the
 
 def test_a_placement_brings_the_policy_worker_count_it_needs_and_the_result_validates():
     exp = config.load(CARTPOLE)
-    impala = tune.normalized({**tune.read(exp, KEYS), "workers.placement": "impala"})
+    impala = tune_knobs.normalized({**tune_knobs.read(exp, KEYS), "workers.placement": "impala"})
     assert impala["workers.policy.count"] == 0
-    assert tune.normalized({**impala, "workers.placement": "srl"})["workers.policy.count"] == 1
+    assert tune_knobs.normalized({**impala, "workers.placement": "srl"})["workers.policy.count"] == 1
     # the knob left out of the search: the words still make a valid experiment either way
-    as_impala = config.with_overrides(exp, tune.overrides({"workers.placement": "impala"}, exp))
+    as_impala = config.with_overrides(exp, tune_knobs.overrides({"workers.placement": "impala"}, exp))
     assert as_impala.workers.policy.count == 0
-    back = config.with_overrides(as_impala, tune.overrides({"workers.placement": "srl"}, as_impala))
+    back = config.with_overrides(as_impala, tune_knobs.overrides({"workers.placement": "srl"}, as_impala))
     assert back.workers.policy.count == 1
 
 
 def test_values_that_cannot_help_here_are_skipped():
     setting = {**base(), "workers.placement": "impala"}
-    assert "only with placement srl" in tune.skip_reason(setting, "workers.policy.count", 2, ROOMY)
-    assert "CPUs" in tune.skip_reason(setting, "workers.trainer.torch_threads", 4,
+    assert "only with placement srl" in tune_knobs.skip_reason(setting, "workers.policy.count", 2, ROOMY)
+    assert "CPUs" in tune_knobs.skip_reason(setting, "workers.trainer.torch_threads", 4,
                                      {**ROOMY, "workers.trainer.torch_threads": 2})
-    assert "bf16 where the policy runs" in tune.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
-    assert "bf16 where the trainer runs" in tune.skip_reason(setting, "workers.trainer.precision", "bf16", ROOMY)
-    assert tune.skip_reason(setting, "workers.trainer.precision", "bf16",
+    assert "bf16 where the policy runs" in tune_knobs.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
+    assert "bf16 where the trainer runs" in tune_knobs.skip_reason(setting, "workers.trainer.precision", "bf16", ROOMY)
+    assert tune_knobs.skip_reason(setting, "workers.trainer.precision", "bf16",
                             {**ROOMY, "workers.trainer.precision": True}) is None
-    assert tune.skip_reason(setting, "workers.actor.ring_size", 32, ROOMY) is None
+    assert tune_knobs.skip_reason(setting, "workers.actor.ring_size", 32, ROOMY) is None
 
 
 def test_bf16_is_searched_where_it_is_fast_for_each_of_inference_and_the_trainer(monkeypatch):
     exp = config.load(CARTPOLE)
     on_gpus = config.with_overrides(exp, ["workers.trainer.device=cuda"])
     for has_bf16 in (False, True):  # this CPU's flags count only when the trials run here
-        monkeypatch.setattr(tune, "_cpu_has_bf16", lambda: has_bf16)
-        here = tune.limits(exp, slurm=False)
+        monkeypatch.setattr(tune_knobs, "_cpu_has_bf16", lambda: has_bf16)
+        here = tune_knobs.limits(exp, slurm=False)
         assert here["workers.policy.precision"] is here["workers.trainer.precision"] is has_bf16
-        assert tune.limits(on_gpus, slurm=False)["workers.trainer.precision"] is True
-        on_slurm = tune.limits(on_gpus, slurm=True)
+        assert tune_knobs.limits(on_gpus, slurm=False)["workers.trainer.precision"] is True
+        on_slurm = tune_knobs.limits(on_gpus, slurm=True)
         assert on_slurm["workers.trainer.precision"] is True and on_slurm["workers.policy.precision"] is False
 
 
@@ -182,7 +182,7 @@ def test_a_setting_is_kept_when_both_its_trials_beat_the_best_and_their_mean_bea
 def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_and_kept():
     # impala runs a third faster, but its first trial met a slow minute of the machine: 3% under the best;
     # seed runs slower by more than the noise
-    impala = tune.normalized({**base(), "workers.placement": "impala"})
+    impala = tune_knobs.normalized({**base(), "workers.placement": "impala"})
     speed = {"impala": 13_500, "seed": 6_000, "srl": 10_000}
     machine = Machine(lambda s: speed[s["workers.placement"]], lambda s: "trainer",
                       flukes={tuple(sorted(impala.items())): 9_700})
@@ -410,7 +410,8 @@ def test_values_whose_gains_come_together_are_also_tried_together():
     assert outcome.kept[1].decided[0].index == 3  # kept by its first trial and its check
     # a companion that is not searched, or not fast where it runs, is not tried with it
     searched = tuple(k for k in KEYS if k != "workers.policy.precision")
-    assert tune.changes_of("workers.trainer.precision", base(), searched) == [{"workers.trainer.precision": "bf16"}]
+    assert tune_knobs.changes_of("workers.trainer.precision", base(), searched) == \
+        [{"workers.trainer.precision": "bf16"}]
     machine = Machine(fps, lambda s: "trainer")
     outcome = tune.search(base(), KEYS, machine, {**bf16, "workers.policy.precision": False}, budget=10_000,
                           clock=clock_of(machine, 10), say=lambda _: 0)

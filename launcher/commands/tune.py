@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from launcher import local, runs, trials, tune
+from launcher import local, runs, trials, tune, tune_knobs
 from launcher.commands import common
 
 
@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds at a trial's start left out of its training frames/s (default 5)")
     p.add_argument("--keys", help="comma-separated knobs to search (default: all of them here; with --slurm, all "
                                   "but the process counts, workers.actor.count and workers.policy.count): "
-                                  + ", ".join(tune.BY_KEY))
+                                  + ", ".join(tune_knobs.BY_KEY))
     p.add_argument("--skip", help="comma-separated knobs not to search (e.g. workers.policy.precision,"
                                   "workers.trainer.precision: fp32 arithmetic throughout)")
     p.add_argument("--min-gain", type=float, default=0.05,
@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv) -> int:
     args = common.parse(parser(), argv)
     exp = common.checked_experiment(args)
-    keys = _knobs(args.keys, "--keys") if args.keys else tune.SLURM_KEYS if args.slurm else tuple(tune.BY_KEY)
+    default = tune_knobs.SLURM_KEYS if args.slurm else tuple(tune_knobs.BY_KEY)
+    keys = _knobs(args.keys, "--keys") if args.keys else default
     skip = _knobs(args.skip, "--skip") if args.skip else ()
     keys = tuple(k for k in keys if k not in skip)
     if not keys:
@@ -73,8 +74,8 @@ def main(argv) -> int:
 def _knobs(words: str, option: str) -> tuple[str, ...]:
     """A comma-separated list of tune's knobs, each checked."""
     keys = tuple(k.strip() for k in words.split(",") if k.strip())
-    unknown = [k for k in keys if k not in tune.BY_KEY]
+    unknown = [k for k in keys if k not in tune_knobs.BY_KEY]
     if unknown or not keys:
         raise common.UsageError(f"{option}: {', '.join(unknown) or 'none given'} not among the knobs "
-                         f"({', '.join(tune.BY_KEY)})")
+                         f"({', '.join(tune_knobs.BY_KEY)})")
     return keys
