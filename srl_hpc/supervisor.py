@@ -29,7 +29,7 @@ import traceback
 from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
 from srl_hpc.streams import control, endpoints
-from srl_hpc.streams.inference import remove_segment, shm_name
+from srl_hpc.streams.shm import remove_segment, shm_name
 
 
 def describe_exit(code: int) -> str:

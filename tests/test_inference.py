@@ -7,7 +7,8 @@ import pytest
 import zmq
 
 from srl_hpc.streams import unix, wire
-from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient, remove_segment, shm_name
+from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient
+from srl_hpc.streams.shm import remove_segment, shm_name
 
 PPO_REPLY = (("actions", "<i8", ()), ("logp", "<f4", ()), ("values", "<f4", ()))  # a Discrete task's
 

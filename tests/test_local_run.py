@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from conftest import ROOT, Output, assert_every_frame_accounted_for, run_local, script, tensorboard_scalars, wait_until
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import unix, wire
-from srl_hpc.streams.inference import shm_name
 from srl_hpc.streams.layout import number
+from srl_hpc.streams.shm import shm_name
 
 SHORT = """\
 name: short

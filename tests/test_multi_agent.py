@@ -11,9 +11,9 @@ from srl_hpc.algorithms.mappo import MAPPO
 from srl_hpc.algorithms.vdn import team_q, team_targets
 from srl_hpc.envs.agents import AgentRows, TeamRows, assign_teams
 from srl_hpc.envs.backends import agent_count, make_env_group, spaces
-from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.buffer import team_steps
 from srl_hpc.handlers.policy import InferenceEngine
+from srl_hpc.handlers.ring import RingGroup
 from srl_hpc.models.building import build_model
 from srl_hpc.models.heads import CentralisedActorCritic, global_state
 from srl_hpc.models.torsos import MLP

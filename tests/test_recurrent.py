@@ -12,9 +12,9 @@ from srl_hpc.algorithms.dqn import DQN
 from srl_hpc.algorithms.ppo import PPO
 from srl_hpc.algorithms.replay import nstep_transitions
 from srl_hpc.envs.backends import make_env_group, spaces
-from srl_hpc.handlers.actor import RingGroup
 from srl_hpc.handlers.buffer import sequences
 from srl_hpc.handlers.policy import InferenceEngine
+from srl_hpc.handlers.ring import RingGroup
 from srl_hpc.models.building import build_model
 from srl_hpc.streams import unix
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient

@@ -16,7 +16,7 @@ from srl_hpc.envs.backends import spaces
 from srl_hpc.envs.connect_four import connect_four, has_four, one_ply_player
 from srl_hpc.envs.fixed_players import random_player
 from srl_hpc.envs.turns import play
-from srl_hpc.handlers.actor import RingGroup
+from srl_hpc.handlers.ring import RingGroup
 from srl_hpc.population.opponents import NEWEST, OpponentPool, Seats, fixed_code
 from srl_hpc.population.ratings import elo, expected_score
 from srl_hpc.services.parameter_db import ParameterDB, snapshot_tag

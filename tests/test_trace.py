@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, script, wait_until
 from srl_hpc import config, graph
-from srl_hpc.streams.inference import shm_name
+from srl_hpc.streams.shm import shm_name
 from srl_hpc.trace import analysis, cli, reader, verdict
 from srl_hpc.trace.reader import RunTrace, WorkerTrace
 

@@ -7,7 +7,7 @@ What envpool does like gymnasium's SyncVectorEnv (autoreset NEXT_STEP), checked 
 gymnasium's from that state to 1e-6), float32 observations in the same spaces, the same rewards (0 on
 Acrobot's goal step; 1 on CartPole's last), truncation on the same step (500), and the same auto-reset:
 the step after an episode ends ignores its action and returns the next episode's first observation, with
-reward 0 and neither flag set. Actors (handlers/actor.py, RingGroup) rely on exactly that.
+reward 0 and neither flag set. Actors (handlers/ring.py, RingGroup) rely on exactly that.
 
 What envpool does differently: its C++ envs report one `done` and a `trunc` that is set whenever the
 time limit is reached, and its gymnasium adapter derives `terminated = done & ~trunc`. An episode that

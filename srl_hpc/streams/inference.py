@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import secrets
-import shutil
 import socket
 import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
-from pathlib import Path
 
 import numpy as np
 import zmq
@@ -32,6 +29,7 @@ import zmq
 from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
+from srl_hpc.streams.shm import SHM_PREFIX
 from srl_hpc.streams.waiting import waiting
 
 
@@ -369,44 +367,3 @@ def connect(ctx: zmq.Context, address: str) -> zmq.Socket:
 
 def _aligned(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
-
-
-SHM_PREFIX = "srl-"
-
-
-def shm_name(run_dir, worker: str, incarnation: int = 0) -> str:
-    """A segment name tied to the run, worker and incarnation (a restarted actor's segment is a new one: a
-    policy worker still holds the old one mapped), so that what a killed actor left can be removed."""
-    restart = f"-r{incarnation}" if incarnation else ""
-    return f"{_run_prefix(run_dir)}{worker.replace('/', '-')}{restart}"
-
-
-def _run_prefix(run_dir) -> str:
-    return f"{SHM_PREFIX}{hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]}-"
-
-
-def remove_run_segments(run_dir) -> list[str]:
-    """Unlink every segment the run's actors left (killed ones cannot remove their own), and the directory of
-    its same-node sockets; returns their names."""
-    shm_dir = Path("/dev/shm")
-    names = [p.name for p in shm_dir.glob(f"{_run_prefix(run_dir)}*")] if shm_dir.is_dir() else []
-    removed = [name for name in names if remove_segment(name)]
-    sockets = unix.socket_dir(run_dir)
-    if sockets.is_dir():
-        shutil.rmtree(sockets, ignore_errors=True)
-        removed.append(sockets.name)
-    return removed
-
-
-def remove_segment(name: str) -> bool:
-    """Unlink a leftover segment; False if there was none."""
-    try:
-        shm = shared_memory.SharedMemory(name=name)
-    except FileNotFoundError:
-        return False
-    shm.close()
-    try:
-        shm.unlink()  # (also ends the resource tracker's claim that attaching made)
-    except FileNotFoundError:  # its actor removed it meanwhile
-        return False
-    return True
