@@ -3,8 +3,9 @@ usage error."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from launcher import overrides
+from launcher import overrides, runs, slurm
 from launcher.settings import add_profile_option, profile_files
 from srl_hpc import config
 from srl_hpc.config import spaces_check
@@ -92,3 +93,14 @@ def parse_seeds(text: str) -> list[int]:
 
 
 ENDED_BADLY = ("failed", "cancelled", "timeout")
+
+
+def unsubmitted_request(exp, args, command: str):
+    """(run directory, the request `--slurm` would submit for it) without submitting it (`--dry-run`,
+    `prepare`): checked against the cluster where one answers, else with a note on stderr saying so."""
+    run_dir = runs.resolve(exp, args.run_dir)
+    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
+                            require_cluster=False)
+    if request.checked:
+        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+    return run_dir, request

@@ -24,7 +24,7 @@ def main(argv) -> int:
     if not args.follow:
         if not log.exists():
             raise common.UsageError(f"no log for {args.worker} in {args.run_dir.logs} (workers: "
-                             f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})")
+                                    f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})")
         print(log.read_text(errors="replace"), end="")
         return 0
     status.tail_forever(log, stop=_finished(args.run_dir))

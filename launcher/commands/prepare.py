@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-from launcher import overrides, runs, slurm
+from launcher import overrides, runs
 from launcher.commands import common
 from launcher.settings import add_profile_option
-from srl_hpc import config
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,14 +29,10 @@ def main(argv) -> int:
     command = "srl-launch prepare " + " ".join(shlex.quote(a) for a in argv)
     if exp.slurm.layout == "jobs":
         raise common.UsageError("prepare writes one job script to sbatch by hand; with slurm.layout: jobs a run is a "
-                                "job per "
-                         "group, which `srl-launch EXP --slurm` submits together and ties together (RUN/slurm.json): "
-                         "use that (--dry-run prints every group's script), or slurm.layout: hetjob")
-    run_dir = runs.resolve(exp, args.run_dir)
-    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
-                            require_cluster=False)
-    if request.checked:
-        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+                                "job per group, which `srl-launch EXP --slurm` submits together and ties together "
+                                "(RUN/slurm.json): use that (--dry-run prints every group's script), or "
+                                "slurm.layout: hetjob")
+    run_dir, request = common.unsubmitted_request(exp, args, command)
     exp, run = runs.create(exp, run_dir)
     run.job_script.write_text(request.script)
     print(f"sbatch {shlex.quote(str(run.job_script))}")

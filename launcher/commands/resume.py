@@ -38,10 +38,10 @@ def main(argv) -> int:
         job_id, info = slurm_jobs.run_job(run)
         if (slurm_jobs.live(info) or info.error) and slurm.group_jobs(run):
             raise common.UsageError(f"job {job_id} of {run.root} (slurm.layout: jobs) is {info.line()}; cancel the run "
-                             f"first: srl-launch cancel {run.root}")
+                                    f"first: srl-launch cancel {run.root}")
         if slurm_jobs.live(info) or info.error:
             raise common.UsageError(f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
-                             f"continuation after it: --after {job_id}")
+                                    f"continuation after it: --after {job_id}")
     elif local.launcher_pid(run) is not None:
         raise common.UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
     exp, run = runs.reopen(run.root)

@@ -10,7 +10,6 @@ from pathlib import Path
 from launcher import local, overrides, runs, slurm, slurm_jobs, status, sweep
 from launcher.commands import common
 from launcher.settings import add_profile_option
-from srl_hpc import config
 from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
 
@@ -69,12 +68,8 @@ def _dry_run(exp, args, command) -> int:
     """The very request `--slurm` would submit (slurm.prepare), printed instead of sent."""
     if _sweep_points(exp, args):
         raise common.UsageError("--dry-run shows the hetjob script; sweeps (--seeds, --sweep, slurm.sweep's grid, sets "
-                         "or seeds) go through submitit")
-    run_dir = runs.resolve(exp, args.run_dir)
-    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
-                            require_cluster=False)
-    if request.checked:
-        print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
+                                "or seeds) go through submitit")
+    _, request = common.unsubmitted_request(exp, args, command)
     print(request.script, end="")
     return 0
 

@@ -50,7 +50,7 @@ def main(argv) -> int:
         raise common.UsageError("--keys and --skip leave no knob to search")
     if args.seconds <= args.warmup or args.budget < 3 * args.seconds:
         raise common.UsageError(f"--seconds ({args.seconds:g}) must exceed --warmup ({args.warmup:g}), and --budget "
-                         f"({args.budget:g}) hold at least 3 trials")
+                                f"({args.budget:g}) hold at least 3 trials")
     output = args.output or args.experiment.with_suffix(".tuned.yaml")
     if output.exists():
         raise FileExistsError(f"{output} exists; move it away or choose another --output")
@@ -77,5 +77,5 @@ def _knobs(words: str, option: str) -> tuple[str, ...]:
     unknown = [k for k in keys if k not in tune_knobs.BY_KEY]
     if unknown or not keys:
         raise common.UsageError(f"{option}: {', '.join(unknown) or 'none given'} not among the knobs "
-                         f"({', '.join(tune_knobs.BY_KEY)})")
+                                f"({', '.join(tune_knobs.BY_KEY)})")
     return keys
