@@ -5,9 +5,8 @@ import argparse
 import shlex
 from pathlib import Path
 
-from launcher import overrides, runs
+from launcher import runs
 from launcher.commands import common
-from launcher.settings import add_profile_option
 
 
 def parser() -> argparse.ArgumentParser:
@@ -15,11 +14,8 @@ def parser() -> argparse.ArgumentParser:
                                 description="Write a run directory that is ready to run (its keys, the resolved "
                                             "experiment and job.sbatch) and print the sbatch command; submit nothing.")
     p.add_argument("experiment", type=Path)
-    overrides.add(p)
+    common.add_overrides(p)
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
-    p.add_argument("--seed", type=int, help="override the experiment's seed")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_profile_option(p)
     return p
 
 
