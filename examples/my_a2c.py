@@ -15,7 +15,7 @@ run by the tests: PYTHONPATH=examples) or installed into the environment the wor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ class A2CConfig:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
-    max_policy_lag: Optional[int] = 4  # the trainer drops segments older than this (A2C has no ratio clip)
+    max_policy_lag: int | None = 4  # the trainer drops segments older than this (A2C has no ratio clip)
 
     spec: ClassVar[AlgorithmSpec] = AlgorithmSpec("my_a2c:A2C", reply=SPECS["ppo"].reply,
                                                   segment=SPECS["ppo"].segment, head="actor_critic")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from launcher.plan import Plan
 
@@ -77,15 +77,15 @@ class Association:
     partition: str  # "": every partition
     qos: tuple[str, ...]  # the QOS it may ask for
     default_qos: str  # "": none set
-    max_jobs: Optional[int]
-    max_submit: Optional[int]
+    max_jobs: int | None
+    max_submit: int | None
 
 
 @dataclass(frozen=True)
 class Qos:
     name: str
-    max_jobs_pu: Optional[int]
-    max_submit_pu: Optional[int]
+    max_jobs_pu: int | None
+    max_submit_pu: int | None
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Limits:
     queue: tuple[Queued, ...]
 
 
-def _number(text: str) -> Optional[int]:
+def _number(text: str) -> int | None:
     """A limit: a number, or None for sacctmgr's empty field (no limit)."""
     return int(text) if text.strip().isdigit() else None
 
@@ -148,13 +148,13 @@ def associations_here(limits: Limits) -> list[Association]:
     return [a for a in limits.associations if not limits.cluster or a.cluster == limits.cluster]
 
 
-def account_of(limits: Limits, asked: Optional[str]) -> str:
+def account_of(limits: Limits, asked: str | None) -> str:
     """The account a job runs under: the one it asks for, else the user's default."""
     mine = associations_here(limits)
     return asked or (mine[0].default_account if mine else "")
 
 
-def association_for(limits: Limits, account: Optional[str], partition: Optional[str]) -> Optional[Association]:
+def association_for(limits: Limits, account: str | None, partition: str | None) -> Association | None:
     """The association a job of this account (default: the user's default) and partition runs under: the
     partition's own, else the account's for every partition (slurmctld looks them up in that order); None
     where the user has none (sbatch refuses where associations are enforced)."""
@@ -163,7 +163,7 @@ def association_for(limits: Limits, account: Optional[str], partition: Optional[
         next((a for a in rows if not a.partition), None)
 
 
-def qos_of(association: Association, asked: Optional[str]) -> str:
+def qos_of(association: Association, asked: str | None) -> str:
     """The QOS a job runs under: the one it asks for, else the association's default, else its only one, else
     "normal" (Slurm's rule)."""
     if asked:
@@ -209,7 +209,7 @@ def limit_problems(plan: Plan, limits: Limits) -> list[str]:
     return problems
 
 
-def _over(plan: Plan, groups: list[str], queued: int, max_submit: Optional[int], max_jobs: Optional[int],
+def _over(plan: Plan, groups: list[str], queued: int, max_submit: int | None, max_jobs: int | None,
           whose: str, names: tuple[str, str]) -> list[str]:
     needed = len(groups)
     how = "one job per group, slurm.layout: jobs" if plan.layout == "jobs" else \
@@ -228,13 +228,13 @@ def _over(plan: Plan, groups: list[str], queued: int, max_submit: Optional[int],
     return []
 
 
-def read_limits(settings: dict[str, str], ask: Callable[[list[str]], Optional[str]]) -> Optional[Limits]:
+def read_limits(settings: dict[str, str], ask: Callable[[list[str]], str | None]) -> Limits | None:
     """The user's limits and queue where limits are enforced (ask_limits); None elsewhere, or where sacctmgr or
     squeue gave no answer: there is then nothing to check."""
     return ask_limits(settings, ask) if limits_enforced(settings) else None
 
 
-def ask_limits(settings: dict[str, str], ask: Callable[[list[str]], Optional[str]]) -> Optional[Limits]:
+def ask_limits(settings: dict[str, str], ask: Callable[[list[str]], str | None]) -> Limits | None:
     """The user's limits and queue from sacctmgr and squeue, enforced or not, through `ask(command) -> stdout or
     None` (None: it is missing, failed or did not answer); None where one of them gave no answer."""
     user = pwd.getpwuid(os.getuid()).pw_name  # who Slurm sees ($USER may be unset or another's)

@@ -17,8 +17,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from launcher import overrides, probe, slurm
 from launcher.findings import FAIL, OK, WARN, Result
@@ -148,7 +148,7 @@ def judge_slurm_version(text: str | None) -> Result:
         "srl-launch --slurm submits one heterogeneous job; it needs Slurm >= 20.02 (ask the cluster's admins)"
 
 
-def judge_network(setting: Optional[str], resolve: Callable = network.resolve,
+def judge_network(setting: str | None, resolve: Callable = network.resolve,
                   interfaces: Callable = network.interfaces) -> Result:
     """The address workers on this node would bind and advertise (srl_hpc.services.network.resolve)."""
     listing = ", ".join(f"{n} {'/'.join(ips)}" for n, ips in sorted(interfaces().items()) if ips) \
@@ -202,7 +202,7 @@ def judge_locks(fd: int, where: Path) -> Result:
     return OK, f"fcntl locks work in {where} (traces do not need them)", ""
 
 
-def judge_shm(size: Optional[int], free: Optional[int] = None) -> Result:
+def judge_shm(size: int | None, free: int | None = None) -> Result:
     """size, free: bytes of /dev/shm (None: there is none)."""
     if size is None:
         return WARN, "no /dev/shm on this node", \
@@ -214,7 +214,7 @@ def judge_shm(size: Optional[int], free: Optional[int] = None) -> Result:
     return OK, text, ""
 
 
-def check_workers_python(exp: config.Experiment) -> Optional[Result]:
+def check_workers_python(exp: config.Experiment) -> Result | None:
     """Whether the python, torch and mpi4py lines are about the workers' environment at all."""
     s = exp.slurm
     if s.container is None and s.python is None:
@@ -242,7 +242,7 @@ def probe_python(code: str) -> dict | str:
         return f"unexpected output: {proc.stdout.strip()[-200:]!r}"
 
 
-def slurm_version() -> Optional[str]:
+def slurm_version() -> str | None:
     try:
         proc = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
     except FileNotFoundError:
@@ -259,7 +259,7 @@ def mpi_plugins() -> list[str] | str:
         return str(e)
 
 
-def shm_size(path: str = "/dev/shm") -> tuple[Optional[int], Optional[int]]:
+def shm_size(path: str = "/dev/shm") -> tuple[int | None, int | None]:
     try:
         st = os.statvfs(path)
     except OSError:
@@ -271,7 +271,7 @@ def wants_cuda(exp: config.Experiment) -> bool:
     return any(device.startswith("cuda") for device in (exp.workers.policy.device, exp.workers.trainer.device))
 
 
-def checks(exp: config.Experiment) -> list[Callable[[], Optional[Result] | list[Result]]]:
+def checks(exp: config.Experiment) -> list[Callable[[], Result | None | list[Result]]]:
     run_dir = Path(exp.run_dir or "runs").resolve()
     return [
         check_python,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from srl_hpc import graph as wiring
 from srl_hpc.config import Experiment, parse_size_mb
@@ -31,17 +30,17 @@ class PlanError(ValueError):
 class HetGroup:
     name: str
     workers: tuple[str, ...]
-    partition: Optional[str]
+    partition: str | None
     nodes: int
     cpus_per_task: int
     mem_mb: int  # per node
     gpus_per_node: int
-    constraint: Optional[str]
-    account: Optional[str] = None
-    qos: Optional[str] = None
+    constraint: str | None
+    account: str | None = None
+    qos: str | None = None
     sbatch_options: tuple[str, ...] = ()
     overcommit: bool = False  # --overcommit: more tasks than CPUs; Slurm then takes no --ntasks-per-node
-    rider: Optional[str] = None  # the controller, first of the group's workers: a task without CPUs of its own
+    rider: str | None = None  # the controller, first of the group's workers: a task without CPUs of its own
 
     @property
     def ntasks(self) -> int:
@@ -83,19 +82,19 @@ class Plan:
     python: str  # the workers' (slurm.python, else launcher_python)
     launcher_python: str  # the one running srl-launch: with pyxis, the batch script's own steps run on the host
     time: str
-    account: Optional[str]
-    qos: Optional[str]
+    account: str | None
+    qos: str | None
     groups: tuple[HetGroup, ...]
     sbatch_options: tuple[str, ...]
     setup: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
-    requeue: Optional[tuple[int, int]] = None  # (signal_seconds, max_requeues)
+    requeue: tuple[int, int] | None = None  # (signal_seconds, max_requeues)
     mpi: str = "pmix"
     srun_options: tuple[str, ...] = ()
     node_setup: tuple[str, ...] = ()
-    container: Optional[ContainerConfig] = None
-    template: Optional[str] = None
-    threads_per_core: Optional[int] = None
+    container: ContainerConfig | None = None
+    template: str | None = None
+    threads_per_core: int | None = None
     layout: str = "hetjob"  # slurm.layout: one het job, or one ordinary job per group ("jobs")
 
     @property
@@ -170,9 +169,9 @@ class Node:
 @dataclass(frozen=True)
 class ClusterFacts:
     nodes: tuple[Node, ...]
-    default_partition: Optional[str]
+    default_partition: str | None
 
-    def partition_nodes(self, partition: Optional[str]) -> list[Node]:
+    def partition_nodes(self, partition: str | None) -> list[Node]:
         name = partition or self.default_partition
         return [n for n in self.nodes if name in n.partitions]
 

@@ -22,8 +22,8 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 from launcher import accounting, render, runs, slurm, slurm_jobs
 from launcher import plan as planning
@@ -55,7 +55,7 @@ class ProbeError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------- the job
 
-def probe_dir(exp: config.Experiment, given: Optional[Path]) -> Path:
+def probe_dir(exp: config.Experiment, given: Path | None) -> Path:
     """--run-dir, else beside the experiment's run directory (its run_dir + "-probe-<time>"), else
     runs/<name>-probe-<time>: never a run's own directory."""
     if given is not None:
@@ -97,7 +97,7 @@ def probe_scripts(plan: planning.Plan, command: str) -> list[tuple[str, str]]:
 
 
 def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str],
-              jobs: Optional[dict[str, tuple[str, str]]] = None) -> Result:
+              jobs: dict[str, tuple[str, str]] | None = None) -> Result:
     """The het job itself: that its components ran together and one srun step spanned them (a task of every
     group started) is the proof that this cluster takes het jobs and het steps; missing tasks are
     judge_reports'. jobs (slurm.layout: jobs): group -> (its job, the state it ended in): judge_group_jobs."""
@@ -151,7 +151,7 @@ def _say(text: str) -> None:
     print(f"probe: {text}", file=sys.stderr, flush=True)
 
 
-def run(exp: config.Experiment, given_dir: Optional[Path], command: str, wait: float = WAIT,
+def run(exp: config.Experiment, given_dir: Path | None, command: str, wait: float = WAIT,
         say: Callable[[str], None] = _say) -> Iterator[Result]:
     """The probe, one Result at a time: the cluster's settings, the job (with slurm.layout: jobs, one per
     group), then what its tasks found."""
@@ -240,7 +240,7 @@ def _reported(run_dir: RunDir) -> int:
         return 0
 
 
-def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) -> tuple[str, Optional[Result]]:
+def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) -> tuple[str, Result | None]:
     """Until the job ends (with slurm.layout: jobs, every group's job: slurm.json lists them), at most `wait`
     seconds, asking Slurm as launcher.slurm_jobs.Watch does; tasks' reports as they come. Jobs still pending or
     running then are cancelled (the second value says so); so are ones that outlive every task's report by

@@ -3,7 +3,7 @@ address, CPUs bound, GPUs, open-files limits, the file rendezvous, ZMQ between g
 the trainers, MPI. Pure functions of the plan and the tasks' JSON; the unit tests feed them recorded reports."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from launcher import plan as planning
 from launcher.findings import FAIL, OK, WARN, Result
@@ -64,7 +64,7 @@ def _address_text(f: dict) -> str:
     return f"{f['node']} {a['ip']} ({a['interface'] or 'no interface'}; {a['source']})"
 
 
-def judge_addresses(plan: planning.Plan, setting: Optional[str], facts: dict) -> list[Result]:
+def judge_addresses(plan: planning.Plan, setting: str | None, facts: dict) -> list[Result]:
     """Per group: the node and the address `slurm.network` picks on it; a node where it picks none, or a loopback
     address (which a worker refuses when the job has several nodes or, slurm.layout: jobs, the run several jobs,
     and slurm.network is unset)."""
@@ -97,7 +97,7 @@ def judge_addresses(plan: planning.Plan, setting: Optional[str], facts: dict) ->
     return out
 
 
-def judge_cpus(plan: planning.Plan, facts: dict, binds: Optional[bool] = None) -> list[Result]:
+def judge_cpus(plan: planning.Plan, facts: dict, binds: bool | None = None) -> list[Result]:
     """Per group: the CPUs each task may run on (sched_getaffinity) against slurm.<group>.cpus_per_task, and
     tasks on one node bound to the same CPUs. binds: whether the TaskPlugin binds tasks (None: not known). A
     task given every CPU of its node is unbound only where nothing binds: with two hardware threads per core
@@ -140,7 +140,7 @@ def judge_cpus(plan: planning.Plan, facts: dict, binds: Optional[bool] = None) -
     return out
 
 
-def _gpu_identity(f: dict) -> Optional[str]:
+def _gpu_identity(f: dict) -> str | None:
     pick = f.get("gpu_pick") or {}
     return f"{f['node']}/{pick['uuid']}" if pick.get("uuid") else None
 
@@ -372,7 +372,7 @@ def judge_mpi(plan: planning.Plan, found: dict) -> Result:
                f"{max(s['seconds'] for s in done):.1f} s" + ("" if ranks == {len(names)} else f" (ranks {ranks})"), ""
 
 
-def judge_found(plan: planning.Plan, exp: config.Experiment, found: dict, binds: Optional[bool] = None) -> list[Result]:
+def judge_found(plan: planning.Plan, exp: config.Experiment, found: dict, binds: bool | None = None) -> list[Result]:
     """Every judgement of what the tasks wrote (srl_hpc.probe.collect), in the order they are printed."""
     return [*judge_addresses(plan, exp.slurm.network, found["facts"]), *judge_cpus(plan, found["facts"], binds),
             *judge_gpus(plan, exp, found["facts"]), *judge_nofile(plan, found["facts"]),

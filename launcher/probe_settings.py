@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import resource
 import shlex
-from typing import Optional
 
 from launcher import accounting, slurm
 from launcher import plan as planning
@@ -26,7 +25,7 @@ def counted_text(plan: planning.Plan) -> str:
     return f"{jobs_counted(plan)} het components"
 
 
-def _unset(value: Optional[str]) -> bool:
+def _unset(value: str | None) -> bool:
     return value is None or value in ("(null)", "", "none", "None", "(null type)")
 
 
@@ -173,7 +172,7 @@ def judge_limits(plan: planning.Plan, cfg: dict[str, str], read: accounting.Limi
     return out
 
 
-def _count_limit(where: str, count: int, queued: int, max_jobs: Optional[int], max_submit: Optional[int],
+def _count_limit(where: str, count: int, queued: int, max_jobs: int | None, max_submit: int | None,
                  jobs_name: str, submit_name: str, reason: str, setting: str, layout: str = "hetjob") -> Result:
     counted = f"this run's het job counts {count} job(s) there (one per het component)" if layout == "hetjob" else \
         f"this run's jobs count {count} job(s) there (one per group)"
@@ -211,7 +210,7 @@ def read_limits(cfg: dict[str, str]) -> accounting.Limits | str:
     (judge_limits says so), or the command that gave no answer."""
     silent: list[str] = []
 
-    def ask(cmd: list[str]) -> Optional[str]:
+    def ask(cmd: list[str]) -> str | None:
         answer = slurm._answer(cmd)
         if answer is None:
             silent.append(shlex.join(cmd))

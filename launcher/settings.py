@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from srl_hpc.config import ConfigError
 

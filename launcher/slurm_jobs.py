@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from launcher import slurm
 from srl_hpc.rundir import RunDir

@@ -25,8 +25,8 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from launcher import local, trials
 from launcher.tune_knobs import (

@@ -24,8 +24,8 @@ named by dotted path in the YAML (examples/my_a2c.py).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

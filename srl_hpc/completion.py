@@ -5,7 +5,7 @@ such a line is completed as if that word were there."""
 from __future__ import annotations
 
 import os
-from typing import Callable, Collection
+from collections.abc import Callable, Collection
 
 import argcomplete
 

@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
                   "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs")
     if args.env == "halfcheetah":
-        notes += ("; HalfCheetah-v5, MLP fcnet_hiddens %s tanh, vf_share_layers=%s, free_log_std=True, "
+        notes += ("; HalfCheetah-v5, MLP fcnet_hiddens %s tanh, vf_share_layers=%s, free_log_std=True, "  # noqa: UP031
                   "normalize_actions (clipped to the bounds)%s%s" % (
                       args.hidden, not args.separate_critic,
                       ", MeanStdFilter connector" if args.normalize_observations else "",

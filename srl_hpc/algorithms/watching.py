@@ -2,7 +2,7 @@
 either the algorithm's greedy() or its act() as its least exploring actor would choose."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

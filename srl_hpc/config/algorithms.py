@@ -3,7 +3,7 @@ algorithm's hyper-parameters (its implementation: srl_hpc/algorithms/<name>.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from srl_hpc.config.checks import check_counts, check_non_negative, check_positive, check_unit
 
@@ -31,7 +31,7 @@ class PPOConfig:
     normalize_observations: bool = False
     # rewards divided by the running standard deviation of the discounted return (actors send it per step)
     scale_rewards: bool = False
-    max_policy_lag: Optional[int] = None  # segments older than this many versions are dropped (counted)
+    max_policy_lag: int | None = None  # segments older than this many versions are dropped (counted)
 
     def check(self) -> list[tuple[str, str]]:
         problems = check_unit(self, ("gamma", "gae_lambda")) + check_positive(self, ("lr", "clip_coef"))
@@ -105,4 +105,4 @@ class VDNConfig(DQNConfig):
     name: Literal["vdn"] = "vdn"  # selects VDN; `--set algorithm.name=X` switches to X's defaults
 
 
-AlgorithmConfig = Union[PPOConfig, DQNConfig, MAPPOConfig, VDNConfig]  # chosen by `name`; the first is the default
+AlgorithmConfig = PPOConfig | DQNConfig | MAPPOConfig | VDNConfig  # chosen by `name`; the first is the default

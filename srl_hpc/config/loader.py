@@ -6,8 +6,8 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import yaml
 
@@ -20,7 +20,7 @@ class ConfigError(ValueError):
     """All problems of one experiment file; str() lists one per line as 'FILE:LINE: key.path: message', FILE
     being a profile's where the key came from one. A flag or variable ("--set", "$SRL_PROFILE") has no lines."""
 
-    def __init__(self, source: str, problems: list[tuple[str, Optional[int], str]]):
+    def __init__(self, source: str, problems: list[tuple[str, int | None, str]]):
         self.source = source
         self.problems = sorted(problems, key=lambda p: (p[1] is None, _file(p[1], source) != source,
                                                         _file(p[1], source), p[1] or 0))
@@ -70,7 +70,7 @@ def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
     if node is None or not isinstance(node, yaml.MappingNode):
         line = node.start_mark.line + 1 if node else None
         raise ConfigError(source, [("", line, "the file must be a mapping of sections")])
-    problems: list[tuple[str, Optional[int], str]] = []
+    problems: list[tuple[str, int | None, str]] = []
     lines: dict[str, int] = {}
     value = _to_python(node, "", lines, problems)
     return (value, {key: Line(line, source) for key, line in lines.items()},
@@ -80,7 +80,7 @@ def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
 def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = ()) -> Experiment:
     """Validate an experiment composed of, in order: the profiles its `defaults:` list names (paths relative
     to `source`), then `profiles`, then its own keys; a later layer's keys win (see _merged)."""
-    problems: list[tuple[str, Optional[int], str]] = []
+    problems: list[tuple[str, int | None, str]] = []
     value, lines = _composed(source, text, profiles, problems)
     if "name" not in value and source.endswith((".yaml", ".yml")):
         value["name"] = Path(source).stem

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
 from srl_hpc.algorithm_spec import spec
 from srl_hpc.config.algorithms import AlgorithmConfig, DQNConfig, PPOConfig
@@ -43,7 +43,7 @@ class EnvConfig:
     # that takes `kwargs` and returns a gymnasium.Env
     id: str = "CartPole-v1"
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
-    atari: Optional[AtariConfig] = None  # set (even to {}) for ALE/* ids: standard preprocessing
+    atari: AtariConfig | None = None  # set (even to {}) for ALE/* ids: standard preprocessing
     backend: EnvBackend = "auto"  # how an actor steps its envs (srl_hpc/envs/backends.py)
     # the env's info carries the legal actions ("action_mask", as gymnasium's Taxi): they join the observation
     # as a Dict key, so the policy masks the others (srl_hpc/envs/action_masks.py; the sync backend)
@@ -164,11 +164,11 @@ class PopulationConfig:
 
 @dataclass(frozen=True)
 class StopConfig:
-    env_frames: Optional[int] = None  # frames stepped by all actors
-    wall_time: Optional[float] = None  # seconds
-    target_return: Optional[float] = None  # mean return of the last `return_window` episodes
+    env_frames: int | None = None  # frames stepped by all actors
+    wall_time: float | None = None  # seconds
+    target_return: float | None = None  # mean return of the last `return_window` episodes
     return_window: int = 20  # the training mean return (target_return's, progress lines') is of this many episodes
-    target_eval_return: Optional[float] = None  # mean return of an evaluation round (needs workers.eval.count >= 1)
+    target_eval_return: float | None = None  # mean return of an evaluation round (needs workers.eval.count >= 1)
 
     def check(self) -> list[tuple[str, str]]:
         problems = []
@@ -188,7 +188,7 @@ class WandbConfig:
     """Weights & Biases, beside TensorBoard: the same scalars, in a W&B run (offline by default: `wandb sync
     RUN/wandb/offline-run-*` uploads it later, e.g. from a login node when compute nodes have no internet)."""
     project: str  # the W&B project the run logs to
-    entity: Optional[str] = None  # the W&B user or team that owns the project; default: wandb's own default
+    entity: str | None = None  # the W&B user or team that owns the project; default: wandb's own default
     # "offline": written under RUN/wandb/ for a later `wandb sync`; "online": uploaded as the run goes
     # (the controller's node needs internet access)
     mode: Literal["offline", "online"] = "offline"
@@ -206,7 +206,7 @@ class MonitorConfig:
     heartbeat_timeout: float = 60.0
     trace: bool = True  # every worker records events to RUN/traces/<worker>.h5 (see srl-trace)
     tensorboard: bool = True  # the controller writes every progress line's scalars to RUN/tb/ (tensorboard --logdir)
-    wandb: Optional[WandbConfig] = None  # e.g. {project: my-project}: the same scalars to Weights & Biases too
+    wandb: WandbConfig | None = None  # e.g. {project: my-project}: the same scalars to Weights & Biases too
 
     def check(self) -> list[tuple[str, str]]:
         return [(k, f"must be > 0, got {getattr(self, k)}")
@@ -218,7 +218,7 @@ class Experiment:
     name: str = "experiment"  # default: the file name without .yaml
     # seeds the initial weights and (offset per worker and attempt) every env and sampler; srl-launch --seed sets it
     seed: int = 1
-    run_dir: Optional[str] = None  # default: runs/<name>-<timestamp>
+    run_dir: str | None = None  # default: runs/<name>-<timestamp>
     # every socket encrypted and authenticated with the run's CURVE keys; off only to measure its cost on
     # a machine of your own (a Slurm run's ports are reachable from every node, so --slurm refuses it off)
     curve: bool = True

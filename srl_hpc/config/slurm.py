@@ -6,7 +6,7 @@ import ipaddress
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from srl_hpc.config.checks import check_counts
 
@@ -16,17 +16,17 @@ ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 @dataclass(frozen=True)
 class SlurmGroupConfig:
     """Resources of one heterogeneous group: every task of the group gets the same."""
-    partition: Optional[str] = None  # default: the cluster's default partition
+    partition: str | None = None  # default: the cluster's default partition
     cpus_per_task: int = 1  # --cpus-per-task of each worker; the plan wants >= its workers.<group>.torch_threads
     mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
     tasks_per_node: int = 1  # how many of the group's workers share a node (sets the node count)
-    constraint: Optional[str] = None  # --constraint, e.g. a GPU model
+    constraint: str | None = None  # --constraint, e.g. a GPU model
     # GPUs asked per node; default: one per CUDA worker the plan puts on the node. Fewer makes workers share
     # a GPU, which the plan refuses unless share_gpu (SRL ran several policy workers on one GPU)
-    gpus_per_node: Optional[int] = None
+    gpus_per_node: int | None = None
     share_gpu: bool = False  # true: CUDA workers may outnumber a node's GPUs and share them round-robin
-    account: Optional[str] = None  # this group's own, instead of slurm.account (e.g. a GPU allocation)
-    qos: Optional[str] = None  # this group's own --qos, instead of slurm.qos
+    account: str | None = None  # this group's own, instead of slurm.account (e.g. a GPU allocation)
+    qos: str | None = None  # this group's own --qos, instead of slurm.qos
     sbatch_options: tuple[str, ...] = ()  # "#SBATCH" options for this group only, e.g. ["--gpus-per-task=1"]
 
     def check(self) -> list[tuple[str, str]]:
@@ -47,7 +47,7 @@ class SweepResources:
     # or a list of configurations, each a mapping of keys to values ([{algorithm.lr: 1.0e-3, algorithm.epochs: 8}])
     sets: tuple[dict[str, Any], ...] = ()
     seeds: tuple[int, ...] = ()  # each configuration's seeds; none: the experiment's seed only
-    partition: Optional[str] = None  # default: the cluster's default partition
+    partition: str | None = None  # default: the cluster's default partition
     cpus: int = 4  # CPUs of each run (its array task's --cpus-per-task): all of its workers share them
     mem: str = "8G"  # memory of each run, in Slurm size syntax (512M, 2G)
     gpus: int = 0  # GPUs per run's node (0: none); the workers' device settings say which workers use them
@@ -128,8 +128,8 @@ class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
     buffer, actor, eval), and for sweeps."""
     time: str = "01:00:00"  # the job's --time, in Slurm time syntax: 30, 1:00:00, 1-00:00:00 (sweeps: sweep.time)
-    account: Optional[str] = None  # --account of every group (unless the group has its own) and of sweeps
-    qos: Optional[str] = None  # --qos of every group (unless the group has its own) and of sweeps
+    account: str | None = None  # --account of every group (unless the group has its own) and of sweeps
+    qos: str | None = None  # --qos of every group (unless the group has its own) and of sweeps
     # one per het group of srl_hpc.graph (a group is a field here):
     trainer: SlurmGroupConfig = field(default_factory=SlurmGroupConfig)  # the trainers and the controller
     # the controller's memory, added to the trainer group's per node; it takes no CPUs of the group's own (it
@@ -143,18 +143,18 @@ class SlurmConfig:
     srun_options: tuple[str, ...] = ()  # extra options on every group's srun line, e.g. ["--cpu-bind=cores"]
     # hardware threads a task uses per core, on every group's #SBATCH and srun lines: 1 on nodes with SMT for
     # workers that want whole cores (Slurm counts each thread as a CPU: cpus_per_task 8 is 4 cores of 2 threads)
-    threads_per_core: Optional[int] = None
+    threads_per_core: int | None = None
     setup: tuple[str, ...] = ()  # shell lines the batch script runs first: module load, conda activate
     node_setup: tuple[str, ...] = ()  # shell lines run on every node before each worker starts
     env: dict = field(default_factory=dict)  # environment variables for every worker
     # python on the compute nodes (the image's, with a container); default: the one running srl-launch. Several
     # words are a command. With pyxis the batch script's own steps run on the host, with the one running srl-launch
-    python: Optional[str] = None
-    container: Optional[ContainerConfig] = None  # e.g. {image: train.sif}: run every worker in a container
+    python: str | None = None
+    container: ContainerConfig | None = None  # e.g. {image: train.sif}: run every worker in a container
     # the interface (ib0) or network (10.1.0.0/16) workers bind and advertise on, resolved on each node;
     # default: the address the node's hostname resolves to (refused if loopback)
-    network: Optional[str] = None
-    ports: Optional[str] = None  # "40000-40999": the ports workers bind (firewalled clusters); default: any free
+    network: str | None = None
+    ports: str | None = None  # "40000-40999": the ports workers bind (firewalled clusters); default: any free
     # srun --mpi: pmix, pmi2, cray_shasta... (checked against `srun --mpi=list` at submission); "none": the
     # workers meet through files in the run directory instead, and no MPI is loaded
     mpi: str = "pmix"
@@ -162,9 +162,9 @@ class SlurmConfig:
     # partition, resources, account, qos), submitted and cancelled together, the workers meeting through files
     # (no MPI): for sites without het jobs or het steps (docs/slurm.md, Layouts)
     layout: Literal["hetjob", "jobs"] = "hetjob"
-    template: Optional[str] = None  # a job template of your own (job_templates/README.md lists its variables)
+    template: str | None = None  # a job template of your own (job_templates/README.md lists its variables)
     sweep: SweepResources = field(default_factory=SweepResources)  # resources of each run of `--seeds` with --slurm
-    requeue: Optional[RequeueConfig] = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
+    requeue: RequeueConfig | None = None  # e.g. {signal_seconds: 120, max_requeues: 3}; off by default
 
     def check(self) -> list[tuple[str, str]]:
         problems = []
@@ -207,7 +207,7 @@ def _check_options(key: str, options) -> list[tuple[str, str]]:
     return [(key, f"each option must start with '-', got {o!r}") for o in options if not str(o).startswith("-")]
 
 
-def parse_ports(ports: Optional[str]) -> Optional[tuple[int, int]]:
+def parse_ports(ports: str | None) -> tuple[int, int] | None:
     """'40000-40999' -> (40000, 40999); None: any free port."""
     if ports is None:
         return None
@@ -221,7 +221,7 @@ def parse_ports(ports: Optional[str]) -> Optional[tuple[int, int]]:
     return first, last
 
 
-def parse_size_mb(text: str) -> Optional[int]:
+def parse_size_mb(text: str) -> int | None:
     """'512M' -> 512, '2G' -> 2048, '1T' -> 1048576; a bare number is MB (as in Slurm)."""
     units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}
     text = str(text).strip().upper()
@@ -233,7 +233,7 @@ def parse_size_mb(text: str) -> Optional[int]:
     return int(value) if value > 0 else None
 
 
-def parse_minutes(text: str) -> Optional[float]:
+def parse_minutes(text: str) -> float | None:
     """Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S -> minutes (None if not one of them)."""
     text = str(text).strip()
     days, has_days, rest = text.partition("-")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from srl_hpc.config.loader import ConfigError
 
@@ -98,7 +98,7 @@ def contract_problems(exp, obs_space, action_space, env: str) -> list[tuple[str,
     return problems
 
 
-def _env_id_problem(env_id: str) -> Optional[str]:
+def _env_id_problem(env_id: str) -> str | None:
     """Why env.id names no env (an unknown id, with close matches; a factory that does not import), or None."""
     import gymnasium
 
@@ -153,7 +153,7 @@ def _install_hint(e: ImportError) -> str:
     return f" ({_INSTALL[top]})" if top in _INSTALL else ""
 
 
-def check(exp, source: str, lines: Optional[dict[str, int]] = None, overrides: Sequence[str] = ()) -> None:
+def check(exp, source: str, lines: dict[str, int] | None = None, overrides: Sequence[str] = ()) -> None:
     """Raise a ConfigError ('FILE:LINE: key: message') if env_problems finds any. `lines`: the file's key lines
     (loader.key_lines); `overrides`: the --set assignments applied, whose keys are named as '--set' instead."""
     problems = env_problems(exp)
@@ -170,6 +170,6 @@ def check(exp, source: str, lines: Optional[dict[str, int]] = None, overrides: S
     raise ConfigError("--set" if all(was_set(key) for key, _ in problems) else source, named)
 
 
-def _line(key: str, lines: dict[str, int]) -> Optional[int]:
+def _line(key: str, lines: dict[str, int]) -> int | None:
     """The line of `key`, else of its section (algorithm.name defaulted: the `algorithm` line), else None."""
     return lines.get(key) or (lines.get(key.rpartition(".")[0]) if "." in key else None)

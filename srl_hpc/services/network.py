@@ -12,7 +12,6 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
-from typing import Optional
 
 import psutil
 
@@ -26,7 +25,7 @@ class NetworkError(RuntimeError):
 @dataclass(frozen=True)
 class Address:
     ip: str
-    interface: Optional[str]  # None: the hostname's address is on no interface of this node (unusual)
+    interface: str | None  # None: the hostname's address is on no interface of this node (unusual)
     source: str  # how it was chosen, for the log: "slurm.network: ib0", "hostname n1"
 
     @property
@@ -43,7 +42,7 @@ def interfaces() -> dict[str, list[str]]:
             for name, addrs in psutil.net_if_addrs().items()}
 
 
-def resolve(network: Optional[str]) -> Address:
+def resolve(network: str | None) -> Address:
     """The address named by `network` (an interface name or a CIDR) on this node, or the hostname's."""
     found = interfaces()
     if network is None:
@@ -69,7 +68,7 @@ def resolve(network: Optional[str]) -> Address:
     return Address(found[network][0], network, f"{SETTING}: {network}")
 
 
-def _interface_of(ip: str, found: dict[str, list[str]]) -> Optional[str]:
+def _interface_of(ip: str, found: dict[str, list[str]]) -> str | None:
     return next((name for name, ips in sorted(found.items()) if ip in ips), None)
 
 

@@ -46,7 +46,7 @@ class ParameterPublisher:
         self.versions_sent = 0
 
     @classmethod
-    def bind(cls, ctx: zmq.Context, port: int | None = None) -> tuple["ParameterPublisher", int]:
+    def bind(cls, ctx: zmq.Context, port: int | None = None) -> tuple[ParameterPublisher, int]:
         """An XPUB on `port` (a replaced relay's) or a free port of every interface; returns (publisher, port)."""
         sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)
@@ -92,7 +92,7 @@ class ParameterSubscriber:
         self.version = -1
 
     @classmethod
-    def connect(cls, ctx: zmq.Context, address: str, tag: str = LATEST) -> "ParameterSubscriber":
+    def connect(cls, ctx: zmq.Context, address: str, tag: str = LATEST) -> ParameterSubscriber:
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(address)

@@ -28,7 +28,7 @@ class FileRendezvous:
     """Local mode: each worker polls for the others' entries. Under Slurm without MPI (slurm.mpi: none) the
     workers first meet at a FileBarrier, then each reads the table once."""
 
-    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0, barrier: "FileBarrier | None" = None):
+    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0, barrier: FileBarrier | None = None):
         self.run = run
         self.n_workers = n_workers
         self.timeout = timeout

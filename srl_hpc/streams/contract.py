@@ -132,7 +132,7 @@ class Contract:
     scale_rewards: bool = False  # segments carry each step's discounted return (the trainer scales rewards by it)
 
     @classmethod
-    def of(cls, obs_space, action_space, algorithm: AlgorithmSpec, exp) -> "Contract":
+    def of(cls, obs_space, action_space, algorithm: AlgorithmSpec, exp) -> Contract:
         """The contract of an experiment's policy with these spaces (srl_hpc.envs.backends.spaces)."""
         return cls(ObsContract(obs_space), ActionContract(action_space, exp.model.action_squash), algorithm,
                    exp.model.state_size, bool(getattr(exp.algorithm, "scale_rewards", False)))

@@ -72,7 +72,7 @@ class InferenceServer:
     @classmethod
     def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
              reply: tuple[tuple[str, str, tuple], ...] | None = None, local_path: str | None = None
-             ) -> tuple["InferenceServer", int]:
+             ) -> tuple[InferenceServer, int]:
         """A ROUTER on a free port of every interface (and a listener at `local_path` for same-node
         actors); returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)

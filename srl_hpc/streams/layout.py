@@ -8,8 +8,8 @@ counted instead of being indexed into a batch, a sum tree or a reply table, wher
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import numpy as np
 
