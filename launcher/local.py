@@ -7,6 +7,7 @@ in their own session (Ctrl-C reaches only this launcher, which stops them in ord
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -163,10 +164,8 @@ def _watch(procs, run: RunDir, curve: bool) -> tuple[str, int] | None:
 def _wind_down(procs, run: RunDir) -> None:
     deadline = time.monotonic() + GRACE
     for p in procs.values():
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     _signal_all(procs, signal.SIGKILL)
     for p in procs.values():
         p.wait()

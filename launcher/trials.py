@@ -8,6 +8,7 @@ and the verdict (the stage that bounds throughput). `srl-launch tune` and the be
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -157,10 +158,8 @@ def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float,
     verdicts = [[] for _ in candidates]
     label, exp = candidates[0]
     say(f"[settling] {label} (not counted) ...")
-    try:
+    with contextlib.suppress(TrialFailed):  # its own trials will say why
         measure(config.with_overrides(exp, ["monitor.trace=true"]), seconds, warmup, out / "settling")
-    except TrialFailed:
-        pass  # its own trials will say why
     for repeat in range(repeats):
         for i, (label, exp) in enumerate(candidates):
             say(f"[{repeat + 1}/{repeats}] {label} ...")

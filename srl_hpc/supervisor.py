@@ -16,6 +16,7 @@ and the child's error if it fails. MPI lives in the supervisor, so killing a chi
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -65,10 +66,8 @@ class ChildLink:
         self._say({"error": error})
 
     def _say(self, message: dict) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # the supervisor is gone: this process dies with it
             self.up.write(json.dumps(message) + "\n")
-        except (BrokenPipeError, ValueError):  # the supervisor is gone: this process dies with it
-            pass
 
 
 class Supervisor:

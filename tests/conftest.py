@@ -170,10 +170,8 @@ def nothing_left_running(request):
     if any(jobs) and shutil.which("scancel"):  # (a test that faked its jobs on a machine without Slurm: none to cancel)
         subprocess.run(["scancel", *{str(j) for j in jobs if j}], capture_output=True, timeout=30)
     for pid, _ in processes_mentioning(str(tmp)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(autouse=True)

@@ -54,7 +54,7 @@ def test_atari_backends_serve_the_same_preprocessed_frames(backend):
 def test_seeds_of_late_attempts_and_big_runs_fit_the_emulators_32_bits(backend):
     # what attempt 4 of a seed-1 run gave actor/0 before seeds were folded: ALE refused to reset
     seed = backends.first_seed((1 + 3 * 1_000) * 1_000_003, 8)
-    assert 0 <= seed and seed + 8 <= backends.SEED_SPACE
+    assert seed >= 0 and seed + 8 <= backends.SEED_SPACE
     envs = make_env_group(config.EnvConfig(**PONG, backend=backend), 8, seed=seed)
     obs, _ = envs.reset(seed=seed)
     assert obs.shape == (8, 4, 84, 84)

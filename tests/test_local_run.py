@@ -257,7 +257,8 @@ def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_the
     for policy in versions:  # each policy's checkpoint holds its trainers' final weights, at its own version
         checkpoint = torch.load(run_dir / "checkpoints" / f"{policy}.pt")
         assert checkpoint["version"] == versions[policy]
-        assert {parameter_checksum(SimpleNamespace(state_dict=lambda: checkpoint["model"]))} == checksums[policy]
+        model = SimpleNamespace(state_dict=lambda checkpoint=checkpoint: checkpoint["model"])
+        assert {parameter_checksum(model)} == checksums[policy]
     for i, policy in enumerate(["predator", "prey"]):
         with h5py.File(run_dir / "traces" / f"policy-{i}.h5") as f:
             assert 0 < f["inference"]["version"][-1] <= versions[policy]  # its own policy's weights

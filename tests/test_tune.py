@@ -106,7 +106,7 @@ def test_bf16_is_searched_where_it_is_fast_for_each_of_inference_and_the_trainer
     exp = config.load(CARTPOLE)
     on_gpus = config.with_overrides(exp, ["workers.trainer.device=cuda"])
     for has_bf16 in (False, True):  # this CPU's flags count only when the trials run here
-        monkeypatch.setattr(tune_knobs, "_cpu_has_bf16", lambda: has_bf16)
+        monkeypatch.setattr(tune_knobs, "_cpu_has_bf16", lambda has_bf16=has_bf16: has_bf16)
         here = tune_knobs.limits(exp, slurm=False)
         assert here["workers.policy.precision"] is here["workers.trainer.precision"] is has_bf16
         assert tune_knobs.limits(on_gpus, slurm=False)["workers.trainer.precision"] is True

@@ -8,6 +8,7 @@ first `--warmup` seconds of the timed window, up to its end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -130,9 +131,7 @@ def stop_group(pgid: int, proc=None, grace: float = 30.0) -> str:
                 break
             time.sleep(0.2)
     if proc is not None:
-        try:
+        with contextlib.suppress(Exception):
             proc.wait(timeout=5)
-        except Exception:
-            pass
     left = group_alive(pgid)
     return "stopped with " + "+".join(steps or ["nothing"]) + (", processes still left!" if left else "")

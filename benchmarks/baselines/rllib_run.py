@@ -52,6 +52,7 @@ holds only a few iterations gives a coarse figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -220,10 +221,8 @@ def main(argv=None) -> int:
             if logdir and os.path.isdir(logdir):
                 work.mkdir(parents=True, exist_ok=True)
                 shutil.move(logdir, work / "rllib_logdir")
-                try:
+                with contextlib.suppress(OSError):
                     os.rmdir(os.path.dirname(logdir))  # ~/ray_results, if we were its only user
-                except OSError:
-                    pass
         ray.shutdown()
     skip = common.FRAME_SKIP[args.env]
     r = common.rates(samples, t0, args.warmup, end + 1e-6, skip)

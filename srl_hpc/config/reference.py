@@ -189,7 +189,7 @@ def _default(f: dataclasses.Field, subs: list[type]) -> str:
         changed = {k.name: getattr(value, k.name) for k in dataclasses.fields(value)
                    if k.default is not dataclasses.MISSING and getattr(value, k.name) != k.default}
         if len(subs) > 1:  # a union: which member by its name
-            changed = {"name": getattr(value, "name"), **changed}
+            changed = {"name": value.name, **changed}
         return f"`{_value(changed)}`" if changed else "the section's defaults"
     return f"`{_value(value)}`"
 

@@ -263,9 +263,8 @@ class Experiment:
         problems += self._check_policies()
         problems += self._check_opponents()
         problems += self._check_population()
-        if isinstance(alg, DQNConfig):
-            if workers.actor.segment_length <= alg.n_step:
-                problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
+        if isinstance(alg, DQNConfig) and workers.actor.segment_length <= alg.n_step:
+            problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
         return problems
 
 

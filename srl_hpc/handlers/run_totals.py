@@ -87,7 +87,7 @@ class RunTotals:
             self.returns.append(ret)
             self.ended.append((ret, length))
             self.episodes += 1
-        for p, ret, length in meta.pop("policy_returns", []):
+        for p, ret, _length in meta.pop("policy_returns", []):
             self.policy_returns[int(p)].append(ret)
             self.policy_ended[int(p)].append(ret)
             self.policy_episodes[int(p)] += 1

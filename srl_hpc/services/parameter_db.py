@@ -167,7 +167,7 @@ class ParameterDB:
         for v in self.versions():
             if v > newest:
                 self._version_path(v).unlink(missing_ok=True)
-        for tag, record in self.tags().items():
+        for tag in self.tags():
             if tag not in index["tags"]:
                 self.untag(tag)
         for tag, record in index["tags"].items():

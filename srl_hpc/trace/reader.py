@@ -11,6 +11,7 @@ worker killed in the middle of a flush) is cut to its shortest field, with a not
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -196,14 +197,10 @@ def _cut_to_shortest(name: str, columns: Table, notes: list[str]) -> Table:
 
 def _run_meta(run_dir: Path) -> dict:
     meta = {}
-    try:
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError):
         meta["experiment"] = yaml.safe_load((run_dir / "experiment.yaml").read_text()).get("name")
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError):
         meta["summary"] = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        pass
     return meta
 
 
