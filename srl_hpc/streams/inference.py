@@ -47,7 +47,7 @@ class Request:
 class InferenceServer:
     """Requests carry observations of `obs_shape`, a number for each `meta` key the policy reads and, through
     shared memory, reply slots for the `reply` fields ((name, dtype, shape per observation), as
-    srl_hpc.algorithms.reply_fields gives them); with a "hidden" reply field, each request carries the
+    Contract.reply_fields gives them); with a "hidden" reply field, each request carries the
     recurrent state of that shape too. Anything else that reaches the port (a foreign client, a damaged
     frame) is dropped and counted in `malformed`. Requests come over the ZMQ socket (arrays inside) and,
     with a `local` listener, over same-node connections (arrays in shared memory)."""
@@ -264,7 +264,7 @@ class ShmInferenceClient(ReplyBuffer):
     """The client when the server shares this node: each ring group owns an observation slot (and, with
     a recurrent model, a state slot) and reply slots in one shared memory segment; a Unix socket connection
     to the server (`path`) carries only headers. A slot is rewritten only after its reply arrived, so
-    neither side reads a half-written array. `reply_fields` as srl_hpc.algorithms.reply_fields gives them."""
+    neither side reads a half-written array. `reply_fields` as Contract.reply_fields gives them."""
 
     def __init__(self, path: str, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
                  reply_fields: tuple[tuple[str, str, tuple], ...], name: str | None = None):
