@@ -6,6 +6,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,7 @@ def home(tmp_path):
         pytest.fail(f"no user {USER}: scripts/local_slurm.sh start creates it")
     if not (USER_VENV / "bin" / "srl-launch").exists():
         pytest.fail(f"no {USER_VENV}/bin/srl-launch: make user-install")
-    where = Path(account.pw_dir) / tmp_path.name
-    where.mkdir()
+    where = Path(tempfile.mkdtemp(prefix=f"{tmp_path.name}-", dir=account.pw_dir))
     for source in (ROOT / "experiments" / "cartpole_ppo.yaml", ROOT / "clusters" / "local.yaml"):
         shutil.copy(source, where / source.name)
     shutil.chown(where, USER, USER)
