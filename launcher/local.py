@@ -24,7 +24,7 @@ from srl_hpc.rundir import RunDir, tail
 from srl_hpc.services import limits
 from srl_hpc.streams import control, endpoints
 from srl_hpc.streams.shm import remove_run_segments
-from srl_hpc.supervisor import describe_exit, die_with_parent
+from srl_hpc.worker.supervisor import describe_exit, die_with_parent
 
 REPORT_WAIT = 40.0  # a controller told of a crash stops the run itself well within this (its STOP_TIMEOUT is 30 s)
 GRACE = 25.0  # after the controller ends (or on a signal): how long workers get to wind down before SIGKILL

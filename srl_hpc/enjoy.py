@@ -21,12 +21,12 @@ import torch
 from srl_hpc import config
 from srl_hpc.algorithm_spec import spec
 from srl_hpc.algorithms.watching import policy_function
-from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.agents import is_parallel_env
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.models.building import build_model
 from srl_hpc.models.weights import load_arrays
 from srl_hpc.rundir import RunDir
+from srl_hpc.rundir.checkpoint import Checkpoint
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams.contract import Contract
 

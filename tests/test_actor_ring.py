@@ -14,7 +14,7 @@ from srl_hpc.streams import wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer
 from srl_hpc.streams.samples import SampleProducer
 from srl_hpc.streams.security import write_run_keys
-from srl_hpc.worker import Worker
+from srl_hpc.worker.process import Worker
 
 
 class Counter(gymnasium.Env):

@@ -861,6 +861,7 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
 def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():
     """Once a worker's run is over its process exits within a bound (under Slurm nothing else would end it
     before the time limit), leaving every thread's stack behind."""
-    stuck = "from srl_hpc.worker import bound_exit\nimport threading\nbound_exit(0.5)\nthreading.Event().wait(60)\n"
+    stuck = ("from srl_hpc.worker.process import bound_exit\nimport threading\n"
+             "bound_exit(0.5)\nthreading.Event().wait(60)\n")
     proc = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and "Timeout (0:00:00.500000)!" in proc.stderr and "in wait" in proc.stderr

@@ -1,5 +1,7 @@
 """Plan and render are pure: golden script, group layout, and errors that name the group and resource."""
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -320,17 +322,16 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
     assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --het-group=0 --mpi=pmix" in proc.stdout
 
 
-def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path, capsys):
-    from srl_hpc import rundir
+def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path):
+    def rundir(action: str) -> str:  # as the job script asks it
+        return subprocess.run([sys.executable, "-m", "srl_hpc.rundir", str(tmp_path), action], capture_output=True,
+                              text=True, check=True, timeout=60).stdout
 
-    rundir.main([str(tmp_path), "--outcome"])
-    assert capsys.readouterr().out == "\n"  # no summary: the controller never concluded
+    assert rundir("--outcome") == "\n"  # no summary: the controller never concluded
     (tmp_path / "summary.json").write_text('{"status": "succeeded", "reason": "wall time reached: 100s"}')
-    rundir.main([str(tmp_path), "--outcome"])
-    assert capsys.readouterr().out == "succeeded\n"
-    rundir.main([str(tmp_path), "--next-attempt"])  # the summary becomes attempt 1's
-    rundir.main([str(tmp_path), "--outcome"])
-    assert capsys.readouterr().out.splitlines()[-1] == ""
+    assert rundir("--outcome") == "succeeded\n"
+    assert rundir("--next-attempt") == f"{tmp_path}: attempt 2\n"  # the summary becomes attempt 1's
+    assert rundir("--outcome") == "\n"
 
 
 def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed(monkeypatch):

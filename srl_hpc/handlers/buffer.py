@@ -6,7 +6,7 @@ transition exactly once (replay.nstep_transitions). Transitions enter a Prioriti
 highest priority so far. Once `learning_starts` are stored, the buffer samples batches and pushes them
 to the trainers, at most `max_replay_ratio` transitions sampled per transition stored (actors faster
 than the learner do not make it overfit a small replay); trainers send |TD error| priorities back.
-A buffer worker that dies is replaced (srl_hpc.supervisor) with an empty replay: batches and priorities
+A buffer worker that dies is replaced (srl_hpc.worker.supervisor) with an empty replay: batches and priorities
 carry the incarnation that sampled them, so priorities meant for the lost replay are not applied to
 the new one's items.
 

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from srl_hpc.algorithm_spec import reads_global_state, spec
-from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.models.building import build_model
@@ -30,6 +29,7 @@ from srl_hpc.models.devices import resolve_device
 from srl_hpc.models.normalization import exact_statistics
 from srl_hpc.models.weights import load_arrays
 from srl_hpc.population.opponents import NEWEST
+from srl_hpc.rundir.checkpoint import Checkpoint
 from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.services.parameters import LATEST, InlineSubscriber, ParameterSubscriber
 from srl_hpc.streams import endpoints, unix

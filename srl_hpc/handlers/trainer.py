@@ -7,7 +7,7 @@ dropped, and the controller checks the totals against what the actors sent. Off-
 takes sampled batches from the buffer workers, and the update's new priorities go back to the buffer that
 sent the batch. With `prefetch` on, the source runs in its own thread (prefetch.py), so the next batch is
 ready while the current one trains. With several trainers they train one model data-parallel, in
-lockstep (lockstep.py); trainer/0 publishes and checkpoints (srl_hpc/checkpoint.py), and keeps the policy's
+lockstep (lockstep.py); trainer/0 publishes and checkpoints (srl_hpc/rundir/checkpoint.py), and keeps the policy's
 parameter database (services/parameter_db.py): each checkpoint's version tagged `latest`, every
 `snapshot_every`-th version tagged `snapshot-N`, at most `keep_untagged` other versions. In a population
 (population-based training) a member's trainer starts with its member's hyper-parameters and, between two
@@ -23,7 +23,6 @@ import torch
 import zmq
 
 from srl_hpc.algorithm_spec import reads_global_state, spec
-from srl_hpc.checkpoint import Checkpoint
 from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import POLL_MS, Handler
 from srl_hpc.handlers.batch_sources import BatchAssembler, ReplayReceiver
@@ -33,6 +32,7 @@ from srl_hpc.models.building import build_model
 from srl_hpc.models.devices import resolve_device
 from srl_hpc.models.weights import load_arrays, parameter_checksum, state_arrays
 from srl_hpc.population.pbt import starting_values
+from srl_hpc.rundir.checkpoint import Checkpoint
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import LATEST, ParameterPublisher

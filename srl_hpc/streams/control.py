@@ -2,7 +2,7 @@
 
 Workers PUSH events (heartbeats with their counters, "failed", "final") to the controller's PULL; the
 controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBscribes to. A worker's
-supervisor (srl_hpc.supervisor) or the local launcher speaks for a worker that cannot: "restarting" (it
+supervisor (srl_hpc.worker.supervisor) or the local launcher speaks for a worker that cannot: "restarting" (it
 died or hung and is being replaced) and "failed" (it died and will not be).
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ the ZMQ context, the control channel to the controller (heartbeats up, commands 
 signals and the main loop; its task handlers (srl_hpc.handlers) do the rest. Under Slurm the task id
 defaults to SLURM_PROCID and rendezvous goes through MPI; locally through files in the run directory.
 A restartable worker (an actor) runs as the child of a supervisor in its task's process
-(srl_hpc.supervisor), which does the rendezvous and replaces the worker if it dies or hangs.
+(srl_hpc.worker.supervisor), which does the rendezvous and replaces the worker if it dies or hangs.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from srl_hpc.services.rendezvous import FileBarrier, FileRendezvous, MpiRendezvo
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.control import ControlClient, report_interval
 from srl_hpc.streams.security import PrivateContext
-from srl_hpc.supervisor import ChildLink, Supervisor
 from srl_hpc.trace.writer import TraceWriter
+from srl_hpc.worker.supervisor import ChildLink, Supervisor
 
 HEARTBEAT_INTERVAL = 1.0
 COMMANDS_INTERVAL = 0.01  # seconds between looks for the controller's commands (a busy loop turns ~3,000/s)
@@ -68,7 +68,7 @@ class Worker:
         self.gpu_index = graph.gpu_index(name, local_id)  # used by a handler on device "cuda"
         self.may_share_gpu = not slurm or getattr(exp.slurm, self.node.group).share_gpu
         self.attempt = self.run_dir.attempt  # > 1: a resumed run (the trainer loads its checkpoint)
-        self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.supervisor)
+        self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.worker.supervisor)
         self.link = link
         self.ports = ports or {}  # a replacement binds its predecessor's ports: its peers know those
         # a resumed attempt and a replacement draw new episodes
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
                         help="started by srun: the address from slurm.network, the GPU from $SLURM_LOCALID")
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
     parser.add_argument("--log-dir", type=Path, help="send this worker's output to LOG_DIR/<worker>.log")
-    child = parser.add_argument_group("a supervised worker (started by srl_hpc.supervisor, not by hand)")
+    child = parser.add_argument_group("a supervised worker (started by srl_hpc.worker.supervisor, not by hand)")
     child.add_argument("--supervised", metavar="UP,DOWN", help="the pipe fds to its supervisor")
     child.add_argument("--incarnation", type=int, default=0)
     child.add_argument("--ports", type=json.loads, default={}, help="JSON: bind these (a predecessor's ports)")
@@ -352,6 +352,3 @@ def _address(exp, name: str, slurm: bool, spans_jobs: bool = False) -> network.A
         raise network.NetworkError(network.loopback_message(name, address))
     return address
 
-
-if __name__ == "__main__":
-    sys.exit(main())
