@@ -355,7 +355,7 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
     run = reader.read_run(run_dir)
     lag = analysis.policy_lag(run)
     assert lag["segments"] > 100 and lag["mean"] <= 4, lag
-    waited = analysis.pooled(run, "actor", "leave", "wait_seconds")
+    waited = run.pooled("actor", "leave", "wait_seconds")
     assert waited.sum() > 0  # the actors did wait for leave, and the trace says how long
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from srl_hpc.trace.learning import evaluation, population, ratings, returns_over_time
 from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
 from srl_hpc.trace.verdict import verdict
 
@@ -63,7 +64,6 @@ THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step
               "buffer": ("transitions stored", "segment", "transitions", ())}
 KIND_LABELS = {"actor": "actors", "policy": "policy handlers", "trainer": "trainers", "buffer": "buffers"}
 
-RETURN_WINDOW = 20  # episodes in the "first" and "last" mean returns
 
 
 # ----------------------------------------------------------------------------------------------- basics
@@ -239,99 +239,25 @@ def latencies(run: RunTrace) -> dict:
     """Percentiles of every stage's duration, all workers of its kind pooled."""
     out = {}
     for stage, (label, kind, table, field) in STAGES.items():
-        out[stage] = {"label": label, **percentiles(pooled(run, kind, table, field))}
+        out[stage] = {"label": label, **percentiles(run.pooled(kind, table, field))}
     return out
 
 
 def batch_sizes(run: RunTrace) -> dict:
     """Observations per inference batch: percentiles and a histogram."""
-    sizes = pooled(run, "policy", "inference", "batch_size")
+    sizes = run.pooled("policy", "inference", "batch_size")
     return {**percentiles(sizes), "histogram": histogram(sizes)}
 
 
 def policy_lag(run: RunTrace) -> dict:
     """Versions between the policy that produced a segment and the trainer that received it."""
-    lags = pooled(run, "trainer", "segment", "lag")
-    dropped = pooled(run, "trainer", "segment", "dropped")
+    lags = run.pooled("trainer", "segment", "lag")
+    dropped = run.pooled("trainer", "segment", "dropped")
     out = percentiles(lags)
     out["segments"] = int(len(lags))
     out["dropped"] = int(dropped.sum()) if len(dropped) else 0
     out["histogram"] = histogram(lags)
     return out
-
-
-def returns_over_time(run: RunTrace, bins: int = 10, policy: int | None = None) -> dict:
-    """Episode returns of all actors (with several policies, of run.policies[policy]'s agents): first and last
-    window means, and the mean per time bin."""
-    t0 = run.t0
-    tables = [w.table("episode") for w in run.hosting("actor") if "episode_return" in w.table("episode")]
-    if policy is not None:
-        tables = [{k: v[tab["policy"] == policy] for k, v in tab.items()} for tab in tables]
-    if not tables:
-        return {"episodes": 0}
-    t = np.concatenate([tab["t"] for tab in tables]) - t0
-    r = np.concatenate([tab["episode_return"] for tab in tables])
-    order = np.argsort(t)
-    t, r = t[order], r[order]
-    out = {"episodes": int(len(r))}
-    if not len(r):
-        return out
-    out["first"] = float(r[:RETURN_WINDOW].mean())
-    out["last"] = float(r[-RETURN_WINDOW:].mean())
-    edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
-    which = np.digitize(t, edges[1:-1])
-    out["over_time"] = [{"start": float(edges[i]), "end": float(edges[i + 1]), "episodes": int((which == i).sum()),
-                         "mean_return": float(r[which == i].mean()) if (which == i).any() else None}
-                        for i in range(bins)]
-    return out
-
-
-def evaluation(run: RunTrace) -> dict:
-    """Evaluation rounds of every eval worker, in time order: the version played, mean return and length."""
-    rounds = []
-    for worker in run.hosting("eval"):
-        tab = worker.table("eval_round")
-        if "mean_return" in tab:
-            rounds += [{"worker": worker.name, "t": float(t) - run.t0, "version": int(v), "mean_return": float(r),
-                        "mean_length": float(n), "seconds": float(d)}
-                       for t, v, r, n, d in zip(tab["t"], tab["version"], tab["mean_return"], tab["mean_length"],
-                                                tab["seconds"])]
-    rounds.sort(key=lambda e: e["t"])
-    out = {"rounds": len(rounds)}
-    if rounds:
-        out.update(last=rounds[-1], best=max(rounds, key=lambda e: e["mean_return"]), all=rounds)
-    return out
-
-
-def ratings(run: RunTrace) -> dict:
-    """Self-play: the rating workers' Elo after their last round (versions; the fixed players as negative
-    versions, srl_hpc/handlers/rating.py) and the actors' games by opponent (-1: the newest weights)."""
-    out = {"rounds": 0}
-    for worker in run.hosting("rating"):
-        tab = worker.table("rating")
-        if "elo" in tab and len(tab["round"]):
-            last = tab["round"] == tab["round"].max()
-            out = {"rounds": int(tab["round"].max()),
-                   "elo": {int(v): float(e) for v, e in zip(tab["version"][last], tab["elo"][last])}}
-    opponents = pooled(run, "actor", "game", "opponent")
-    if len(opponents):
-        versions, counts = np.unique(opponents, return_counts=True)
-        out["games"] = {int(v): int(n) for v, n in zip(versions, counts)}
-    return out
-
-
-def population(run: RunTrace) -> dict:
-    """Population-based training: the copies the manager made (its trace table `copy`), in order, each with
-    the new values of what explore changes."""
-    copies = []
-    for worker in run.hosting("population"):
-        tab = worker.table("copy")
-        values = [k for k in tab if k.startswith("new_")]
-        for i in range(len(tab["t"])):
-            copies.append({"t": float(tab["t"][i] - run.t0), "round": int(tab["round"][i]),
-                           "target": run.policies[int(tab["target"][i])], "source": run.policies[int(tab["source"][i])],
-                           "values": {k.removeprefix("new_"): float(tab[k][i]) for k in values}})
-    return {"copies": copies}
 
 
 def summarize(run: RunTrace) -> dict:
@@ -382,9 +308,3 @@ def summarize(run: RunTrace) -> dict:
         "population": population(run),
         "verdict": {"stage": found.stage, "evidence": found.evidence},
     }
-
-
-def pooled(run: RunTrace, kind: str, table: str, field: str) -> np.ndarray:
-    """One field of one table, all workers hosting a handler concatenated."""
-    values = [w.table(table)[field] for w in run.hosting(kind) if field in w.table(table)]
-    return np.concatenate(values) if values else np.empty(0)

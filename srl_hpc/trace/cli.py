@@ -11,7 +11,7 @@ from pathlib import Path
 from argcomplete.completers import DirectoriesCompleter
 
 from srl_hpc.completion import complete
-from srl_hpc.trace import analysis, report
+from srl_hpc.trace import analysis, learning, report
 from srl_hpc.trace.reader import TraceError, read_run
 from srl_hpc.trace.report import ReportError
 
@@ -194,7 +194,7 @@ def format_summary(s: dict) -> str:
                   "  " + _hist(lag["histogram"])]
     for name, r in s["returns_by_policy"].items() or [("", s["returns"])]:
         if r["episodes"]:
-            n = min(analysis.RETURN_WINDOW, r["episodes"])
+            n = min(learning.RETURN_WINDOW, r["episodes"])
             lines += ["", f"episode return{' of policy ' + name if name else ''}: {r['episodes']:,} episodes; mean of "
                           f"the first {n} {r['first']:.1f}, of the last {n} {r['last']:.1f}",
                       "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"

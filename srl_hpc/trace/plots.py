@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from srl_hpc.trace import analysis  # noqa: E402
+from srl_hpc.trace import analysis, learning  # noqa: E402
 from srl_hpc.trace.reader import RunTrace  # noqa: E402
 
 ACTIVITY_COLORS = {"stepping": "tab:green", "waiting_inference": "tab:orange", "sending": "tab:red",
@@ -86,7 +86,7 @@ def _latency(run: RunTrace, summary: dict, title):
     fig, axes = plt.subplots(rows, cols, figsize=(12, 2.8 * rows), squeeze=False)
     for ax, stage in zip(axes.flat, stages):
         label, kind, table, field = analysis.STAGES[stage]
-        ms = analysis.pooled(run, kind, table, field) * 1e3
+        ms = run.pooled(kind, table, field) * 1e3
         ms = ms[ms > 0]
         stats = summary["latency"][stage]
         if len(ms):
@@ -154,7 +154,7 @@ def _returns(run: RunTrace, title):
             frames = np.interp(t, progress[0]["t"], progress[0]["env_frames"])
         for k, name in enumerate(run.policies or [""]):  # several policies: each one's episodes and mean apart
             mine = policy == k
-            window = min(analysis.RETURN_WINDOW, int(mine.sum()))
+            window = min(learning.RETURN_WINDOW, int(mine.sum()))
             moving = np.convolve(r[mine], np.ones(window) / window, mode="valid") if window else None
             label = f"{name}: " if name else ""
             dots, line = POLICY_COLOURS[k % len(POLICY_COLOURS)]

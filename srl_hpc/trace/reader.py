@@ -77,6 +77,11 @@ class RunTrace:
         """The workers that host a task handler (an IMPALA actor hosts "actor" and "policy")."""
         return [w for w in self.workers if handler in w.handlers]
 
+    def pooled(self, handler: str, table: str, field: str) -> np.ndarray:
+        """One field of one table, the workers hosting a handler concatenated."""
+        values = [w.table(table)[field] for w in self.hosting(handler) if field in w.table(table)]
+        return np.concatenate(values) if values else np.empty(0)
+
     @property
     def t0(self) -> float:
         """Start of the run: the earliest worker start (unix time); times in reports are relative to it."""
