@@ -12,8 +12,8 @@ submitted, followed and cancelled together as the run's would be.
 
 This module submits, follows and explains the job. The judging functions are pure and live apart:
 launcher/probe_settings.py judges the cluster's settings and the user's limits, launcher/probe_findings.py
-what the tasks wrote (srl_hpc.probe.collect); both return doctor's Result tuples, and the unit tests call
-them with recorded JSON.
+what the tasks wrote about their nodes (srl_hpc.probe.collect) and launcher/probe_network.py how they reached
+each other; all return doctor's Result tuples, and the unit tests call them with recorded JSON.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, script
-from launcher import accounting, probe, slurm_jobs
+from launcher import accounting, probe, probe_network, slurm_jobs
 from launcher import plan as planning
 from launcher import probe_findings as findings
 from launcher import probe_settings as settings
@@ -574,32 +574,33 @@ def test_a_group_that_cannot_reach_another_fails_naming_the_task_and_its_node():
     found = recorded()
     pings = found["results"]["controller/0"]["pings"]
     pings["actor/1"] = {"error": "no reply within 5 s from tcp://10.250.1.14:40001"}
-    results = findings.judge_pings(plan_of(cartpole()), found)
+    results = probe_network.judge_pings(plan_of(cartpole()), found)
     assert statuses(results) == ["ok", "FAIL", "ok"]
     assert results[1][1].startswith("ZMQ between trainer and actor: controller/0 -> actor/1 on ")
     assert "no reply within 5 s" in results[1][1] and "slurm.ports" in results[1][2]
     found["results"]["policy/0"]["pings"] = None
-    assert "not measured: policy/0 did not ping" in findings.judge_pings(plan_of(cartpole()), found)[0][1]
+    assert "not measured: policy/0 did not ping" in probe_network.judge_pings(plan_of(cartpole()), found)[0][1]
 
 
 def test_gloo_nccl_and_mpi_failures():
     exp, found = cartpole(), recorded()
     found["results"]["trainer/0"]["collective"]["gloo"] = {"error": "RuntimeError: Connection refused", "seconds": 1}
-    status, message, fix = findings.judge_collectives(plan_of(exp), exp, found)[0]
+    status, message, fix = probe_network.judge_collectives(plan_of(exp), exp, found)[0]
     assert status == "FAIL" and "trainer/0: RuntimeError: Connection refused" in message and "GLOO_SOCKET_IFNAME" in fix
     found = recorded()
     found["results"]["trainer/0"]["collective"]["nccl"] = {"skipped": "trainers share a GPU (n1/GPU-a, n1/GPU-a)"}
-    assert findings.judge_collectives(plan_of(exp), exp, found)[1][0] == "warn"
+    assert probe_network.judge_collectives(plan_of(exp), exp, found)[1][0] == "warn"
     found["results"]["trainer/0"]["collective"]["nccl"] = {"seconds": 0.2, "sum": 1.0, "expected": 1.0}
-    assert findings.judge_collectives(plan_of(exp), exp, found)[1][1].startswith("NCCL all-reduce among 1 trainer GPU")
+    nccl = probe_network.judge_collectives(plan_of(exp), exp, found)[1]
+    assert nccl[1].startswith("NCCL all-reduce among 1 trainer GPU")
 
     found = recorded()
     found["results"]["actor/1"]["mpi"] = {"state": "started"}
-    status, message, fix = findings.judge_mpi(plan_of(exp), found)
+    status, message, fix = probe_network.judge_mpi(plan_of(exp), found)
     assert status == "FAIL" and "actor/1 never finished it" in message and "srun --mpi=list" in fix
     found["results"]["actor/1"]["mpi"] = {"state": "failed", "error": "RendezvousError: MPI world has 1 ranks"}
-    assert "actor/1: RendezvousError" in findings.judge_mpi(plan_of(exp), found)[1]
-    assert findings.judge_mpi(plan_of(cartpole("slurm.mpi=none")), found)[0] == "ok"
+    assert "actor/1: RendezvousError" in probe_network.judge_mpi(plan_of(exp), found)[1]
+    assert probe_network.judge_mpi(plan_of(cartpole("slurm.mpi=none")), found)[0] == "ok"
 
 
 def test_tasks_that_never_reported_are_named():
@@ -624,7 +625,7 @@ def test_the_jobs_layout_says_each_groups_job_ran_and_met_through_files_or_which
     assert probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS) == \
         ("ok", "jobs 10 (trainer), 11 (policy), 12 (actor): each group's ordinary job ran and their tasks met through "
                "files in the probe directory (5 of 5 tasks started)", "")
-    assert findings.judge_mpi(plan, found) == \
+    assert probe_network.judge_mpi(plan, found) == \
         ("ok", "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)", "")
     results = [probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS), *findings.judge_found(plan, exp, found, True)]
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
