@@ -15,6 +15,7 @@ Switches (each variant is a list of --set overrides on top of the experiment and
   curve       every socket CURVE-encrypted with the run's keys (the default) vs plain (what privacy costs)
 Prints a table per switch and, last, one JSON line with every figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,23 @@ from srl_hpc import config  # noqa: E402
 
 A = "workers.actor."
 VARIANTS = {
-    "ring": [("ring 1", [f"{A}ring_size=1", f"{A}inference_splits=1"]),
-             ("ring 4", [f"{A}ring_size=4", f"{A}inference_splits=2"]),
-             ("ring 16", [f"{A}ring_size=16", f"{A}inference_splits=2"])],
+    "ring": [
+        ("ring 1", [f"{A}ring_size=1", f"{A}inference_splits=1"]),
+        ("ring 4", [f"{A}ring_size=4", f"{A}inference_splits=2"]),
+        ("ring 16", [f"{A}ring_size=16", f"{A}inference_splits=2"]),
+    ],
     "splits": [(f"16 envs / {n} requests", [f"{A}ring_size=16", f"{A}inference_splits={n}"]) for n in (1, 2, 4, 8, 16)],
     "batch_cap": [(f"max_batch {n}", [f"workers.policy.max_batch={n}"]) for n in (8, 32, 256)],
     "transport": [("shared memory", [f"{A}inference_transport=shm"]), ("zmq", [f"{A}inference_transport=zmq"])],
-    "prefetch": [("prefetch on", ["workers.trainer.prefetch=true"]),
-                 ("prefetch off", ["workers.trainer.prefetch=false"])],
-    "placement": [("srl", ["workers.placement=srl"]),
-                  ("impala-style", ["workers.placement=impala", "workers.policy.count=0"]),
-                  ("seed-style", ["workers.placement=seed", "workers.policy.count=0"])],
+    "prefetch": [
+        ("prefetch on", ["workers.trainer.prefetch=true"]),
+        ("prefetch off", ["workers.trainer.prefetch=false"]),
+    ],
+    "placement": [
+        ("srl", ["workers.placement=srl"]),
+        ("impala-style", ["workers.placement=impala", "workers.policy.count=0"]),
+        ("seed-style", ["workers.placement=seed", "workers.policy.count=0"]),
+    ],
     "trace": [("trace on", ["monitor.trace=true"]), ("trace off", ["monitor.trace=false"])],
     "sampling": [("training", ["workers.trainer.train=true"]), ("sampling only", ["workers.trainer.train=false"])],
     "curve": [("curve on", ["curve=true"]), ("curve off", ["curve=false"])],

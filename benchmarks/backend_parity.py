@@ -10,6 +10,7 @@ other; prints the median time to target (seconds and env frames) per (env, backe
 A run that does not reach its target within --wall-time counts as not reached (its median is over the seeds
 that did). --set applies to every run. The last line printed is JSON; the runs are kept under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from srl_hpc import config  # noqa: E402
 from srl_hpc.envs.backends import resolve_backend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = {"acrobot": ROOT / "experiments" / "acrobot_ppo.yaml",
-               "cartpole": ROOT / "experiments" / "cartpole_ppo.yaml"}
+EXPERIMENTS = {
+    "acrobot": ROOT / "experiments" / "acrobot_ppo.yaml",
+    "cartpole": ROOT / "experiments" / "cartpole_ppo.yaml",
+}
 
 
 def median(values):
@@ -62,17 +65,32 @@ def main(argv=None) -> int:
             r = run_seed(exp, seed, out / name / backend)
             runs.append(r)
             if r["seconds"] is None:
-                print(f"{name} {backend} ({resolved}) seed {seed}: FAILED (exit code {r['exit_code']}), "
-                      f"see {r['run_dir']}", flush=True)
+                print(
+                    f"{name} {backend} ({resolved}) seed {seed}: FAILED (exit code {r['exit_code']}), "
+                    f"see {r['run_dir']}",
+                    flush=True,
+                )
             else:
-                print(f"{name} {backend} ({resolved}) seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in "
-                      f"{r['seconds']}s, {r['env_frames']:,} env frames, "
-                      f"mean return at stop {r['mean_return_at_stop']}", flush=True)
+                print(
+                    f"{name} {backend} ({resolved}) seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in "
+                    f"{r['seconds']}s, {r['env_frames']:,} env frames, "
+                    f"mean return at stop {r['mean_return_at_stop']}",
+                    flush=True,
+                )
         reached = [r for r in runs if r["reached"]]
-        results.append({"env": exp.env.id, "backend": backend, "resolved": resolved, "target": exp.stop.target_return,
-                        "reached": len(reached), "seeds": len(seeds),
-                        "median_seconds": median([r["seconds"] for r in reached]),
-                        "median_env_frames": median([r["env_frames"] for r in reached]), "runs": runs})
+        results.append(
+            {
+                "env": exp.env.id,
+                "backend": backend,
+                "resolved": resolved,
+                "target": exp.stop.target_return,
+                "reached": len(reached),
+                "seeds": len(seeds),
+                "median_seconds": median([r["seconds"] for r in reached]),
+                "median_env_frames": median([r["env_frames"] for r in reached]),
+                "runs": runs,
+            }
+        )
     print()
     print(f"{'env':<12} {'backend':<16} {'reached':>8} {'median s':>9} {'median frames':>14}")
     for r in results:
@@ -80,8 +98,16 @@ def main(argv=None) -> int:
         f = "-" if r["median_env_frames"] is None else f"{r['median_env_frames']:,.0f}"
         backend = f"{r['backend']} ({r['resolved']})"
         print(f"{r['env']:<12} {backend:<16} {r['reached']:>4}/{r['seeds']:<3} {s:>9} {f:>14}")
-    print(json.dumps({"benchmark": "backend_parity", "wall_time_limit": args.wall_time, "overrides": args.set,
-                      "results": results}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "backend_parity",
+                "wall_time_limit": args.wall_time,
+                "overrides": args.set,
+                "results": results,
+            }
+        )
+    )
     return 0
 
 

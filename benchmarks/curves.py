@@ -13,6 +13,7 @@ is known to that resolution; with --episodes the curves (and the crossing) come 
 traces, the mean of the last 20 episodes after every episode, placed on the frames axis by the
 controller's progress rows (as `srl-trace RUN --plot` does). The last line printed is JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
     for row in rows:
         try:
             mean_return = float(row["mean_return"]) if row.get("mean_return") not in (None, "") else math.nan
-            out.append({"wall_time": float(row["wall_time"]), "env_frames": int(float(row["env_frames"])),
-                        "mean_return": mean_return})
+            out.append(
+                {
+                    "wall_time": float(row["wall_time"]),
+                    "env_frames": int(float(row["env_frames"])),
+                    "mean_return": mean_return,
+                }
+            )
         except (KeyError, ValueError):
             continue
     return out
@@ -64,8 +70,10 @@ def episode_rows(run_dir: Path, window: int = 20) -> list[dict]:
     pt, pf = np.asarray(progress[0]["t"], float), np.asarray(progress[0]["env_frames"], float)
     frames = np.interp(t, np.concatenate([[t0], pt]), np.concatenate([[0.0], pf]))
     moving = np.convolve(r, np.ones(window) / window, mode="valid")
-    return [{"wall_time": float(t[i] - t0), "env_frames": int(frames[i]), "mean_return": float(moving[i - window + 1])}
-            for i in range(window - 1, len(r))]
+    return [
+        {"wall_time": float(t[i] - t0), "env_frames": int(frames[i]), "mean_return": float(moving[i - window + 1])}
+        for i in range(window - 1, len(r))
+    ]
 
 
 def seed_of(run_dir: Path):
@@ -80,12 +88,19 @@ def describe(run_dir: Path, rows: list[dict], target: float | None) -> dict:
     first = next((r for r in rows if target is not None and r["mean_return"] >= target), None)
     frames = summary.get("env_frames", rows[-1]["env_frames"] if rows else None)
     seconds = summary.get("wall_time", rows[-1]["wall_time"] if rows else None)
-    return {"run_dir": str(run_dir), "seed": seed_of(run_dir), "mean_return": summary.get("mean_return"),
-            "last_row_mean_return": rows[-1]["mean_return"] if rows else None, "env_frames": frames,
-            "wall_time": seconds, "fps": round(frames / seconds) if frames and seconds else None,
-            "reason": summary.get("reason"), "target": target,
-            "target_env_frames": first["env_frames"] if first else None,
-            "target_wall_time": first["wall_time"] if first else None}
+    return {
+        "run_dir": str(run_dir),
+        "seed": seed_of(run_dir),
+        "mean_return": summary.get("mean_return"),
+        "last_row_mean_return": rows[-1]["mean_return"] if rows else None,
+        "env_frames": frames,
+        "wall_time": seconds,
+        "fps": round(frames / seconds) if frames and seconds else None,
+        "reason": summary.get("reason"),
+        "target": target,
+        "target_env_frames": first["env_frames"] if first else None,
+        "target_wall_time": first["wall_time"] if first else None,
+    }
 
 
 def main(argv=None) -> int:
@@ -95,8 +110,11 @@ def main(argv=None) -> int:
     p.add_argument("--title", default="mean return over env frames")
     p.add_argument("--labels", help="comma-separated line labels, one per run (default: 'seed N')")
     p.add_argument("--target", type=float, help="draw this return as a dashed line and report its first crossing")
-    p.add_argument("--episodes", action="store_true",
-                   help="curves from the actors' episode traces (a point per episode), not metrics.csv's rows")
+    p.add_argument(
+        "--episodes",
+        action="store_true",
+        help="curves from the actors' episode traces (a point per episode), not metrics.csv's rows",
+    )
     args = p.parse_args(argv)
     labels = args.labels.split(",") if args.labels else [None] * len(args.runs)
     if len(labels) != len(args.runs):
@@ -109,12 +127,23 @@ def main(argv=None) -> int:
         info = describe(run_dir, rows, args.target)
         results.append(info)
         label = label or (f"seed {info['seed']}" if info["seed"] is not None else run_dir.name)
-        ax.plot([r["env_frames"] / 1e6 for r in rows], [r["mean_return"] for r in rows], marker=".", markersize=3,
-                linewidth=1.5, label=label)
-        reached = (f"{info['target_env_frames']:,} frames, {info['target_wall_time']:.0f} s"
-                   if info["target_env_frames"] is not None else "not reached")
-        print(f"{label}: mean return {info['mean_return']} at {info['env_frames']:,} env frames, "
-              f"{info['fps']} frames/s; target {args.target}: {reached}  ({run_dir})")
+        ax.plot(
+            [r["env_frames"] / 1e6 for r in rows],
+            [r["mean_return"] for r in rows],
+            marker=".",
+            markersize=3,
+            linewidth=1.5,
+            label=label,
+        )
+        reached = (
+            f"{info['target_env_frames']:,} frames, {info['target_wall_time']:.0f} s"
+            if info["target_env_frames"] is not None
+            else "not reached"
+        )
+        print(
+            f"{label}: mean return {info['mean_return']} at {info['env_frames']:,} env frames, "
+            f"{info['fps']} frames/s; target {args.target}: {reached}  ({run_dir})"
+        )
     if args.target is not None:
         ax.axhline(args.target, color="gray", linestyle="--", linewidth=1, label=f"target {args.target:g}")
     ax.set(xlabel="env frames (millions)", ylabel="mean return, last 20 episodes", title=args.title)

@@ -10,6 +10,7 @@ Each trial runs a file for --seconds with tracing on and is judged as `srl-launc
 can be checked against a measurement that did not select it. Prints per file the median, each trial and its
 verdict, and the ratio of medians to the first file; the last line printed is JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,20 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="experiment-files-"))
     candidates = [(str(path), config.load(path)) for path in args.experiments]  # every file checked before any run
-    rows = trials.round_robin(candidates, args.seconds, args.warmup, args.repeats, out,
-                              say=lambda line: print(line, file=sys.stderr, flush=True))
+    rows = trials.round_robin(
+        candidates,
+        args.seconds,
+        args.warmup,
+        args.repeats,
+        out,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     reference = rows[0]["median_fps"]
     width = max(len(label) for label, _ in candidates)
-    print(f"\n== {args.repeats} trials of {args.seconds:g} s each (warm-up {args.warmup:g} s), round-robin; "
-          f"training frames/s")
+    print(
+        f"\n== {args.repeats} trials of {args.seconds:g} s each (warm-up {args.warmup:g} s), round-robin; "
+        f"training frames/s"
+    )
     for (label, _), row in zip(candidates, rows):
         row["file"] = label
         row["ratio"] = round(row["median_fps"] / reference, 3) if row["median_fps"] and reference else None

@@ -13,6 +13,7 @@ per agent and episode; `--random` plays uniformly random actions instead (the ba
 
 The last line printed is JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,10 +82,21 @@ def main(argv=None) -> int:
         paper.append(team)
     env.close()
     policy = "random actions" if args.random else f"checkpoint version {torch.load(run.checkpoint)['version']}"
-    print(f"{policy}, {args.episodes} episodes: env's return per agent {np.mean(own):.2f}; "
-          f"the MAPPO paper's episode reward {np.mean(paper):.1f}")
-    print(json.dumps({"run_dir": str(run.root), "random": args.random, "episodes": args.episodes,
-                      "return_per_agent": float(np.mean(own)), "paper_episode_reward": float(np.mean(paper))}))
+    print(
+        f"{policy}, {args.episodes} episodes: env's return per agent {np.mean(own):.2f}; "
+        f"the MAPPO paper's episode reward {np.mean(paper):.1f}"
+    )
+    print(
+        json.dumps(
+            {
+                "run_dir": str(run.root),
+                "random": args.random,
+                "episodes": args.episodes,
+                "return_per_agent": float(np.mean(own)),
+                "paper_episode_reward": float(np.mean(paper)),
+            }
+        )
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ the population is compared with the median of the fixed settings' medians ("the 
 Seconds are the controller's wall time (from rendezvous). Env frames per member (a population's frames /
 size) say what each took in samples. The last line printed is JSON; each run's directory is kept under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,13 @@ def outcome(run_dir: Path, size: int) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     reached = summary.get("reason", "").startswith("target reached")
     frames = summary.get("env_frames", 0) / max(1, size)
-    return {"reached": reached, "seconds": summary.get("wall_time") if reached else math.inf,
-            "frames_per_member": frames if reached else math.inf, "reason": summary.get("reason"),
-            "run_dir": str(run_dir)}
+    return {
+        "reached": reached,
+        "seconds": summary.get("wall_time") if reached else math.inf,
+        "frames_per_member": frames if reached else math.inf,
+        "reason": summary.get("reason"),
+        "run_dir": str(run_dir),
+    }
 
 
 def shown(seconds: float) -> str:
@@ -50,10 +55,22 @@ def run_once(exp: config.Experiment, run_dir: Path) -> dict:
 def run_together(experiment: Path, seed: int, settings: list[list[str]], dirs: list[Path]) -> list[dict]:
     """Several runs of the experiment at once, one per list of overrides, each to its end."""
     srl_launch = Path(sys.executable).parent / "srl-launch"
-    procs = [subprocess.Popen([str(srl_launch), str(experiment), "--run-dir", str(d), "--seed", str(seed),
-                               *[a for o in overrides for a in ("--set", o)]],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for overrides, d in zip(settings, dirs)]
+    procs = [
+        subprocess.Popen(
+            [
+                str(srl_launch),
+                str(experiment),
+                "--run-dir",
+                str(d),
+                "--seed",
+                str(seed),
+                *[a for o in overrides for a in ("--set", o)],
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for overrides, d in zip(settings, dirs)
+    ]
     for proc in procs:
         proc.wait()
     return [outcome(d, 0) for d in dirs]
@@ -63,8 +80,13 @@ def fixed_settings(exp: config.Experiment) -> list[tuple[str, list[str]]]:
     """Each member's starting values as overrides of a run without a population."""
     size, init = exp.population.size, exp.population.init
     plain = ["population.size=0", "population.init={}", "population.explore={}"]
-    return [(", ".join(f"{k} {v[m]:g}" for k, v in init.items()),
-             plain + [f"algorithm.{k}={v[m]!r}" for k, v in init.items()]) for m in range(size)]
+    return [
+        (
+            ", ".join(f"{k} {v[m]:g}" for k, v in init.items()),
+            plain + [f"algorithm.{k}={v[m]!r}" for k, v in init.items()],
+        )
+        for m in range(size)
+    ]
 
 
 def main(argv=None) -> int:
@@ -97,9 +119,20 @@ def main(argv=None) -> int:
         per_seed = ", ".join(shown(r["seconds"]) for r in rs)
         print(f"{name:<28}{shown(medians[name]):>10}{frames[name]:>15,.0f}   {per_seed}")
     print(f"median fixed member: {shown(fixed_median)}; population: {shown(medians['population'])}")
-    print(json.dumps({"experiment": str(args.experiment), "cap": args.cap, "medians": medians,
-                      "frames_per_member": frames, "median_fixed": fixed_median, "runs": results, "out": str(out)},
-                     default=str))
+    print(
+        json.dumps(
+            {
+                "experiment": str(args.experiment),
+                "cap": args.cap,
+                "medians": medians,
+                "frames_per_member": frames,
+                "median_fixed": fixed_median,
+                "runs": results,
+                "out": str(out),
+            },
+            default=str,
+        )
+    )
     return 0
 
 

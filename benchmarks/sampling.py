@@ -9,6 +9,7 @@
    (workers.trainer.train=false), so the figure is what inference + transport + actors deliver.
 Prints both, the ratio, and JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,10 +66,17 @@ def main(argv=None) -> int:
     raw = raw_env_fps(exp, args.processes or exp.workers.actor.count, args.seconds)
     system = measure(exp, args.seconds)
     sampled = system["steady_sampling_fps"] or system["sampling_fps"]
-    result = {"experiment": exp.name, "raw_env_fps": round(raw, 1), "sampling_only_fps": sampled,
-              "ratio": round(sampled / raw, 3), "system": system}
-    print(f"{exp.name}: raw env stepping {raw:,.0f} frames/s; sampling-only system {sampled:,.0f} frames/s "
-          f"({sampled / raw:.0%} of raw)")
+    result = {
+        "experiment": exp.name,
+        "raw_env_fps": round(raw, 1),
+        "sampling_only_fps": sampled,
+        "ratio": round(sampled / raw, 3),
+        "system": system,
+    }
+    print(
+        f"{exp.name}: raw env stepping {raw:,.0f} frames/s; sampling-only system {sampled:,.0f} frames/s "
+        f"({sampled / raw:.0%} of raw)"
+    )
     print(json.dumps(result))
     return 0
 

@@ -21,6 +21,7 @@ Then the scaling model's check (docs/scaling.md): rendezvous time, controller ev
 measured at every N but the largest, predicted at the largest, compared with the measurement. Then one
 JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,11 @@ def figures(run_dir: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     by_name = {w.name: w for w in trace.workers}
     controller, trainer = by_name["controller/0"], by_name["trainer/0"]
-    started = min(float(w.table("startup")["t"][0] - w.table("startup")["seconds"][0])
-                  for w in trace.workers if len(w.table("startup")["t"]))
+    started = min(
+        float(w.table("startup")["t"][0] - w.table("startup")["seconds"][0])
+        for w in trace.workers
+        if len(w.table("startup")["t"])
+    )
     rendezvous = max(float(w.table("rendezvous")["t"][-1]) for w in trace.workers if len(w.table("rendezvous")["t"]))
     first_sample = float(trainer.table("segment")["t"][0])
     first_update = float(trainer.table("train_step")["t"][0])
@@ -75,14 +79,18 @@ def figures(run_dir: Path) -> dict:
             wait_s += float(start["mpi_init_seconds"][0] + rdv["seconds"][-1])
             wait_cpu += float(start["mpi_init_cpu_seconds"][0] + rdv["cpu_seconds"][-1])
     return {
-        "actors": len(actors), "workers": len(trace.workers), "status": summary["status"],
+        "actors": len(actors),
+        "workers": len(trace.workers),
+        "status": summary["status"],
         "start_to_rendezvous_s": round(rendezvous - started, 2),
         # what the rendezvous model is made of: own start-up CPU (an actor's, the other workers' in all), and
         # the ranks' time and CPU waiting for each other, summed over ranks
         "actor_startup_cpu_s": round(float(np.mean([startup_cpu[w.name] for w in actors if w.name in startup_cpu])), 3)
-        if startup_cpu else None,
+        if startup_cpu
+        else None,
         "others_startup_cpu_s": round(sum(c for name, c in startup_cpu.items() if by_name[name].kind != "actor"), 3),
-        "rendezvous_wait_s": round(wait_s, 1), "rendezvous_wait_cpu_s": round(wait_cpu, 2),
+        "rendezvous_wait_s": round(wait_s, 1),
+        "rendezvous_wait_cpu_s": round(wait_cpu, 2),
         "start_to_first_sample_s": round(first_sample - started, 2),
         "start_to_first_update_s": round(first_update - started, 2),
         "controller_cpu_share": None if controller_cpu is None else round(controller_cpu, 4),
@@ -97,22 +105,34 @@ def figures(run_dir: Path) -> dict:
         "actor_rss_mb_median": round(float(np.median(actor_rss)), 1) if actor_rss else None,
         "actor_rss_mb_max": round(max(actor_rss), 1) if actor_rss else None,
         "stop_s": round(float(stopped["seconds"][-1]), 2),
-        "frames_sent": summary["frames_sent"], "frames_received": summary["frames_received"],
-        "frames_consumed": summary["frames_consumed"], "frames_dropped": summary["frames_dropped"],
-        "accounting_exact": summary["frames_sent"] == summary["frames_received"]
+        "frames_sent": summary["frames_sent"],
+        "frames_received": summary["frames_received"],
+        "frames_consumed": summary["frames_consumed"],
+        "frames_dropped": summary["frames_dropped"],
+        "accounting_exact": summary["frames_sent"]
+        == summary["frames_received"]
         == summary["frames_consumed"] + summary["frames_dropped"],
         "run_dir": str(run_dir),
     }
 
 
-COLUMNS = [("actors", "N", "{}"), ("start_to_rendezvous_s", "rdv s", "{:.1f}"),
-           ("start_to_first_sample_s", "sample s", "{:.1f}"), ("start_to_first_update_s", "update s", "{:.1f}"),
-           ("controller_cpu_share", "ctl cpu", "{:.1%}"), ("controller_events_per_s", "ctl ev/s", "{:.0f}"),
-           ("inference_requests_per_s", "infer/s", "{:,.0f}"), ("policy_cpu_share", "pol cpu", "{:.1%}"),
-           ("segments_received_per_s", "seg/s", "{:.1f}"), ("trainer_cpu_share", "trn cpu", "{:.1%}"),
-           ("versions_per_s", "ver/s", "{:.2f}"), ("parameter_bytes_per_version", "param B/ver", "{:,}"),
-           ("actor_rss_mb_median", "actor MB", "{:.0f}"), ("stop_s", "stop s", "{:.1f}"),
-           ("accounting_exact", "exact", "{}")]
+COLUMNS = [
+    ("actors", "N", "{}"),
+    ("start_to_rendezvous_s", "rdv s", "{:.1f}"),
+    ("start_to_first_sample_s", "sample s", "{:.1f}"),
+    ("start_to_first_update_s", "update s", "{:.1f}"),
+    ("controller_cpu_share", "ctl cpu", "{:.1%}"),
+    ("controller_events_per_s", "ctl ev/s", "{:.0f}"),
+    ("inference_requests_per_s", "infer/s", "{:,.0f}"),
+    ("policy_cpu_share", "pol cpu", "{:.1%}"),
+    ("segments_received_per_s", "seg/s", "{:.1f}"),
+    ("trainer_cpu_share", "trn cpu", "{:.1%}"),
+    ("versions_per_s", "ver/s", "{:.2f}"),
+    ("parameter_bytes_per_version", "param B/ver", "{:,}"),
+    ("actor_rss_mb_median", "actor MB", "{:.0f}"),
+    ("stop_s", "stop s", "{:.1f}"),
+    ("accounting_exact", "exact", "{}"),
+]
 
 
 def table(rows: list[dict]) -> str:
@@ -124,8 +144,9 @@ def table(rows: list[dict]) -> str:
 
 def fit(rows: list[dict], terms, key: str) -> np.ndarray:
     """Least-squares coefficients of `key` over the terms (a function of a row -> list of regressors)."""
-    return np.linalg.lstsq(np.array([terms(r) for r in rows], float), np.array([r[key] for r in rows], float),
-                           rcond=None)[0]
+    return np.linalg.lstsq(
+        np.array([terms(r) for r in rows], float), np.array([r[key] for r in rows], float), rcond=None
+    )[0]
 
 
 def rendezvous_model(known: list[dict]) -> tuple[Callable[[int], float], str]:
@@ -138,8 +159,15 @@ def rendezvous_model(known: list[dict]) -> tuple[Callable[[int], float], str]:
     the one of the largest known run: the prediction holds for larger N once that share has stopped growing."""
     s_a = float(np.mean([r["actor_startup_cpu_s"] for r in known]))
     s_0 = float(np.mean([r["others_startup_cpu_s"] for r in known]))
-    cores = float(np.mean([(r["actor_startup_cpu_s"] * r["actors"] + r["others_startup_cpu_s"]
-                            + r["rendezvous_wait_cpu_s"]) / r["start_to_rendezvous_s"] for r in known]))
+    cores = float(
+        np.mean(
+            [
+                (r["actor_startup_cpu_s"] * r["actors"] + r["others_startup_cpu_s"] + r["rendezvous_wait_cpu_s"])
+                / r["start_to_rendezvous_s"]
+                for r in known
+            ]
+        )
+    )
     largest = max(known, key=lambda r: r["actors"])
     waiting = largest["rendezvous_wait_cpu_s"] / largest["start_to_rendezvous_s"]
     return (lambda n: (s_0 + s_a * n) / (cores - waiting)), f"({s_0:.3g} + {s_a:.3g} N) / ({cores:.3g} - {waiting:.3g})"
@@ -160,12 +188,20 @@ def check_model(rows: list[dict]) -> dict:
     ev = fit(known, lambda r: [1, r["actors"]], "controller_events_per_s")
     cpu = fit(known, lambda r: [1, r["controller_events_per_s"]], "controller_cpu_share")
     events = ev[0] + ev[1] * n
-    predicted = {"start_to_rendezvous_s": (rdv(n), rdv_formula),
-                 "controller_events_per_s": (events, f"{ev[0]:.4g} + {ev[1]:.4g} N"),
-                 "controller_cpu_share": (cpu[0] + cpu[1] * events, f"{cpu[0]:.4g} + {cpu[1]:.4g} x events/s")}
-    return {key: {"formula": formula, "predicted": value, "measured": last[key],
-                  "error": abs(value - last[key]) / last[key] if last[key] else None}
-            for key, (value, formula) in predicted.items()}
+    predicted = {
+        "start_to_rendezvous_s": (rdv(n), rdv_formula),
+        "controller_events_per_s": (events, f"{ev[0]:.4g} + {ev[1]:.4g} N"),
+        "controller_cpu_share": (cpu[0] + cpu[1] * events, f"{cpu[0]:.4g} + {cpu[1]:.4g} x events/s"),
+    }
+    return {
+        key: {
+            "formula": formula,
+            "predicted": value,
+            "measured": last[key],
+            "error": abs(value - last[key]) / last[key] if last[key] else None,
+        }
+        for key, (value, formula) in predicted.items()
+    }
 
 
 def main(argv=None) -> int:
@@ -182,8 +218,13 @@ def main(argv=None) -> int:
         if run_dir.exists():
             raise SystemExit(f"{run_dir} exists; remove it or pass another --out")
         t0 = time.monotonic()
-        run = launcher.submit(args.experiment, slurm=True, run_dir=run_dir, profiles=[LOCAL_PROFILE],
-                              overrides=[f"workers.actor.count={n}", *SHARED_MODE, *args.set])
+        run = launcher.submit(
+            args.experiment,
+            slurm=True,
+            run_dir=run_dir,
+            profiles=[LOCAL_PROFILE],
+            overrides=[f"workers.actor.count={n}", *SHARED_MODE, *args.set],
+        )
         print(f"N={n}: job {run.job_id}, run directory {run_dir}", flush=True)
         state = run.wait(timeout=args.timeout)
         if run.summary() is None:
@@ -196,8 +237,10 @@ def main(argv=None) -> int:
     print(table(rows))
     model = check_model(rows)
     for key, m in model.items():
-        print(f"model: {key} = {m['formula']} (fitted below N={rows[-1]['actors']}): predicted {m['predicted']:.4g}, "
-              f"measured {m['measured']:.4g}" + ("" if m["error"] is None else f", error {m['error']:.0%}"))
+        print(
+            f"model: {key} = {m['formula']} (fitted below N={rows[-1]['actors']}): predicted {m['predicted']:.4g}, "
+            f"measured {m['measured']:.4g}" + ("" if m["error"] is None else f", error {m['error']:.0%}")
+        )
     print(json.dumps({"experiment": str(args.experiment), "rows": rows, "model": model}))
     return 0 if all(r.get("status") == "succeeded" and r.get("accounting_exact") for r in rows) else 1
 

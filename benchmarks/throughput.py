@@ -5,6 +5,7 @@
 The figures are launcher/trials.py's (what they mean: its docstring).
 The last line printed is JSON.
 """
+
 from __future__ import annotations
 
 import argparse

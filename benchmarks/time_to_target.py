@@ -10,6 +10,7 @@ the same task learns alike on each, or a backend changes it.
 Seconds are the controller's wall time (from rendezvous to the stop decision's summary). The last line
 printed is JSON; each run's directory is kept under --out for srl-trace.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,16 @@ def run_seed(exp: config.Experiment, seed: int, out: Path) -> dict:
     code = local.run(exp, run, out=io.StringIO())
     summary = json.loads(run.summary.read_text()) if run.summary.exists() else {}
     reached = summary.get("reason", "").startswith("target reached")
-    return {"seed": seed, "backend": exp.env.backend, "reached": reached, "seconds": summary.get("wall_time"),
-            "env_frames": summary.get("env_frames"),
-            "mean_return_at_stop": summary.get("mean_return_at_stop"), "exit_code": code, "run_dir": str(run.root)}
+    return {
+        "seed": seed,
+        "backend": exp.env.backend,
+        "reached": reached,
+        "seconds": summary.get("wall_time"),
+        "env_frames": summary.get("env_frames"),
+        "mean_return_at_stop": summary.get("mean_return_at_stop"),
+        "exit_code": code,
+        "run_dir": str(run.root),
+    }
 
 
 def main(argv=None) -> int:
@@ -62,17 +70,32 @@ def main(argv=None) -> int:
             if r["seconds"] is None:  # no summary: the run failed before it could write one
                 print(f"{backend} seed {seed}: FAILED (exit code {r['exit_code']}), see {r['run_dir']}", flush=True)
                 continue
-            print(f"{backend} seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in {r['seconds']}s, "
-                  f"{r['env_frames']:,} env frames, mean return at stop {r['mean_return_at_stop']}", flush=True)
+            print(
+                f"{backend} seed {seed}: {'reached' if r['reached'] else 'NOT reached'} in {r['seconds']}s, "
+                f"{r['env_frames']:,} env frames, mean return at stop {r['mean_return_at_stop']}",
+                flush=True,
+            )
         reached = [r["seconds"] for r in runs_b if r["reached"]]
         totals[backend] = {"reached": len(reached), "median_seconds": statistics.median(reached) if reached else None}
         rows += runs_b
     for backend, t in totals.items():
-        print(f"{exp.name} [{backend}]: target {exp.stop.target_return:g} reached by {t['reached']} of "
-              f"{len(rows) // len(backends)} seeds within {exp.stop.wall_time:g}s; median "
-              + (f"{t['median_seconds']}s" if t["reached"] else "-"))
-    print(json.dumps({"experiment": exp.name, "target": exp.stop.target_return, "wall_time_limit": exp.stop.wall_time,
-                      "overrides": args.set, "backends": totals, "runs": rows}))
+        print(
+            f"{exp.name} [{backend}]: target {exp.stop.target_return:g} reached by {t['reached']} of "
+            f"{len(rows) // len(backends)} seeds within {exp.stop.wall_time:g}s; median "
+            + (f"{t['median_seconds']}s" if t["reached"] else "-")
+        )
+    print(
+        json.dumps(
+            {
+                "experiment": exp.name,
+                "target": exp.stop.target_return,
+                "wall_time_limit": exp.stop.wall_time,
+                "overrides": args.set,
+                "backends": totals,
+                "runs": rows,
+            }
+        )
+    )
     return 0
 
 

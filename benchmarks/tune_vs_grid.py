@@ -9,6 +9,7 @@ machine's speed hits every setting alike, each trial as long as tune's. Prints p
 training frames/s and the verdicts, then: the tuned setting against the experiment as given (the speed-up)
 and against the grid's best (the fraction of it tune found). The last line printed is JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,23 +63,38 @@ def main(argv=None) -> int:
     given = tune_knobs.read(exp, keys)
 
     began = time.monotonic()
-    outcome = tune.tune(exp, args.experiment, out / "tune", out / "tuned.yaml", keys=keys, seconds=args.seconds,
-                        warmup=args.warmup, budget=args.budget,
-                        say=lambda line: print(line, file=sys.stderr, flush=True))
+    outcome = tune.tune(
+        exp,
+        args.experiment,
+        out / "tune",
+        out / "tuned.yaml",
+        keys=keys,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        budget=args.budget,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     tune_seconds = time.monotonic() - began
 
     settings = grid(exp, keys, tune_knobs.limits(exp, False))
     if outcome.best.setting not in settings:
         settings.append(outcome.best.setting)
-    measured = trials.round_robin([(label(s, given), config.with_overrides(exp, tune_knobs.overrides(s, exp)))
-                                   for s in settings], args.seconds, args.warmup, args.repeats, out / "grid",
-                                  say=lambda line: print(f"[grid] {line}", file=sys.stderr, flush=True))
+    measured = trials.round_robin(
+        [(label(s, given), config.with_overrides(exp, tune_knobs.overrides(s, exp))) for s in settings],
+        args.seconds,
+        args.warmup,
+        args.repeats,
+        out / "grid",
+        say=lambda line: print(f"[grid] {line}", file=sys.stderr, flush=True),
+    )
     rows = [{"setting": label(s, given), **m} for s, m in zip(settings, measured)]
     base_i, tuned_i = settings.index(given), settings.index(outcome.best.setting)
     best_i = max((i for i in range(len(rows)) if rows[i]["median_fps"]), key=lambda i: rows[i]["median_fps"])
     width = max(len(r["setting"]) for r in rows)
-    print(f"\n== {args.experiment.name}: grid over {', '.join(keys)}, {args.repeats} trials of {args.seconds:g} s "
-          f"each, medians")
+    print(
+        f"\n== {args.experiment.name}: grid over {', '.join(keys)}, {args.repeats} trials of {args.seconds:g} s "
+        f"each, medians"
+    )
     for i, r in enumerate(rows):
         mark = " <- tuned" if i == tuned_i else " <- as given" if i == base_i else ""
         mark += " <- grid's best" if i == best_i else ""
@@ -86,11 +102,24 @@ def main(argv=None) -> int:
         print(f"{r['setting']:<{width}} {fps}  {' '.join(map(str, r['verdicts']))}{mark}")
     speedup = rows[tuned_i]["median_fps"] / rows[base_i]["median_fps"]
     of_best = rows[tuned_i]["median_fps"] / rows[best_i]["median_fps"]
-    print(f"tune: {tune_seconds:.0f} s, {len(outcome.trials)} trials; tuned / as given {speedup:.2f}x; "
-          f"tuned / grid's best {of_best:.2f}")
-    print(json.dumps({"experiment": str(args.experiment), "keys": keys, "tune_seconds": round(tune_seconds, 1),
-                      "tune_trials": len(outcome.trials), "changes": outcome.changes, "rows": rows,
-                      "speedup": round(speedup, 3), "of_grid_best": round(of_best, 3)}))
+    print(
+        f"tune: {tune_seconds:.0f} s, {len(outcome.trials)} trials; tuned / as given {speedup:.2f}x; "
+        f"tuned / grid's best {of_best:.2f}"
+    )
+    print(
+        json.dumps(
+            {
+                "experiment": str(args.experiment),
+                "keys": keys,
+                "tune_seconds": round(tune_seconds, 1),
+                "tune_trials": len(outcome.trials),
+                "changes": outcome.changes,
+                "rows": rows,
+                "speedup": round(speedup, 3),
+                "of_grid_best": round(of_best, 3),
+            }
+        )
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ gradient.
 The module must be importable by every worker: on PYTHONPATH (as `experiments/user_algorithm.yaml` is
 run by the tests: PYTHONPATH=examples) or installed into the environment the workers use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,13 +37,17 @@ class A2CConfig:
     max_grad_norm: float = 0.5
     max_policy_lag: int | None = 4  # the trainer drops segments older than this (A2C has no ratio clip)
 
-    spec: ClassVar[AlgorithmSpec] = AlgorithmSpec("my_a2c:A2C", reply=SPECS["ppo"].reply,
-                                                  segment=SPECS["ppo"].segment, head="actor_critic")
+    spec: ClassVar[AlgorithmSpec] = AlgorithmSpec(
+        "my_a2c:A2C", reply=SPECS["ppo"].reply, segment=SPECS["ppo"].segment, head="actor_critic"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """(key, message) per problem; the loader adds the YAML line."""
-        problems = [(k, f"must be in [0, 1], got {getattr(self, k)}") for k in ("gamma", "gae_lambda")
-                    if not 0.0 <= getattr(self, k) <= 1.0]
+        problems = [
+            (k, f"must be in [0, 1], got {getattr(self, k)}")
+            for k in ("gamma", "gae_lambda")
+            if not 0.0 <= getattr(self, k) <= 1.0
+        ]
         if self.lr <= 0:
             problems.append(("lr", f"must be > 0, got {self.lr}"))
         return problems
@@ -51,8 +56,14 @@ class A2CConfig:
 class A2C:
     act = staticmethod(act)  # sample from the logits; keep log-prob and value (the segment fields)
 
-    def __init__(self, model: nn.Module, cfg: A2CConfig, device: torch.device, bf16: bool = False,
-                 total_frames: int | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: A2CConfig,
+        device: torch.device,
+        bf16: bool = False,
+        total_frames: int | None = None,
+    ):
         self.model = model  # the trainer may swap in its DDP wrapper
         self.cfg = cfg
         self.device = device
@@ -60,12 +71,16 @@ class A2C:
 
     def prepare(self, seg: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Segments (N, T, ...) -> flat CPU tensors: observations, actions, advantages and returns."""
-        adv, ret = gae(seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma,
-                       self.cfg.gae_lambda)
+        adv, ret = gae(
+            seg["rewards"], seg["values"], seg["next_values"], seg["dones"], self.cfg.gamma, self.cfg.gae_lambda
+        )
         valid = seg["valid"].reshape(-1)  # steps of an env's auto-reset carry no transition
-        flat = {"obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:])[valid],
-                "actions": seg["actions"].reshape(-1).astype(np.int64)[valid],
-                "advantages": adv.reshape(-1)[valid], "returns": ret.reshape(-1)[valid]}
+        flat = {
+            "obs": seg["obs"].reshape(-1, *seg["obs"].shape[2:])[valid],
+            "actions": seg["actions"].reshape(-1).astype(np.int64)[valid],
+            "advantages": adv.reshape(-1)[valid],
+            "returns": ret.reshape(-1)[valid],
+        }
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in flat.items()}
 
     def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> tuple[dict[str, float], dict]:

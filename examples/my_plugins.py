@@ -6,6 +6,7 @@
 The module must be importable by every worker: on PYTHONPATH (as `experiments/user_plugins.yaml` is run
 by the tests: PYTHONPATH=examples) or installed into the environment the workers use.
 """
+
 from __future__ import annotations
 
 import gymnasium

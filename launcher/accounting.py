@@ -14,6 +14,7 @@ cluster has no accounting or does not enforce limits: there is then nothing to c
 (launcher.probe_settings) judges the same Limits by the same rules, read with `ask_limits` even where they are not
 enforced, so that it can say so.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,6 +72,7 @@ def limits_enforced(settings: dict[str, str]) -> bool:
 @dataclass(frozen=True)
 class Association:
     """One of the user's associations (a row of `sacctmgr show user USER withassoc`)."""
+
     default_account: str
     cluster: str
     account: str
@@ -91,6 +93,7 @@ class Qos:
 @dataclass(frozen=True)
 class Queued:
     """A job of the user's in the queue (a het component and an array task each count as one)."""
+
     state: str
     qos: str
     account: str
@@ -100,6 +103,7 @@ class Queued:
 @dataclass(frozen=True)
 class Limits:
     """What Slurm says of the user: associations (every cluster's), every QOS, the user's jobs in the queue."""
+
     user: str
     cluster: str
     associations: tuple[Association, ...]
@@ -120,9 +124,18 @@ def parse_associations(text: str) -> list[Association]:
         if len(fields) < 9:
             continue
         _, default_account, cluster, account, partition, qos, default_qos, max_jobs, max_submit = fields[:9]
-        rows.append(Association(default_account, cluster, account, partition,
-                                tuple(q for q in qos.split(",") if q), default_qos, _number(max_jobs),
-                                _number(max_submit)))
+        rows.append(
+            Association(
+                default_account,
+                cluster,
+                account,
+                partition,
+                tuple(q for q in qos.split(",") if q),
+                default_qos,
+                _number(max_jobs),
+                _number(max_submit),
+            )
+        )
     return rows
 
 
@@ -138,8 +151,9 @@ def parse_qos(text: str) -> dict[str, Qos]:
 
 def parse_queue(text: str) -> list[Queued]:
     """`squeue -u USER -h -r -o QUEUE_FORMAT`."""
-    return [Queued(*fields[1:5]) for fields in (line.strip().split("|") for line in text.splitlines())
-            if len(fields) >= 5]
+    return [
+        Queued(*fields[1:5]) for fields in (line.strip().split("|") for line in text.splitlines()) if len(fields) >= 5
+    ]
 
 
 def associations_here(limits: Limits) -> list[Association]:
@@ -159,8 +173,9 @@ def association_for(limits: Limits, account: str | None, partition: str | None) 
     partition's own, else the account's for every partition (slurmctld looks them up in that order); None
     where the user has none (sbatch refuses where associations are enforced)."""
     rows = [a for a in associations_here(limits) if a.account == account_of(limits, account)]
-    return next((a for a in rows if partition and a.partition == partition), None) or \
-        next((a for a in rows if not a.partition), None)
+    return next((a for a in rows if partition and a.partition == partition), None) or next(
+        (a for a in rows if not a.partition), None
+    )
 
 
 def qos_of(association: Association, asked: str | None) -> str:
@@ -199,32 +214,63 @@ def limit_problems(plan: Plan, limits: Limits) -> list[str]:
     for name, groups in per_qos.items():
         qos = limits.qos.get(name)
         if qos is not None:
-            problems += _over(plan, groups, queued_in_qos(limits, name), qos.max_submit_pu, qos.max_jobs_pu,
-                              f"QOS '{name}'", ("MaxSubmitJobsPerUser", "MaxJobsPerUser"))
+            problems += _over(
+                plan,
+                groups,
+                queued_in_qos(limits, name),
+                qos.max_submit_pu,
+                qos.max_jobs_pu,
+                f"QOS '{name}'",
+                ("MaxSubmitJobsPerUser", "MaxJobsPerUser"),
+            )
     for association, groups in per_association.items():
-        where = f"account '{association.account}'" + (f" in partition '{association.partition}'"
-                                                      if association.partition else "")
-        problems += _over(plan, groups, queued_under(limits, association), association.max_submit,
-                          association.max_jobs, f"your association with {where}", ("MaxSubmitJobs", "MaxJobs"))
+        where = f"account '{association.account}'" + (
+            f" in partition '{association.partition}'" if association.partition else ""
+        )
+        problems += _over(
+            plan,
+            groups,
+            queued_under(limits, association),
+            association.max_submit,
+            association.max_jobs,
+            f"your association with {where}",
+            ("MaxSubmitJobs", "MaxJobs"),
+        )
     return problems
 
 
-def _over(plan: Plan, groups: list[str], queued: int, max_submit: int | None, max_jobs: int | None,
-          whose: str, names: tuple[str, str]) -> list[str]:
+def _over(
+    plan: Plan,
+    groups: list[str],
+    queued: int,
+    max_submit: int | None,
+    max_jobs: int | None,
+    whose: str,
+    names: tuple[str, str],
+) -> list[str]:
     needed = len(groups)
-    how = "one job per group, slurm.layout: jobs" if plan.layout == "jobs" else \
-        "each component of the het job counts as a job"
+    how = (
+        "one job per group, slurm.layout: jobs"
+        if plan.layout == "jobs"
+        else "each component of the het job counts as a job"
+    )
     counted = f"{needed} job{'s' if needed > 1 else ''} ({how}: {', '.join(groups)})"
-    fix = ("run fewer groups (an eval or buffer group is a job of its own; workers.placement seed or impala has no "
-           "policy group), ask for another QOS (slurm.qos, or slurm.<group>.qos for some groups), or ask your "
-           "administrators for a higher limit (slurm.layout does not change the count)")
+    fix = (
+        "run fewer groups (an eval or buffer group is a job of its own; workers.placement seed or impala has no "
+        "policy group), ask for another QOS (slurm.qos, or slurm.<group>.qos for some groups), or ask your "
+        "administrators for a higher limit (slurm.layout does not change the count)"
+    )
     if max_jobs is not None and needed > max_jobs:
-        return [f"{whose} runs at most {max_jobs} of your jobs at once ({names[1]}), and this run needs {counted} "
-                f"running together: its workers would wait for each other for ever. To fix: {fix}"]
+        return [
+            f"{whose} runs at most {max_jobs} of your jobs at once ({names[1]}), and this run needs {counted} "
+            f"running together: its workers would wait for each other for ever. To fix: {fix}"
+        ]
     if max_submit is not None and queued + needed > max_submit:
         have = f"you have {queued} there already" if queued else "you have none there"
-        return [f"{whose} takes at most {max_submit} of your jobs in the queue ({names[0]}); {have}, and this run "
-                f"needs {counted}. To fix: wait for (or cancel) jobs of yours, or {fix}"]
+        return [
+            f"{whose} takes at most {max_submit} of your jobs in the queue ({names[0]}); {have}, and this run "
+            f"needs {counted}. To fix: wait for (or cancel) jobs of yours, or {fix}"
+        ]
     return []
 
 
@@ -243,5 +289,10 @@ def ask_limits(settings: dict[str, str], ask: Callable[[list[str]], str | None])
     queue = ask(["squeue", "-u", user, "-h", "-r", "-o", QUEUE_FORMAT])
     if associations is None or qos is None or queue is None:
         return None
-    return Limits(user, settings.get("ClusterName", ""), tuple(parse_associations(associations)), parse_qos(qos),
-                  tuple(parse_queue(queue)))
+    return Limits(
+        user,
+        settings.get("ClusterName", ""),
+        tuple(parse_associations(associations)),
+        parse_qos(qos),
+        tuple(parse_queue(queue)),
+    )

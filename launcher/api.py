@@ -1,8 +1,9 @@
 """The Python API, for notebooks and scripts: `submit` returns a Run handle.
 
-    run = launcher.submit("experiments/cartpole_ppo.yaml", slurm=True, overrides=["seed=3"])
-    run.state(); run.wait(); run.logs("actor/0"); run.cancel(); run.summary()
+run = launcher.submit("experiments/cartpole_ppo.yaml", slurm=True, overrides=["seed=3"])
+run.state(); run.wait(); run.logs("actor/0"); run.cancel(); run.summary()
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,11 @@ class Run:
         run's own outcome once Slurm no longer knows the job (no accounting, after MinJobAge)."""
         if self.job_id is not None:
             # slurm.layout: jobs: the groups' jobs together (slurm_jobs.current)
-            state = slurm_jobs.run_job(self.run)[1].state if scheduler.group_jobs(self.run) else \
-                slurm_jobs.job_state(self.job_id)[0]
+            state = (
+                slurm_jobs.run_job(self.run)[1].state
+                if scheduler.group_jobs(self.run)
+                else slurm_jobs.job_state(self.job_id)[0]
+            )
             return status.describe(self.run)[0] if state == "unknown" else state
         if self._process is not None and self._process.poll() is None:
             return "running"
@@ -68,12 +72,21 @@ class Run:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None,
-           overrides: list[str] = (), profiles: list[str | Path] = ()) -> Run:
+def submit(
+    experiment,
+    *,
+    slurm: bool = False,
+    run_dir: str | Path | None = None,
+    overrides: list[str] = (),
+    profiles: list[str | Path] = (),
+) -> Run:
     """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm.
     `profiles`: as --profile (default: $SRL_PROFILE's), composed under a YAML path's own keys."""
-    exp = (experiment if isinstance(experiment, config.Experiment)
-           else config.load(experiment, profiles=profile_files(profiles)))
+    exp = (
+        experiment
+        if isinstance(experiment, config.Experiment)
+        else config.load(experiment, profiles=profile_files(profiles))
+    )
     if overrides:
         exp = config.with_overrides(exp, list(overrides))
     source = "<experiment>" if isinstance(experiment, config.Experiment) else str(experiment)
@@ -87,6 +100,10 @@ def submit(experiment, *, slurm: bool = False, run_dir: str | Path | None = None
         return Run(run.root, job_id=scheduler.submit(request, run, command))
     exp, run = runs.create(exp, run_dir)
     log = open(run.logs / "launcher.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "launcher.local", str(run.root)], stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "launcher.local", str(run.root)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return Run(run.root, process=process)

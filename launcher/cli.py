@@ -1,6 +1,7 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this line)
 """`srl-launch`: run an experiment locally or on Slurm, validate it, follow or stop a run. This module parses
 the first word and dispatches to the subcommand's module (launcher/commands/, and launcher/doctor.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,24 +24,48 @@ run stopped by signal N"""
 
 
 # each command's parser (for --help and shell completion: _parser) and its main(argv) -> exit code
-MODULES = {"run": run, "prepare": prepare, "validate": validate, "graph": graph, "status": status, "logs": logs,
-           "cancel": cancel, "resume": resume, "enjoy": enjoy, "params": params, "doctor": doctor, "tune": tune}
+MODULES = {
+    "run": run,
+    "prepare": prepare,
+    "validate": validate,
+    "graph": graph,
+    "status": status,
+    "logs": logs,
+    "cancel": cancel,
+    "resume": resume,
+    "enjoy": enjoy,
+    "params": params,
+    "doctor": doctor,
+    "tune": tune,
+}
 PARSERS = {name: module.parser for name, module in MODULES.items()}
 COMMANDS = {name: module.main for name, module in MODULES.items() if name != "run"}  # (run: the default)
 
 
 # 0 ok, 1 the run failed (returned by the commands), 2 what was asked cannot be done as written, 3 the scheduler
 # refused or did not answer, 128+N a signal (launcher.local); docs/local-mode.md lists them
-EXIT_CODES = {common.UsageError: 2, config.ConfigError: 2, plan.PlanError: 2, local.TooBigForThisMachine: 2,
-              FileNotFoundError: 2, FileExistsError: 2, PermissionError: 2, slurm.SlurmError: 3}
+EXIT_CODES = {
+    common.UsageError: 2,
+    config.ConfigError: 2,
+    plan.PlanError: 2,
+    local.TooBigForThisMachine: 2,
+    FileNotFoundError: 2,
+    FileExistsError: 2,
+    PermissionError: 2,
+    slurm.SlurmError: 3,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
     """Every command's parser under one, for --help and shell completion. The commands parse their own arguments
     (main): `srl-launch EXPERIMENT.yaml` means `run`, which a parser's subcommands cannot say."""
-    top = argparse.ArgumentParser(prog="srl-launch", usage=common.USAGE, epilog=EXITS,
-                                  description="Run, check and follow srl-hpc experiments, locally or on Slurm.",
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="srl-launch",
+        usage=common.USAGE,
+        epilog=EXITS,
+        description="Run, check and follow srl-hpc experiments, locally or on Slurm.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     top.add_argument("--version", action="store_true", help="print the installed version")
     commands = top.add_subparsers(metavar="COMMAND", help=", ".join(PARSERS))
     commands.completer = _COMPLETERS["experiment"]  # the first word may be an experiment file: `run` it
@@ -53,8 +78,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # what a word completes to, by the argument it is for (the rest: any file)
-_COMPLETERS = {"experiment": FilesCompleter(("yaml", "yml")), "experiments": FilesCompleter(("yaml", "yml")),
-               "profile": FilesCompleter(("yaml", "yml")), "run_dir": DirectoriesCompleter()}
+_COMPLETERS = {
+    "experiment": FilesCompleter(("yaml", "yml")),
+    "experiments": FilesCompleter(("yaml", "yml")),
+    "profile": FilesCompleter(("yaml", "yml")),
+    "run_dir": DirectoriesCompleter(),
+}
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,7 @@ Each check is a small function returning (status, message, fix): status "ok", "w
 says what to do (for a warn: what it means). The probes (running python, srun, reading /proc/mounts) are
 kept apart from the pure functions that judge what they found, which the unit tests call directly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,11 @@ MIN_PYTHON = (3, 11)
 MIN_SLURM = (20, 2)  # srun --het-group: one srun across the groups of a heterogeneous job
 SHM_WARN_BYTES = 1 << 30
 PROBE_TIMEOUT = 60.0  # seconds for a python probe (importing torch on a slow shared filesystem) or a Slurm command
-MPI_FIX = ("install mpi4py against the cluster's MPI: module load <the MPI srun uses>; then "
-           "MPICC=mpicc pip install --no-binary mpi4py mpi4py; or set slurm.mpi: none (workers meet through "
-           "files in the run directory)")
+MPI_FIX = (
+    "install mpi4py against the cluster's MPI: module load <the MPI srun uses>; then "
+    "MPICC=mpicc pip install --no-binary mpi4py mpi4py; or set slurm.mpi: none (workers meet through "
+    "files in the run directory)"
+)
 
 HELP = """\
 Check this environment before a first submission: python, torch and CUDA, mpi4py and its MPI library,
@@ -57,12 +60,16 @@ each group's job ran; their tasks meet through files (no MPI)."""
 
 # ------------------------------------------------------------------------------------------ the checks
 
+
 def check_python(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> Result:
     text = ".".join(map(str, version))
     if tuple(version[:2]) >= MIN_PYTHON:
         return OK, f"python {text} ({sys.executable})", ""
-    return FAIL, f"python {text} is older than {MIN_PYTHON[0]}.{MIN_PYTHON[1]}", \
-        "use python >= 3.11 (module load python/3.11, or a conda/venv environment with it)"
+    return (
+        FAIL,
+        f"python {text} is older than {MIN_PYTHON[0]}.{MIN_PYTHON[1]}",
+        "use python >= 3.11 (module load python/3.11, or a conda/venv environment with it)",
+    )
 
 
 TORCH_PROBE = """
@@ -76,8 +83,11 @@ print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda,
 def judge_torch(found: dict | str, wants_cuda: bool) -> Result:
     """found: the probe's dict, or the error text when torch would not import."""
     if isinstance(found, str):
-        return FAIL, f"torch does not import: {found}", \
-            "install torch (the cluster's module or its CUDA build: pip install torch, see pytorch.org for the index)"
+        return (
+            FAIL,
+            f"torch does not import: {found}",
+            "install torch (the cluster's module or its CUDA build: pip install torch, see pytorch.org for the index)",
+        )
     build = f"CUDA {found['cuda']}" if found.get("cuda") else f"ROCm {found['hip']}" if found.get("hip") else "CPU only"
     head = f"torch {found['version']} ({build})"
     if found["available"]:
@@ -85,11 +95,17 @@ def judge_torch(found: dict | str, wants_cuda: bool) -> Result:
     if not wants_cuda:
         return OK, f"{head}, no GPU visible here; the experiment uses none", ""
     if not found.get("cuda") and not found.get("hip"):
-        return FAIL, f"{head}, but the experiment asks for cuda devices", \
-            "install a CUDA build of torch (the cluster's module, or pip install torch from the index for its CUDA)"
-    return WARN, f"{head}, no GPU visible on this node (CUDA_VISIBLE_DEVICES=" \
-                 f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), and the experiment asks for cuda devices", \
-        "GPU nodes are checked where the job runs: srun -N1 -p GPU_PARTITION --gres=gpu:1 srl-launch doctor EXP.yaml"
+        return (
+            FAIL,
+            f"{head}, but the experiment asks for cuda devices",
+            "install a CUDA build of torch (the cluster's module, or pip install torch from the index for its CUDA)",
+        )
+    return (
+        WARN,
+        f"{head}, no GPU visible on this node (CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), and the experiment asks for cuda devices",
+        "GPU nodes are checked where the job runs: srun -N1 -p GPU_PARTITION --gres=gpu:1 srl-launch doctor EXP.yaml",
+    )
 
 
 # MPI_Get_library_version may be called before MPI_Init; rc.initialize = False keeps the import from
@@ -114,8 +130,11 @@ def judge_mpi(found: dict | str, mpi: str) -> Result:
     needed = mpi != "none"
     why = f"slurm.mpi is {mpi}: workers meet through MPI"
     if isinstance(found, str) or "library_error" in found:
-        problem = (f"mpi4py does not import: {found}" if isinstance(found, str)
-                   else f"mpi4py {found['version']} imports, but not its MPI library: {found['library_error']}")
+        problem = (
+            f"mpi4py does not import: {found}"
+            if isinstance(found, str)
+            else f"mpi4py {found['version']} imports, but not its MPI library: {found['library_error']}"
+        )
         if needed:
             return FAIL, f"{problem} ({why})", MPI_FIX
         return OK, f"{problem}; slurm.mpi: none needs no MPI", ""
@@ -128,41 +147,62 @@ def judge_plugins(plugins: list[str] | str, mpi: str) -> Result:
         return FAIL, f"srun --mpi=list: {plugins}", "run the doctor on the cluster's login node (or module load slurm)"
     if mpi in plugins:
         return OK, f"srun --mpi={mpi} (slurm.mpi) is one of srun's MPI plugins: {', '.join(plugins)}", ""
-    return FAIL, f"slurm.mpi is {mpi}, but srun has no such MPI plugin (it has: {', '.join(plugins)})", \
-        "set slurm.mpi to one of them, or none (workers meet through files in the run directory)"
+    return (
+        FAIL,
+        f"slurm.mpi is {mpi}, but srun has no such MPI plugin (it has: {', '.join(plugins)})",
+        "set slurm.mpi to one of them, or none (workers meet through files in the run directory)",
+    )
 
 
 def judge_slurm_version(text: str | None) -> Result:
     """text: `sinfo --version`'s output ("slurm 23.02.4", "slurm-wlm 22.05.8"), None when sinfo is missing."""
     if text is None:
-        return FAIL, "sinfo not found: no Slurm commands on PATH", \
-            "run the doctor on the cluster's login node (or module load slurm)"
+        return (
+            FAIL,
+            "sinfo not found: no Slurm commands on PATH",
+            "run the doctor on the cluster's login node (or module load slurm)",
+        )
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
     if match is None:
-        return WARN, f"Slurm version not understood: {text.strip()!r}", \
-            f"heterogeneous jobs (srun --het-group) need Slurm >= {MIN_SLURM[0]}.{MIN_SLURM[1]:02d}"
+        return (
+            WARN,
+            f"Slurm version not understood: {text.strip()!r}",
+            f"heterogeneous jobs (srun --het-group) need Slurm >= {MIN_SLURM[0]}.{MIN_SLURM[1]:02d}",
+        )
     version = (int(match.group(1)), int(match.group(2)))
     if version >= MIN_SLURM:
         return OK, f"Slurm {match.group(0)}: heterogeneous jobs with srun --het-group supported", ""
-    return FAIL, f"Slurm {match.group(0)} is older than {MIN_SLURM[0]}.{MIN_SLURM[1]:02d}: no srun --het-group", \
-        "srl-launch --slurm submits one heterogeneous job; it needs Slurm >= 20.02 (ask the cluster's admins)"
+    return (
+        FAIL,
+        f"Slurm {match.group(0)} is older than {MIN_SLURM[0]}.{MIN_SLURM[1]:02d}: no srun --het-group",
+        "srl-launch --slurm submits one heterogeneous job; it needs Slurm >= 20.02 (ask the cluster's admins)",
+    )
 
 
-def judge_network(setting: str | None, resolve: Callable = network.resolve,
-                  interfaces: Callable = network.interfaces) -> Result:
+def judge_network(
+    setting: str | None, resolve: Callable = network.resolve, interfaces: Callable = network.interfaces
+) -> Result:
     """The address workers on this node would bind and advertise (srl_hpc.services.network.resolve)."""
-    listing = ", ".join(f"{n} {'/'.join(ips)}" for n, ips in sorted(interfaces().items()) if ips) \
+    listing = (
+        ", ".join(f"{n} {'/'.join(ips)}" for n, ips in sorted(interfaces().items()) if ips)
         or "none has an IPv4 address"
+    )
     try:
         address = resolve(setting)
     except network.NetworkError as e:
-        return FAIL, str(e), \
-            f"set {network.SETTING} to one of this node's interfaces ({listing}) or a network (10.0.0.0/8)"
+        return (
+            FAIL,
+            str(e),
+            f"set {network.SETTING} to one of this node's interfaces ({listing}) or a network (10.0.0.0/8)",
+        )
     if address.loopback:
-        return FAIL, f"workers on node {socket.gethostname()} would advertise {address.describe()}, a loopback " \
-                     f"address the job's other nodes cannot reach", \
-            f"set {network.SETTING} to the interface that connects the nodes (e.g. ib0) or its network " \
-            f"(10.0.0.0/8); this node's interfaces: {listing}"
+        return (
+            FAIL,
+            f"workers on node {socket.gethostname()} would advertise {address.describe()}, a loopback "
+            f"address the job's other nodes cannot reach",
+            f"set {network.SETTING} to the interface that connects the nodes (e.g. ib0) or its network "
+            f"(10.0.0.0/8); this node's interfaces: {listing}",
+        )
     return OK, f"workers on node {socket.gethostname()} bind and advertise {address.describe()}", ""
 
 
@@ -184,8 +224,13 @@ def check_run_directory(run_dir: Path, mounts_file: str = "/proc/mounts") -> lis
     try:
         scratch = tempfile.NamedTemporaryFile(dir=here, prefix=".srl-doctor-")
     except OSError as e:
-        return [(FAIL, f"{where}: cannot write there: {e}",
-                 "set run_dir (or --run-dir) to a directory you can write, on a filesystem every node mounts")]
+        return [
+            (
+                FAIL,
+                f"{where}: cannot write there: {e}",
+                "set run_dir (or --run-dir) to a directory you can write, on a filesystem every node mounts",
+            )
+        ]
     first = (OK, f"{where}: filesystem {kind} (mounted on {point}); a Slurm run's nodes must all see it", "")
     with scratch:
         return [first, judge_locks(scratch.fileno(), here)]
@@ -197,20 +242,29 @@ def judge_locks(fd: int, where: Path) -> Result:
         fcntl.lockf(fd, fcntl.LOCK_UN)
     except OSError as e:
         name = errno.errorcode.get(e.errno, str(e.errno))
-        return WARN, f"fcntl locks refused in {where} ({name}: {e.strerror})", \
-            "traces are written without locks anyway (HDF5 file locking off): runs work here"
+        return (
+            WARN,
+            f"fcntl locks refused in {where} ({name}: {e.strerror})",
+            "traces are written without locks anyway (HDF5 file locking off): runs work here",
+        )
     return OK, f"fcntl locks work in {where} (traces do not need them)", ""
 
 
 def judge_shm(size: int | None, free: int | None = None) -> Result:
     """size, free: bytes of /dev/shm (None: there is none)."""
     if size is None:
-        return WARN, "no /dev/shm on this node", \
-            "the shared-memory inference transport (actors and policy workers on one node) needs it"
+        return (
+            WARN,
+            "no /dev/shm on this node",
+            "the shared-memory inference transport (actors and policy workers on one node) needs it",
+        )
     text = f"/dev/shm: {size / (1 << 30):.1f} GiB" + ("" if free is None else f", {free / (1 << 30):.1f} GiB free")
     if size < SHM_WARN_BYTES:
-        return WARN, f"{text}, less than {SHM_WARN_BYTES >> 30} GiB", \
-            "the shared-memory inference transport (actors and policy workers on one node) keeps its buffers there"
+        return (
+            WARN,
+            f"{text}, less than {SHM_WARN_BYTES >> 30} GiB",
+            "the shared-memory inference transport (actors and policy workers on one node) keeps its buffers there",
+        )
     return OK, text, ""
 
 
@@ -220,11 +274,15 @@ def check_workers_python(exp: config.Experiment) -> Result | None:
     if s.container is None and s.python is None:
         return None
     other = f"the container {s.container.image}" if s.container is not None else f"slurm.python {s.python!r}"
-    return WARN, f"workers run in {other}, not this python: the python, torch and mpi4py lines are about " \
-                 f"{sys.executable}", "run the doctor with that python (or in that container) on a compute node"
+    return (
+        WARN,
+        f"workers run in {other}, not this python: the python, torch and mpi4py lines are about {sys.executable}",
+        "run the doctor with that python (or in that container) on a compute node",
+    )
 
 
 # ------------------------------------------------------------------------------------------- the probes
+
 
 def probe_python(code: str) -> dict | str:
     """Run `code` (which prints one JSON object) in this python: an import that crashes or hangs there cannot
@@ -294,20 +352,34 @@ def line(result: Result) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="srl-launch doctor", description=HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", type=Path, nargs="?",
-                   help="the experiment to check for (its slurm.mpi, slurm.network, run_dir, devices); "
-                        "default: the defaults (slurm.mpi pmix, the hostname's address, ./runs)")
+    p = argparse.ArgumentParser(
+        prog="srl-launch doctor", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "experiment",
+        type=Path,
+        nargs="?",
+        help="the experiment to check for (its slurm.mpi, slurm.network, run_dir, devices); "
+        "default: the defaults (slurm.mpi pmix, the hostname's address, ./runs)",
+    )
     overrides.add(p)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(p)
-    p.add_argument("--probe", action="store_true",
-                   help="submit one small job shaped as the experiment's; report what its tasks find there")
-    p.add_argument("--run-dir", type=Path,
-                   help="with --probe: the probe job's directory (default: beside the experiment's runs)")
-    p.add_argument("--probe-wait", type=float, default=None, metavar="SECONDS",
-                   help="with --probe: seconds to wait for the job to start and end, then cancel it (default 600)")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="submit one small job shaped as the experiment's; report what its tasks find there",
+    )
+    p.add_argument(
+        "--run-dir", type=Path, help="with --probe: the probe job's directory (default: beside the experiment's runs)"
+    )
+    p.add_argument(
+        "--probe-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --probe: seconds to wait for the job to start and end, then cancel it (default 600)",
+    )
     return p
 
 

@@ -5,6 +5,7 @@ directory. The controller's progress goes to the terminal; every worker logs to 
 in their own session (Ctrl-C reaches only this launcher, which stops them in order) and die with it
 (PR_SET_PDEATHSIG), so no process outlives a run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,7 +56,8 @@ def check_fits(exp) -> None:
         raise TooBigForThisMachine(
             f"local mode would start {total:,} worker processes ({listed}); this machine ({cores} CPU cores, "
             f"{available_mb / 1024:.1f} GiB available) holds about {fits:,}. Run it on a cluster with --slurm, "
-            f"or lower workers.{biggest}.count")
+            f"or lower workers.{biggest}.count"
+        )
     busiest, needed = limits.largest_need(graph)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < needed:
@@ -80,21 +82,27 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
         is_controller = name == wiring.CONTROLLER
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(run.root), "--task-id", str(task_id)],
-            stdout=subprocess.PIPE if is_controller else log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent)
+            stdout=subprocess.PIPE if is_controller else log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         if is_controller:
             threading.Thread(target=_tee, args=(procs[name].stdout, out, log), daemon=True).start()
         else:
             log.close()
 
     interrupted = []
+
     def on_signal(signum, _frame):
         if interrupted:  # a second Ctrl-C: no more patience
             _signal_all(procs, signal.SIGKILL)
         interrupted.append(signum)
-        print(f"\n{signal.Signals(signum).name}: stopping the run (checkpoint kept); again to kill",
-              file=out, flush=True)
+        print(
+            f"\n{signal.Signals(signum).name}: stopping the run (checkpoint kept); again to kill", file=out, flush=True
+        )
         _signal_all(procs, signal.SIGTERM)
+
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         crashed = _watch(procs, run, exp.curve)
@@ -106,8 +114,11 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
 
     if crashed:
         name, code = crashed
-        print(f"worker {name} {describe_exit(code)}; last lines of {run.log(name)}:\n{tail(run.log(name))}",
-              file=out, flush=True)
+        print(
+            f"worker {name} {describe_exit(code)}; last lines of {run.log(name)}:\n{tail(run.log(name))}",
+            file=out,
+            flush=True,
+        )
         return 1
     code = procs[wiring.CONTROLLER].returncode
     if code == 1:

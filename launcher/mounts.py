@@ -2,6 +2,7 @@
 
 doctor reports the run directory's filesystem; submission refuses one that only a single machine has (tmpfs).
 """
+
 from __future__ import annotations
 
 import re

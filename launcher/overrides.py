@@ -1,6 +1,7 @@
 """Bare KEY=VALUE words: `srl-launch validate exp.yaml workers.actor.count=3` means `--set workers.actor.count=3`,
 as overrides are written in other launchers' command lines. A word is an override when it reads KEY.PATH=VALUE and
 is not a file that exists; every other positional word stays what it was (an experiment file, or an error)."""
+
 from __future__ import annotations
 
 import argparse

@@ -10,6 +10,7 @@ own: the allocation is sized for the trainers, `slurm.controller_mem` is added t
 group's srun starts one task more than it asked for (--overcommit), which Slurm puts on its first node.
 `check_fits` compares a plan with facts about a cluster (from `sinfo`) and names what does not fit.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,7 @@ class HetGroup:
             rest -= extra
         counts[0] += self.rider is not None
         starts = [sum(counts[:k]) for k in range(self.nodes)]
-        return [self.workers[a:a + n] for a, n in zip(starts, counts)]
+        return [self.workers[a : a + n] for a, n in zip(starts, counts)]
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,15 @@ class Plan:
     def first_task(self, group: HetGroup) -> int:
         """The task id of the group's first worker: in the jobs layout each group's srun counts its tasks from
         0, and the worker adds this to SLURM_PROCID (`--first-task`)."""
-        return sum(g.ntasks for g in self.groups[:self.groups.index(group)])
+        return sum(g.ntasks for g in self.groups[: self.groups.index(group)])
 
 
 def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     if not exp.curve:
-        raise PlanError("curve: false is for measuring its cost on a machine of your own; on a cluster every "
-                        "node can reach the run's ports, so a Slurm run keeps its sockets private")
+        raise PlanError(
+            "curve: false is for measuring its cost on a machine of your own; on a cluster every "
+            "node can reach the run's ports, so a Slurm run keeps its sockets private"
+        )
     s = exp.slurm
     graph = wiring.build(exp)
     groups, problems = [], []
@@ -119,43 +122,78 @@ def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
         rider = wiring.CONTROLLER if members[0].name == wiring.CONTROLLER else None
         placed = len(members) - (rider is not None)
         nodes = max(1, math.ceil(placed / res.tasks_per_node))
-        mem_mb = math.ceil(placed / nodes) * parse_size_mb(res.mem_per_task) + \
-            (parse_size_mb(s.controller_mem) if rider else 0)
-        group = HetGroup(name, tuple(w.name for w in members), res.partition, nodes, res.cpus_per_task, mem_mb, 0,
-                         res.constraint, res.account, res.qos, res.sbatch_options,
-                         any(o in ("--overcommit", "-O") for o in (*s.sbatch_options, *res.sbatch_options)), rider)
+        mem_mb = math.ceil(placed / nodes) * parse_size_mb(res.mem_per_task) + (
+            parse_size_mb(s.controller_mem) if rider else 0
+        )
+        group = HetGroup(
+            name,
+            tuple(w.name for w in members),
+            res.partition,
+            nodes,
+            res.cpus_per_task,
+            mem_mb,
+            0,
+            res.constraint,
+            res.account,
+            res.qos,
+            res.sbatch_options,
+            any(o in ("--overcommit", "-O") for o in (*s.sbatch_options, *res.sbatch_options)),
+            rider,
+        )
         cuda = [[w for w in node if graph.worker(w).device.startswith("cuda")] for node in group.layout]
         most = max(len(c) for c in cuda)
         gpus = most if res.gpus_per_node is None else res.gpus_per_node
         crowded = [(k, c) for k, c in enumerate(cuda) if len(c) > gpus]
         if crowded and not res.share_gpu:
             k, c = crowded[0]
-            problems.append(f"het group '{name}': node {k + 1} of {nodes} would hold {len(c)} CUDA workers "
-                            f"({', '.join(c)}) on {gpus} GPU(s) (slurm.{name}.gpus_per_node): they would share "
-                            f"a GPU. Set slurm.{name}.tasks_per_node to at most {gpus} (more nodes), or "
-                            f"slurm.{name}.share_gpu: true if they may share")
+            problems.append(
+                f"het group '{name}': node {k + 1} of {nodes} would hold {len(c)} CUDA workers "
+                f"({', '.join(c)}) on {gpus} GPU(s) (slurm.{name}.gpus_per_node): they would share "
+                f"a GPU. Set slurm.{name}.tasks_per_node to at most {gpus} (more nodes), or "
+                f"slurm.{name}.share_gpu: true if they may share"
+            )
         groups.append(replace(group, gpus_per_node=gpus))
         threads = getattr(getattr(exp.workers, name), "torch_threads", 1)
         if threads > res.cpus_per_task:
-            problems.append(f"het group '{name}': workers.{name}.torch_threads is {threads} but "
-                            f"slurm.{name}.cpus_per_task is {res.cpus_per_task}: where Slurm binds tasks to their "
-                            f"CPUs the threads would share them; ask for as many CPUs as threads")
+            problems.append(
+                f"het group '{name}': workers.{name}.torch_threads is {threads} but "
+                f"slurm.{name}.cpus_per_task is {res.cpus_per_task}: where Slurm binds tasks to their "
+                f"CPUs the threads would share them; ask for as many CPUs as threads"
+            )
     if s.layout == "jobs" and s.requeue:
-        problems.append("slurm.requeue needs slurm.layout: hetjob: with slurm.layout: jobs each group is a job of "
-                        "its own, and one requeued alone would meet none of the others; remove slurm.requeue (resume "
-                        "with `srl-launch resume RUN`) or set slurm.layout: hetjob")
+        problems.append(
+            "slurm.requeue needs slurm.layout: hetjob: with slurm.layout: jobs each group is a job of "
+            "its own, and one requeued alone would meet none of the others; remove slurm.requeue (resume "
+            "with `srl-launch resume RUN`) or set slurm.layout: hetjob"
+        )
     if problems:
         raise PlanError(problems)
-    return Plan(experiment=exp.name, job_name=f"srl-{exp.name}", run_dir=run_dir, python=s.python or python,
-                launcher_python=python,
-                time=s.time, account=s.account, qos=s.qos, groups=tuple(groups), sbatch_options=s.sbatch_options,
-                setup=s.setup, env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
-                requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
-                mpi=s.mpi, srun_options=s.srun_options, node_setup=s.node_setup, container=s.container,
-                template=s.template, threads_per_core=s.threads_per_core, layout=s.layout)
+    return Plan(
+        experiment=exp.name,
+        job_name=f"srl-{exp.name}",
+        run_dir=run_dir,
+        python=s.python or python,
+        launcher_python=python,
+        time=s.time,
+        account=s.account,
+        qos=s.qos,
+        groups=tuple(groups),
+        sbatch_options=s.sbatch_options,
+        setup=s.setup,
+        env=tuple(sorted((str(k), str(v)) for k, v in s.env.items())),
+        requeue=(s.requeue.signal_seconds, s.requeue.max_requeues) if s.requeue else None,
+        mpi=s.mpi,
+        srun_options=s.srun_options,
+        node_setup=s.node_setup,
+        container=s.container,
+        template=s.template,
+        threads_per_core=s.threads_per_core,
+        layout=s.layout,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- cluster facts
+
 
 @dataclass(frozen=True)
 class Node:
@@ -186,8 +224,9 @@ def parse_sinfo(text: str) -> ClusterFacts:
         name, partition, cpus, mem, gres = line.strip().split("|")
         if partition.endswith("*"):
             partition = default = partition[:-1]
-        node = by_node.setdefault(name, {"partitions": [], "cpus": int(cpus), "mem": int(mem.rstrip("+")),
-                                         "gpus": _gpus_in_gres(gres)})
+        node = by_node.setdefault(
+            name, {"partitions": [], "cpus": int(cpus), "mem": int(mem.rstrip("+")), "gpus": _gpus_in_gres(gres)}
+        )
         node["partitions"].append(partition)
     nodes = tuple(Node(n, tuple(v["partitions"]), v["cpus"], v["mem"], v["gpus"]) for n, v in sorted(by_node.items()))
     return ClusterFacts(nodes, default)
@@ -215,21 +254,33 @@ def check_fits(plan: Plan, cluster: ClusterFacts) -> None:
             problems.append(f"{label}: {where} does not exist or has no nodes")
             continue
         used_nodes |= {n.name for n in nodes}
-        wants = {"CPUs": g.cpus_per_task if g.overcommit else g.tasks_per_node * g.cpus_per_task,
-                 "MB of memory": g.mem_mb, "GPUs": g.gpus_per_node}
-        have = {"CPUs": max(n.cpus for n in nodes), "MB of memory": max(n.mem_mb for n in nodes),
-                "GPUs": max(n.gpus for n in nodes)}
+        wants = {
+            "CPUs": g.cpus_per_task if g.overcommit else g.tasks_per_node * g.cpus_per_task,
+            "MB of memory": g.mem_mb,
+            "GPUs": g.gpus_per_node,
+        }
+        have = {
+            "CPUs": max(n.cpus for n in nodes),
+            "MB of memory": max(n.mem_mb for n in nodes),
+            "GPUs": max(n.gpus for n in nodes),
+        }
         for resource, amount in wants.items():
             if amount > have[resource]:
-                problems.append(f"{label}: needs {amount} {resource} per node; the largest node in {where} "
-                                f"has {have[resource]}")
-        big_enough = [n for n in nodes if all(have_n >= wants[r] for r, have_n in
-                                              (("CPUs", n.cpus), ("MB of memory", n.mem_mb), ("GPUs", n.gpus)))]
+                problems.append(
+                    f"{label}: needs {amount} {resource} per node; the largest node in {where} has {have[resource]}"
+                )
+        big_enough = [
+            n
+            for n in nodes
+            if all(have_n >= wants[r] for r, have_n in (("CPUs", n.cpus), ("MB of memory", n.mem_mb), ("GPUs", n.gpus)))
+        ]
         if big_enough and g.nodes > len(big_enough):
             problems.append(f"{label}: needs {g.nodes} nodes; {where} has {len(big_enough)} that fit")
     total = sum(g.nodes for g in plan.groups)
     if not problems and plan.layout == "hetjob" and total > len(used_nodes):  # separate jobs may share nodes
-        problems.append(f"the het groups need {total} distinct nodes (Slurm gives each group its own); "
-                        f"their partitions have {len(used_nodes)}")
+        problems.append(
+            f"the het groups need {total} distinct nodes (Slurm gives each group its own); "
+            f"their partitions have {len(used_nodes)}"
+        )
     if problems:
         raise PlanError(problems)

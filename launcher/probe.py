@@ -15,6 +15,7 @@ launcher/probe_settings.py judges the cluster's settings and the user's limits, 
 what the tasks wrote about their nodes (srl_hpc.probe.collect) and launcher/probe_network.py how they reached
 each other; all return doctor's Result tuples, and the unit tests call them with recorded JSON.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,11 +50,14 @@ TIME = "00:05:00"  # the probe job's time limit: its tasks finish in well under 
 WAIT = 600.0  # default seconds to wait for the job to start and end (--probe-wait); then it is cancelled
 AFTER_REPORTS = 30.0  # once every task has reported, how long the job may take to end before it is cancelled
 WORKER_MODULE, PROBE_MODULE = " -m srl_hpc.worker ", " -m srl_hpc.probe "
+
+
 class ProbeError(RuntimeError):
     pass
 
 
 # ------------------------------------------------------------------------------------------- the job
+
 
 def probe_dir(exp: config.Experiment, given: Path | None) -> Path:
     """--run-dir, else beside the experiment's run directory (its run_dir + "-probe-<time>"), else
@@ -76,9 +80,11 @@ def probe_script(plan: planning.Plan, command: str) -> str:
     text = render.render(plan, command)
     found = text.count(WORKER_MODULE)
     if found != len(plan.groups):
-        raise ProbeError(f"the job script names the worker module ({WORKER_MODULE.strip()}) {found} times, not once "
-                         f"per het group ({len(plan.groups)}): a template of your own (slurm.template) must start "
-                         f"the workers through the srun lines it is given (${{srun_lines}})")
+        raise ProbeError(
+            f"the job script names the worker module ({WORKER_MODULE.strip()}) {found} times, not once "
+            f"per het group ({len(plan.groups)}): a template of your own (slurm.template) must start "
+            f"the workers through the srun lines it is given (${{srun_lines}})"
+        )
     return text.replace(WORKER_MODULE, PROBE_MODULE)
 
 
@@ -89,15 +95,18 @@ def probe_scripts(plan: planning.Plan, command: str) -> list[tuple[str, str]]:
     for group, text in render.render_groups(plan, command):
         found = text.count(WORKER_MODULE)
         if found != 1:
-            raise ProbeError(f"group {group}'s job script names the worker module ({WORKER_MODULE.strip()}) {found} "
-                             f"times, not once: a template of your own (slurm.template) must start the workers "
-                             f"through the srun line it is given (${{srun_line}})")
+            raise ProbeError(
+                f"group {group}'s job script names the worker module ({WORKER_MODULE.strip()}) {found} "
+                f"times, not once: a template of your own (slurm.template) must start the workers "
+                f"through the srun line it is given (${{srun_line}})"
+            )
         scripts.append((group, text.replace(WORKER_MODULE, PROBE_MODULE)))
     return scripts
 
 
-def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str],
-              jobs: dict[str, tuple[str, str]] | None = None) -> Result:
+def judge_job(
+    job_id: str, groups: int, state: str, found: dict, names: list[str], jobs: dict[str, tuple[str, str]] | None = None
+) -> Result:
     """The het job itself: that its components ran together and one srun step spanned them (a task of every
     group started) is the proof that this cluster takes het jobs and het steps; missing tasks are
     judge_reports'. jobs (slurm.layout: jobs): group -> (its job, the state it ended in): judge_group_jobs."""
@@ -105,11 +114,18 @@ def judge_job(job_id: str, groups: int, state: str, found: dict, names: list[str
         return judge_group_jobs(jobs, found, names)
     reported_groups = {f["group"] for f in found["facts"].values()}
     if len(reported_groups) == groups:
-        return OK, f"het job {job_id}: its {groups} component(s) ran together and one srun step spanned them " \
-                   f"({len(found['facts'])} of {len(names)} tasks started): heterogeneous jobs and steps work here", ""
-    return FAIL, f"het job {job_id} ended {state} with {len(found['facts'])} of {len(names)} tasks started " \
-                 f"({len(reported_groups)} of {groups} groups)", \
-        "Slurm's word on the job and the tasks' logs are below"
+        return (
+            OK,
+            f"het job {job_id}: its {groups} component(s) ran together and one srun step spanned them "
+            f"({len(found['facts'])} of {len(names)} tasks started): heterogeneous jobs and steps work here",
+            "",
+        )
+    return (
+        FAIL,
+        f"het job {job_id} ended {state} with {len(found['facts'])} of {len(names)} tasks started "
+        f"({len(reported_groups)} of {groups} groups)",
+        "Slurm's word on the job and the tasks' logs are below",
+    )
 
 
 def judge_group_jobs(jobs: dict[str, tuple[str, str]], found: dict, names: list[str]) -> Result:
@@ -120,21 +136,35 @@ def judge_group_jobs(jobs: dict[str, tuple[str, str]], found: dict, names: list[
     started = f"{len(found['facts'])} of {len(names)} tasks started"
     idle = [group for group in jobs if group not in reported_groups]
     if idle:
-        return FAIL, f"{shown}: " + "; ".join(f"group {g}'s job {jobs[g][0]} started no task (Slurm: {jobs[g][1]})"
-                                              for g in idle) + f" ({started})", \
-            "Slurm's word on each job and the tasks' logs are below"
+        return (
+            FAIL,
+            f"{shown}: "
+            + "; ".join(f"group {g}'s job {jobs[g][0]} started no task (Slurm: {jobs[g][1]})" for g in idle)
+            + f" ({started})",
+            "Slurm's word on each job and the tasks' logs are below",
+        )
     met = all("error" not in ((found["results"].get(n) or {}).get("rendezvous") or {"error": ""}) for n in names)
-    return OK, f"{shown}: each group's ordinary job ran" + \
-        (" and their tasks met through files in the probe directory" if met else
-         " (whether their tasks met: the file rendezvous line below)") + f" ({started})", ""
+    return (
+        OK,
+        f"{shown}: each group's ordinary job ran"
+        + (
+            " and their tasks met through files in the probe directory"
+            if met
+            else " (whether their tasks met: the file rendezvous line below)"
+        )
+        + f" ({started})",
+        "",
+    )
 
 
 def refusal_fix(message: str) -> str:
     """What to do about sbatch's refusal, by what Slurm said."""
     text = message.lower()
     if "heterogeneous" in text or "hetjob" in text or "het job" in text:
-        return ("this cluster does not take heterogeneous jobs: set slurm.layout: jobs (one ordinary job per group, "
-                "the workers meeting through files), or ask the admins whether het jobs can be enabled for you")
+        return (
+            "this cluster does not take heterogeneous jobs: set slurm.layout: jobs (one ordinary job per group, "
+            "the workers meeting through files), or ask the admins whether het jobs can be enabled for you"
+        )
     if "qos" in text or "maxsubmit" in text or "association" in text:
         return "the QOS or association lines above say which limit; slurm.qos / slurm.account choose another"
     if "account" in text:
@@ -151,8 +181,9 @@ def _say(text: str) -> None:
     print(f"probe: {text}", file=sys.stderr, flush=True)
 
 
-def run(exp: config.Experiment, given_dir: Path | None, command: str, wait: float = WAIT,
-        say: Callable[[str], None] = _say) -> Iterator[Result]:
+def run(
+    exp: config.Experiment, given_dir: Path | None, command: str, wait: float = WAIT, say: Callable[[str], None] = _say
+) -> Iterator[Result]:
     """The probe, one Result at a time: the cluster's settings, the job (with slurm.layout: jobs, one per
     group), then what its tasks found."""
     cfg = slurm_config()
@@ -178,8 +209,11 @@ def run(exp: config.Experiment, given_dir: Path | None, command: str, wait: floa
                 yield FAIL, f"the experiment's job: {problem}", "change the slurm settings it names"
         return
     except slurm.SlurmError as e:
-        yield FAIL, f"the experiment's job could not be checked against the cluster: {e}", \
-            "run the probe on the cluster's login node"
+        yield (
+            FAIL,
+            f"the experiment's job could not be checked against the cluster: {e}",
+            "run the probe on the cluster's login node",
+        )
         return
     yield from judge_limits(request.plan, cfg, read_limits(cfg) if accounting.has_accounting(cfg) else "")
     if het_steps[0] == FAIL:  # (prepare refuses it too; a job without its srun would only wait for its limit)
@@ -189,8 +223,9 @@ def run(exp: config.Experiment, given_dir: Path | None, command: str, wait: floa
     try:
         if job_plan.layout == "jobs":
             scripts = probe_scripts(job_plan, command)
-            job = dataclasses.replace(request, plan=job_plan, script=render.every_script(scripts),
-                                      scripts=tuple(scripts))
+            job = dataclasses.replace(
+                request, plan=job_plan, script=render.every_script(scripts), scripts=tuple(scripts)
+            )
         else:
             job = dataclasses.replace(request, plan=job_plan, script=probe_script(job_plan, command), scripts=())
     except ProbeError as e:
@@ -201,16 +236,21 @@ def run(exp: config.Experiment, given_dir: Path | None, command: str, wait: floa
         job_id = slurm.submit(job, run_dir, command)
     except slurm.SlurmError as e:
         if job.scripts:
-            yield FAIL, f"sbatch refused the probe's jobs (slurm.layout: jobs, {len(job.scripts)} groups): {e}", \
-                refusal_fix(str(e))
+            yield (
+                FAIL,
+                f"sbatch refused the probe's jobs (slurm.layout: jobs, {len(job.scripts)} groups): {e}",
+                refusal_fix(str(e)),
+            )
             return
         said = str(e).split(": ", 1)[-1] if "failed (exit" in str(e) else str(e)
         yield FAIL, f"sbatch refused the probe's het job ({len(job_plan.groups)} components): {said}", refusal_fix(said)
         return
     groups = slurm.group_jobs(run_dir)
     if groups:
-        say(f"submitted jobs {', '.join(f'{j} ({g})' for g, j in groups.items())} ({job_plan.ntasks} tasks, one "
-            f"job per group); directory {root}")
+        say(
+            f"submitted jobs {', '.join(f'{j} ({g})' for g, j in groups.items())} ({job_plan.ntasks} tasks, one "
+            f"job per group); directory {root}"
+        )
     else:
         say(f"submitted job {job_id} ({job_plan.ntasks} tasks in {len(job_plan.groups)} het groups); directory {root}")
     state, gave_up = follow(job_id, run_dir, job_plan, wait, say)
@@ -261,8 +301,13 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
             slurm_jobs.cancel(*live)
         return infos
 
-    watch = slurm_jobs.Watch(lambda: ids, ending=all_reported, say=say, groups=lambda: groups,
-                        started=lambda job: run_dir.slurm_output(job).exists())
+    watch = slurm_jobs.Watch(
+        lambda: ids,
+        ending=all_reported,
+        say=say,
+        groups=lambda: groups,
+        started=lambda job: run_dir.slurm_output(job).exists(),
+    )
     deadline = time.monotonic() + wait
     try:
         while True:
@@ -277,16 +322,21 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
                 return final, None
             if counts["all_since"] and time.monotonic() - counts["all_since"] > AFTER_REPORTS:
                 cancel_live()
-                return "CANCELLED", (WARN, f"{what} still {watch.state} {AFTER_REPORTS:.0f} s after every task had "
-                                           f"reported; cancelled",
-                                     "an srun that outlives its step (srl_hpc/srun_guard.py ends those in runs)")
+                return "CANCELLED", (
+                    WARN,
+                    f"{what} still {watch.state} {AFTER_REPORTS:.0f} s after every task had reported; cancelled",
+                    "an srun that outlives its step (srl_hpc/srun_guard.py ends those in runs)",
+                )
             if time.monotonic() > deadline:
                 infos = cancel_live()
                 _, info = slurm_jobs.current(ids, infos, together=bool(groups))
                 now = slurm_jobs.groups_line(groups, infos) if groups else f"job {job_id} was {info.line()}"
-                return info.raw, (FAIL, f"the probe gave up after {wait:.0f} s: {now}; cancelled",
-                                  "the cluster is busy or the job cannot start (the reason above): probe again with "
-                                  "a longer --probe-wait, or change what the reason names")
+                return info.raw, (
+                    FAIL,
+                    f"the probe gave up after {wait:.0f} s: {now}; cancelled",
+                    "the cluster is busy or the job cannot start (the reason above): probe again with "
+                    "a longer --probe-wait, or change what the reason names",
+                )
             time.sleep(1.0)
     except BaseException:
         slurm_jobs.cancel(*ids)  # Ctrl-C or an error: never leave the probe's jobs behind
@@ -300,10 +350,16 @@ def explain_end(job_ids: list[str], run_dir: RunDir, missing: list[str]) -> Iter
         for line in slurm_jobs.job_end(job_id):
             yield WARN, line, f"the job's output: {run_dir.slurm_output(job_id)}"
     for name in missing[:3]:
-        yield WARN, f"{name}'s log ({run_dir.log(name)}), last lines: " + \
-            " | ".join(tail(run_dir.log(name), 5).splitlines()), "it says why the task stopped"
+        yield (
+            WARN,
+            f"{name}'s log ({run_dir.log(name)}), last lines: " + " | ".join(tail(run_dir.log(name), 5).splitlines()),
+            "it says why the task stopped",
+        )
     for job_id in job_ids:
         output = run_dir.slurm_output(job_id)
         if output.exists():
-            yield WARN, f"the job's output ({output}), last lines: " + " | ".join(tail(output, 5).splitlines()), \
-                "the batch script's own errors (slurm.setup, the container) show there"
+            yield (
+                WARN,
+                f"the job's output ({output}), last lines: " + " | ".join(tail(output, 5).splitlines()),
+                "the batch script's own errors (slurm.setup, the container) show there",
+            )

@@ -2,6 +2,7 @@
 address, CPUs bound, GPUs and open-files limits here; the file rendezvous, ZMQ between groups, gloo and NCCL
 among the trainers and MPI in probe_network.py. Pure functions of the plan and the tasks' JSON; the unit tests
 feed them recorded reports."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,12 +44,21 @@ def judge_reports(plan: planning.Plan, found: dict) -> list[Result]:
     missing_results = [n for n in names if n in found["facts"] and n not in found["results"]]
     out = []
     if missing_facts:
-        out.append((FAIL, f"{len(missing_facts)} of {len(names)} tasks never started their probe: "
-                          f"{compact(missing_facts)}",
-                    "their logs (logs/<worker>.log in the probe directory) and the job's output say why"))
+        out.append(
+            (
+                FAIL,
+                f"{len(missing_facts)} of {len(names)} tasks never started their probe: {compact(missing_facts)}",
+                "their logs (logs/<worker>.log in the probe directory) and the job's output say why",
+            )
+        )
     if missing_results:
-        out.append((FAIL, f"{len(missing_results)} task(s) started but never finished: {compact(missing_results)}",
-                    "their logs (logs/<worker>.log in the probe directory) say where they stopped"))
+        out.append(
+            (
+                FAIL,
+                f"{len(missing_results)} task(s) started but never finished: {compact(missing_results)}",
+                "their logs (logs/<worker>.log in the probe directory) say where they stopped",
+            )
+        )
     return out
 
 
@@ -70,19 +80,33 @@ def judge_addresses(plan: planning.Plan, setting: str | None, facts: dict) -> li
         failed = {n: f["address_error"] for n, f in mine.items() if f["address_error"]}
         if failed:
             first = next(iter(failed.values()))
-            out.append((FAIL, f"group {g.name}: {compact(failed)}: {first}",
-                        f"set {network.SETTING} to an interface (e.g. ib0) or network (10.0.0.0/8) that every node "
-                        f"of every group has"))
+            out.append(
+                (
+                    FAIL,
+                    f"group {g.name}: {compact(failed)}: {first}",
+                    f"set {network.SETTING} to an interface (e.g. ib0) or network (10.0.0.0/8) that every node "
+                    f"of every group has",
+                )
+            )
             continue
         text = _by_value(g, mine, _address_text)
         loop = [n for n, f in mine.items() if f["address"]["loopback"]]
         if loop and (len(nodes) > 1 or plan.layout == "jobs"):
-            message = f"group {g.name}: {text}: a loopback address, which the job's other nodes cannot reach" \
-                if len(nodes) > 1 else f"group {g.name}: {text}: a loopback address, which the other groups' jobs " \
-                                       f"cannot reach once they run on other nodes"
+            message = (
+                f"group {g.name}: {text}: a loopback address, which the job's other nodes cannot reach"
+                if len(nodes) > 1
+                else f"group {g.name}: {text}: a loopback address, which the other groups' jobs "
+                f"cannot reach once they run on other nodes"
+            )
             if setting is None:
-                out.append((FAIL, message, f"set {network.SETTING} to the interface that connects the nodes (e.g. "
-                                           f"ib0) or its network; each task's interfaces are in its log"))
+                out.append(
+                    (
+                        FAIL,
+                        message,
+                        f"set {network.SETTING} to the interface that connects the nodes (e.g. "
+                        f"ib0) or its network; each task's interfaces are in its log",
+                    )
+                )
             else:
                 out.append((WARN, message, f"{network.SETTING} names it: only nodes on one host meet there"))
             continue
@@ -101,8 +125,7 @@ def judge_cpus(plan: planning.Plan, facts: dict, binds: bool | None = None) -> l
         if not mine:
             continue
         asked = g.cpus_per_task
-        unbound = [] if binds else \
-            [n for n, f in mine.items() if len(f["cpus"]) >= (f["node_cpus"] or 0) > asked]
+        unbound = [] if binds else [n for n, f in mine.items() if len(f["cpus"]) >= (f["node_cpus"] or 0) > asked]
         short = [n for n, f in mine.items() if len(f["cpus"]) < asked]
         shared = []
         for n, f in mine.items():
@@ -115,21 +138,43 @@ def judge_cpus(plan: planning.Plan, facts: dict, binds: bool | None = None) -> l
         text = _by_value(g, mine, lambda f: f"{len(f['cpus'])} CPU(s) on {f['node']} [{_cpu_list(f['cpus'])}]")
         head = f"group {g.name} (cpus_per_task {asked}): "
         if short:
-            out.append((FAIL, head + f"{compact(short)} may run on fewer CPUs than asked: {text}",
-                        "Slurm gave fewer CPUs than --cpus-per-task: with two hardware threads per core, "
-                        "slurm.threads_per_core: 1 (whole cores), or ask the admins about the node's CpuBind"))
+            out.append(
+                (
+                    FAIL,
+                    head + f"{compact(short)} may run on fewer CPUs than asked: {text}",
+                    "Slurm gave fewer CPUs than --cpus-per-task: with two hardware threads per core, "
+                    "slurm.threads_per_core: 1 (whole cores), or ask the admins about the node's CpuBind",
+                )
+            )
         elif unbound:
-            out.append((WARN, head + f"{compact(unbound)} not bound: each may run on all "
-                                     f"{mine[unbound[0]]['node_cpus']} CPUs of its node ({text})",
-                        "TaskPlugin above: without binding, keep workers.<kind>.torch_threads at most cpus_per_task"))
+            out.append(
+                (
+                    WARN,
+                    head + f"{compact(unbound)} not bound: each may run on all "
+                    f"{mine[unbound[0]]['node_cpus']} CPUs of its node ({text})",
+                    "TaskPlugin above: without binding, keep workers.<kind>.torch_threads at most cpus_per_task",
+                )
+            )
         elif shared and not g.overcommit:
-            out.append((WARN, head + f"bound, but tasks share CPUs: {'; '.join(shared[:4])}",
-                        "two tasks on one node share the CPUs Slurm bound them to (overcommit, or nodes declaring "
-                        "more CPUs than they have): they run at half speed each"))
+            out.append(
+                (
+                    WARN,
+                    head + f"bound, but tasks share CPUs: {'; '.join(shared[:4])}",
+                    "two tasks on one node share the CPUs Slurm bound them to (overcommit, or nodes declaring "
+                    "more CPUs than they have): they run at half speed each",
+                )
+            )
         else:
             more = any(len(f["cpus"]) > asked for f in mine.values())
-            out.append((OK, head + f"bound to {text}" + ("; more than asked: the hardware threads of whole cores"
-                                                          if more else ""), ""))
+            out.append(
+                (
+                    OK,
+                    head
+                    + f"bound to {text}"
+                    + ("; more than asked: the hardware threads of whole cores" if more else ""),
+                    "",
+                )
+            )
     return out
 
 
@@ -174,17 +219,27 @@ def judge_gpus(plan: planning.Plan, exp: config.Experiment, facts: dict) -> list
         failed = {n: mine[n]["gpu_pick"]["error"] for n in cuda if (mine[n].get("gpu_pick") or {}).get("error")}
         if failed:
             n, why = next(iter(failed.items()))
-            out.append((FAIL, head + f"{compact(failed)} on device cuda cannot take a GPU: {why}",
-                        f"give the group GPUs (slurm.{g.name}.gpus_per_node, at most one CUDA worker per GPU), a CUDA "
-                        f"build of torch where the workers run, or slurm.{g.name}.share_gpu: true"))
+            out.append(
+                (
+                    FAIL,
+                    head + f"{compact(failed)} on device cuda cannot take a GPU: {why}",
+                    f"give the group GPUs (slurm.{g.name}.gpus_per_node, at most one CUDA worker per GPU), a CUDA "
+                    f"build of torch where the workers run, or slurm.{g.name}.share_gpu: true",
+                )
+            )
             continue
         crowded = [(gpu, names) for gpu, names in by_gpu.items() if len(names) > 1 and set(names) & set(cuda)]
         share = getattr(exp.slurm, g.name).share_gpu
         if crowded and not share:
             gpu, names = crowded[0]
-            out.append((FAIL, head + f"{', '.join(names)} would use one physical GPU ({gpu})",
-                        f"give each CUDA worker its own GPU (slurm.{g.name}.gpus_per_node, tasks_per_node), or "
-                        f"slurm.{g.name}.share_gpu: true if they may share"))
+            out.append(
+                (
+                    FAIL,
+                    head + f"{', '.join(names)} would use one physical GPU ({gpu})",
+                    f"give each CUDA worker its own GPU (slurm.{g.name}.gpus_per_node, tasks_per_node), or "
+                    f"slurm.{g.name}.share_gpu: true if they may share",
+                )
+            )
             continue
         sharing = ", ".join(n for _, names in crowded for n in names)
         note = f"; {sharing} share GPUs, as share_gpu allows" if crowded else ""
@@ -202,29 +257,50 @@ def judge_nofile(plan: planning.Plan, facts: dict) -> list[Result]:
         mine = {n: facts[n] for n in g.workers if n in facts}
         if not mine:
             continue
-        low = [(n, f["nofile"]) for n, f in mine.items()
-               if f["nofile"]["hard"] is not None and f["nofile"]["hard"] < f["nofile"]["needed"]]
+        low = [
+            (n, f["nofile"])
+            for n, f in mine.items()
+            if f["nofile"]["hard"] is not None and f["nofile"]["hard"] < f["nofile"]["needed"]
+        ]
         if low:
             n, lim = max(low, key=lambda item: item[1]["needed"])
-            out.append((FAIL, f"group {g.name}: " + limits.too_few_files(n, lim["needed"], lim["workers"], lim["hard"]),
-                        "raise the hard open-files limit on the nodes (the cluster's admins), or give each server "
-                        "fewer clients (more policy workers or trainers)"))
+            out.append(
+                (
+                    FAIL,
+                    f"group {g.name}: " + limits.too_few_files(n, lim["needed"], lim["workers"], lim["hard"]),
+                    "raise the hard open-files limit on the nodes (the cluster's admins), or give each server "
+                    "fewer clients (more policy workers or trainers)",
+                )
+            )
             continue
-        text = _by_value(g, mine, lambda f: f"soft {limit_text(f['nofile']['soft'])}, "
-                                            f"hard {limit_text(f['nofile']['hard'])}")
+        text = _by_value(
+            g, mine, lambda f: f"soft {limit_text(f['nofile']['soft'])}, hard {limit_text(f['nofile']['hard'])}"
+        )
         worst = max(mine, key=lambda n: mine[n]["nofile"]["needed"])
         need = mine[worst]["nofile"]["needed"]
-        raised = any(f["nofile"]["soft"] is not None and f["nofile"]["soft"] < f["nofile"]["needed"]
-                     for f in mine.values())
-        out.append((OK, f"group {g.name}: open files {text}; the most a worker here needs is about {need} ({worst})"
-                        + ("; the workers raise their soft limit to the hard one at start" if raised else ""), ""))
+        raised = any(
+            f["nofile"]["soft"] is not None and f["nofile"]["soft"] < f["nofile"]["needed"] for f in mine.values()
+        )
+        out.append(
+            (
+                OK,
+                f"group {g.name}: open files {text}; the most a worker here needs is about {need} ({worst})"
+                + ("; the workers raise their soft limit to the hard one at start" if raised else ""),
+                "",
+            )
+        )
     return out
 
 
 def judge_found(plan: planning.Plan, exp: config.Experiment, found: dict, binds: bool | None = None) -> list[Result]:
     """Every judgement of what the tasks wrote (srl_hpc.probe.collect), in the order they are printed."""
-    return [*judge_addresses(plan, exp.slurm.network, found["facts"]), *judge_cpus(plan, found["facts"], binds),
-            *judge_gpus(plan, exp, found["facts"]), *judge_nofile(plan, found["facts"]),
-            judge_rendezvous(plan, found), *judge_pings(plan, found), *judge_collectives(plan, exp, found),
-            judge_mpi(plan, found)]
-
+    return [
+        *judge_addresses(plan, exp.slurm.network, found["facts"]),
+        *judge_cpus(plan, found["facts"], binds),
+        *judge_gpus(plan, exp, found["facts"]),
+        *judge_nofile(plan, found["facts"]),
+        judge_rendezvous(plan, found),
+        *judge_pings(plan, found),
+        *judge_collectives(plan, exp, found),
+        judge_mpi(plan, found),
+    ]

@@ -1,6 +1,7 @@
 """doctor --probe: how the probe job's tasks reached each other, judged: the file rendezvous, a ZMQ request and
 reply between every pair of groups, gloo and NCCL among the trainers, MPI's world. Pure functions of the plan
 and the tasks' JSON (srl_hpc.probe.collect), as probe_findings.py's are."""
+
 from __future__ import annotations
 
 from launcher import plan as planning
@@ -9,8 +10,10 @@ from srl_hpc import config
 from srl_hpc import probe as tasks
 from srl_hpc.services import network
 
-RANKS_FIX = ("slurm.mpi must name the plugin your mpi4py's MPI starts under (srun --mpi=list; `srl-launch doctor "
-             "EXP` checks mpi4py), or slurm.mpi: none (workers meet through files in the run directory)")
+RANKS_FIX = (
+    "slurm.mpi must name the plugin your mpi4py's MPI starts under (srun --mpi=list; `srl-launch doctor "
+    "EXP` checks mpi4py), or slurm.mpi: none (workers meet through files in the run directory)"
+)
 
 
 def judge_rendezvous(plan: planning.Plan, found: dict) -> Result:
@@ -18,14 +21,21 @@ def judge_rendezvous(plan: planning.Plan, found: dict) -> Result:
     errors = {n: r["rendezvous"]["error"] for n, r in results.items() if (r.get("rendezvous") or {}).get("error")}
     if errors:
         n, why = next(iter(errors.items()))
-        return FAIL, f"file rendezvous in the probe directory: {compact(errors)} gave up: {why}", \
-            "every node must see the run directory (a shared filesystem) and every task must start: the logs of " \
-            "those named say why"
+        return (
+            FAIL,
+            f"file rendezvous in the probe directory: {compact(errors)} gave up: {why}",
+            "every node must see the run directory (a shared filesystem) and every task must start: the logs of "
+            "those named say why",
+        )
     if not results:
         return FAIL, "file rendezvous: no task got that far", "the tasks' logs say why"
     slowest = max(r["rendezvous"]["seconds"] for r in results.values() if r.get("rendezvous"))
-    return OK, f"file rendezvous in the probe directory (shared filesystem): all {len(results)} tasks met within " \
-               f"{slowest:.1f} s", ""
+    return (
+        OK,
+        f"file rendezvous in the probe directory (shared filesystem): all {len(results)} tasks met within "
+        f"{slowest:.1f} s",
+        "",
+    )
 
 
 def judge_pings(plan: planning.Plan, found: dict) -> list[Result]:
@@ -38,7 +48,7 @@ def judge_pings(plan: planning.Plan, found: dict) -> list[Result]:
     pinger = {g.name: g.workers[0] for g in groups}
     out = []
     for i, a in enumerate(groups):
-        for b in groups[i + 1:]:
+        for b in groups[i + 1 :]:
             failures, times, asked = [], [], []
             unmeasured = []
             for src, dst in ((a, b), (b, a)):
@@ -56,16 +66,23 @@ def judge_pings(plan: planning.Plan, found: dict) -> list[Result]:
                         failures.append(f"{pinger[src.name]} -> {target} on {where}: {answer['error']}")
             head = f"ZMQ between {a.name} and {b.name}: "
             if failures:
-                out.append((FAIL, head + "; ".join(failures[:4]) + (f" (and {len(failures) - 4} more)"
-                                                                     if len(failures) > 4 else ""),
-                            f"the nodes of the two groups must reach each other on {network.SETTING}'s addresses "
-                            f"(a firewall between partitions: slurm.ports for a range the site opens; or an interface "
-                            f"one side lacks)"))
+                out.append(
+                    (
+                        FAIL,
+                        head
+                        + "; ".join(failures[:4])
+                        + (f" (and {len(failures) - 4} more)" if len(failures) > 4 else ""),
+                        f"the nodes of the two groups must reach each other on {network.SETTING}'s addresses "
+                        f"(a firewall between partitions: slurm.ports for a range the site opens; or an interface "
+                        f"one side lacks)",
+                    )
+                )
             elif unmeasured:
                 out.append((FAIL, head + "not measured: " + "; ".join(unmeasured), "the logs of those named say why"))
             else:
-                out.append((OK, head + f"every task answered ({', '.join(asked)}), slowest round trip "
-                                       f"{max(times):.1f} ms", ""))
+                out.append(
+                    (OK, head + f"every task answered ({', '.join(asked)}), slowest round trip {max(times):.1f} ms", "")
+                )
     return out
 
 
@@ -84,33 +101,54 @@ def judge_collectives(plan: planning.Plan, exp: config.Experiment, found: dict) 
     missing = [n for n in trainers if not any(n in peers for peers in groups)]
     if missing:
         why = [((results.get(n) or {}).get("collective") or {}).get("gloo", {}).get("error") for n in missing]
-        out.append((FAIL, f"gloo all-reduce: {compact(missing)} did not take part"
-                          + (f": {next(w for w in why if w)}" if any(why) else " (never got past the rendezvous)"),
-                    "their logs say why"))
+        out.append(
+            (
+                FAIL,
+                f"gloo all-reduce: {compact(missing)} did not take part"
+                + (f": {next(w for w in why if w)}" if any(why) else " (never got past the rendezvous)"),
+                "their logs say why",
+            )
+        )
     for peers, _ in groups.items():
         where = ", ".join(f"{p} on {facts.get(p, {}).get('node', '?')}" for p in peers)
-        interface = next((facts[p]["address"]["interface"] for p in peers
-                          if facts.get(p, {}).get("address")), None)
+        interface = next((facts[p]["address"]["interface"] for p in peers if facts.get(p, {}).get("address")), None)
         gloo = {p: (results.get(p) or {}).get("collective", {}).get("gloo") or {"error": "no result"} for p in peers}
         bad = {p: r["error"] for p, r in gloo.items() if "error" in r}
         head = f"gloo all-reduce among {len(peers)} trainer task(s) ({where})"
         if bad:
             p, why = next(iter(bad.items()))
-            out.append((FAIL, f"{head}: {p}: {why}",
-                        f"the trainers' nodes must reach each other on {network.SETTING}'s interface "
-                        f"(GLOO_SOCKET_IFNAME is set to it), and the first trainer's store port (within slurm.ports, "
-                        f"if set) must be open"))
+            out.append(
+                (
+                    FAIL,
+                    f"{head}: {p}: {why}",
+                    f"the trainers' nodes must reach each other on {network.SETTING}'s interface "
+                    f"(GLOO_SOCKET_IFNAME is set to it), and the first trainer's store port (within slurm.ports, "
+                    f"if set) must be open",
+                )
+            )
         else:
             slowest = max(r["seconds"] for r in gloo.values())
-            out.append((OK, f"{head}" + (f" over {interface}" if interface else "") +
-                            f": the sum is right on every rank, within {slowest:.2f} s", ""))
+            out.append(
+                (
+                    OK,
+                    f"{head}"
+                    + (f" over {interface}" if interface else "")
+                    + f": the sum is right on every rank, within {slowest:.2f} s",
+                    "",
+                )
+            )
         nccl = {p: (results.get(p) or {}).get("collective", {}).get("nccl") for p in peers}
         devices = {facts.get(p, {}).get("device", "cpu") for p in peers}
         if all(v is None for v in nccl.values()):
             if any(d.startswith("cuda") for d in devices):
-                out.append((FAIL, f"NCCL among {', '.join(peers)}: not tried: not every one of them has a GPU it can "
-                                  "take (the GPU lines above)",
-                            "give each trainer a GPU (slurm.trainer.gpus_per_node)"))
+                out.append(
+                    (
+                        FAIL,
+                        f"NCCL among {', '.join(peers)}: not tried: not every one of them has a GPU it can "
+                        "take (the GPU lines above)",
+                        "give each trainer a GPU (slurm.trainer.gpus_per_node)",
+                    )
+                )
             else:
                 out.append((OK, "NCCL: not needed: the trainers run on cpu (gloo, above, is what their DDP uses)", ""))
             continue
@@ -120,13 +158,24 @@ def judge_collectives(plan: planning.Plan, exp: config.Experiment, found: dict) 
             out.append((WARN, f"NCCL among {', '.join(peers)}: {skipped}", "give each trainer its own GPU for NCCL"))
         elif bad:
             p, why = next(iter(bad.items()))
-            out.append((FAIL, f"NCCL all-reduce among {', '.join(peers)}: {p}: {why}",
-                        f"NCCL_SOCKET_IFNAME is {network.SETTING}'s interface; NCCL_DEBUG=INFO in slurm.env shows "
-                        f"which transport failed"))
+            out.append(
+                (
+                    FAIL,
+                    f"NCCL all-reduce among {', '.join(peers)}: {p}: {why}",
+                    f"NCCL_SOCKET_IFNAME is {network.SETTING}'s interface; NCCL_DEBUG=INFO in slurm.env shows "
+                    f"which transport failed",
+                )
+            )
         else:
             slowest = max(r["seconds"] for r in nccl.values() if r)
-            out.append((OK, f"NCCL all-reduce among {len(peers)} trainer GPU(s): the sum is right on every rank, "
-                            f"within {slowest:.2f} s", ""))
+            out.append(
+                (
+                    OK,
+                    f"NCCL all-reduce among {len(peers)} trainer GPU(s): the sum is right on every rank, "
+                    f"within {slowest:.2f} s",
+                    "",
+                )
+            )
     return out
 
 
@@ -147,11 +196,19 @@ def judge_mpi(plan: planning.Plan, found: dict) -> Result:
         n, why = next(iter(failed.items()))
         return FAIL, f"{head}: {compact(failed)}: {why}", RANKS_FIX
     if hung:
-        return FAIL, f"{head}: {compact(hung)} never finished it (within {tasks.MPI_BOUND:.0f} s; their logs hold " \
-                     f"the stack where they waited)", RANKS_FIX
+        return (
+            FAIL,
+            f"{head}: {compact(hung)} never finished it (within {tasks.MPI_BOUND:.0f} s; their logs hold "
+            f"the stack where they waited)",
+            RANKS_FIX,
+        )
     if absent:
         return FAIL, f"{head}: not reached by {compact(absent)}", "their logs say why"
     done = [s for s in states.values() if s]
     ranks = {s.get("ranks") for s in done}
-    return OK, f"{head}: all {len(names)} tasks in one world ({done[0].get('library', '?')}), within " \
-               f"{max(s['seconds'] for s in done):.1f} s" + ("" if ranks == {len(names)} else f" (ranks {ranks})"), ""
+    return (
+        OK,
+        f"{head}: all {len(names)} tasks in one world ({done[0].get('library', '?')}), within "
+        f"{max(s['seconds'] for s in done):.1f} s" + ("" if ranks == {len(names)} else f" (ranks {ranks})"),
+        "",
+    )

@@ -6,6 +6,7 @@ The result is a complete script a user can read, keep and `sbatch` by hand; `--d
 `srl-launch prepare` writes it into a run directory that is ready to run. job_templates/README.md lists
 the variables a template gets.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -31,10 +32,19 @@ def render(plan: Plan, command: str, version: str = srl_hpc.__version__) -> str:
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.env)
     trap, check = _requeue_lines(plan)
     return Template(text).substitute(
-        version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
-        sbatch_lines=sbatch_lines, setup_lines=setup, export_lines=exports, ntasks=plan.ntasks,
-        srun_lines=srun_lines(plan), batch_python=batch_words(plan), requeue_trap=trap,
-        requeue_check=check)
+        version=version,
+        command=command,
+        name=plan.experiment,
+        run_dir=shlex.quote(plan.run_dir),
+        sbatch_lines=sbatch_lines,
+        setup_lines=setup,
+        export_lines=exports,
+        ntasks=plan.ntasks,
+        srun_lines=srun_lines(plan),
+        batch_python=batch_words(plan),
+        requeue_trap=trap,
+        requeue_check=check,
+    )
 
 
 def render_groups(plan: Plan, command: str, version: str = srl_hpc.__version__) -> list[tuple[str, str]]:
@@ -46,17 +56,36 @@ def render_groups(plan: Plan, command: str, version: str = srl_hpc.__version__) 
         first = plan.first_task(g)
         lines = _group_lines(plan, g, first=True, job_name=f"{plan.job_name}-{g.name}")
         try:
-            scripts.append((g.name, Template(text).substitute(
-                version=version, command=command, name=plan.experiment, run_dir=shlex.quote(plan.run_dir),
-                group=g.name, index=index + 1, jobs=len(plan.groups), first_task=first,
-                last_task=first + g.ntasks - 1, ntasks=g.ntasks, sbatch_lines="\n".join(lines),
-                setup_lines="".join(f"{line}\n" for line in plan.setup),
-                export_lines="".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.env),
-                srun_line=group_srun_line(plan, g), batch_python=batch_words(plan, g))))
+            scripts.append(
+                (
+                    g.name,
+                    Template(text).substitute(
+                        version=version,
+                        command=command,
+                        name=plan.experiment,
+                        run_dir=shlex.quote(plan.run_dir),
+                        group=g.name,
+                        index=index + 1,
+                        jobs=len(plan.groups),
+                        first_task=first,
+                        last_task=first + g.ntasks - 1,
+                        ntasks=g.ntasks,
+                        sbatch_lines="\n".join(lines),
+                        setup_lines="".join(f"{line}\n" for line in plan.setup),
+                        export_lines="".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.env),
+                        srun_line=group_srun_line(plan, g),
+                        batch_python=batch_words(plan, g),
+                    ),
+                )
+            )
         except KeyError as e:  # a het job's template (its ${srun_lines}) given for this layout
-            raise PlanError([f"slurm.template {plan.template}: ${{{e.args[0]}}} is not a variable of a group's "
-                             f"script (slurm.layout: jobs takes a template like job_templates/group.sbatch; "
-                             f"job_templates/README.md lists its variables)"]) from None
+            raise PlanError(
+                [
+                    f"slurm.template {plan.template}: ${{{e.args[0]}}} is not a variable of a group's "
+                    f"script (slurm.layout: jobs takes a template like job_templates/group.sbatch; "
+                    f"job_templates/README.md lists its variables)"
+                ]
+            ) from None
     return scripts
 
 
@@ -83,8 +112,7 @@ def srun_lines(plan: Plan) -> str:
 def group_srun_line(plan: Plan, g: HetGroup) -> str:
     """The jobs layout's srun of one group: no MPI (it cannot span jobs: the workers meet through files), the
     group's CPUs, tasks per node and memory as in the het job's line."""
-    return "srun " + " ".join(["--mpi=none", *_task_options(plan, g)]) + " \\\n    " + \
-        _words(worker_command(plan, g))
+    return "srun " + " ".join(["--mpi=none", *_task_options(plan, g)]) + " \\\n    " + _words(worker_command(plan, g))
 
 
 def _task_options(plan: Plan, g: HetGroup) -> list[str]:
@@ -103,9 +131,20 @@ def worker_command(plan: Plan, g: HetGroup) -> list[str]:
     jobs layout each group's tasks count from 0: the worker adds the group's first task id."""
     jobs = plan.layout == "jobs"
     rendezvous = "file" if plan.mpi == "none" or jobs else "mpi"
-    command = [*exec_prefix(plan.container, plan.run_dir, g.gpus_per_node > 0), *shlex.split(plan.python),
-               "-m", "srl_hpc.worker", "--run-dir", plan.run_dir, "--slurm", "--rendezvous", rendezvous,
-               *(["--first-task", str(plan.first_task(g))] if jobs else []), "--log-dir", f"{plan.run_dir}/logs"]
+    command = [
+        *exec_prefix(plan.container, plan.run_dir, g.gpus_per_node > 0),
+        *shlex.split(plan.python),
+        "-m",
+        "srl_hpc.worker",
+        "--run-dir",
+        plan.run_dir,
+        "--slurm",
+        "--rendezvous",
+        rendezvous,
+        *(["--first-task", str(plan.first_task(g))] if jobs else []),
+        "--log-dir",
+        f"{plan.run_dir}/logs",
+    ]
     if plan.node_setup:  # on the worker's own node, before it starts; its arguments stay words
         script = "; ".join([*plan.node_setup, 'exec "$@"'])
         command = ["bash", "-c", script, "node_setup", *command]
@@ -161,35 +200,46 @@ def _requeue_lines(plan: Plan) -> tuple[str, str]:
     if plan.requeue is None:
         return "", ""
     _, max_requeues = plan.requeue
-    trap = ("# slurm.requeue: Slurm sends USR1 to this script before the time limit (--signal=B:USR1@N)\n"
-            "requeue=0\n"
-            'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
-            "trap on_time_limit USR1\n")
+    trap = (
+        "# slurm.requeue: Slurm sends USR1 to this script before the time limit (--signal=B:USR1@N)\n"
+        "requeue=0\n"
+        'on_time_limit() { requeue=1; scancel --signal=TERM "$SLURM_JOB_ID"; }\n'
+        "trap on_time_limit USR1\n"
+    )
     run_dir = shlex.quote(plan.run_dir)
-    check = (f"outcome=$({batch_words(plan)} -m srl_hpc.rundir {run_dir} --outcome)\n"
-             f'case "$outcome" in  # a run that ended by itself as the signal came is done: its outcome is the job\'s\n'
-             f"    succeeded) exit 0 ;;\n"
-             f"    failed) exit 1 ;;\n"
-             f"esac\n"
-             f'if [ "$requeue" = 1 ] && [ "$(( SLURM_RESTART_COUNT + 0 ))" -lt {max_requeues} ]; then\n'
-             f'    scontrol requeue "$SLURM_JOB_ID"  # runs this script again: the next attempt resumes\n'
-             f"fi\n")
+    check = (
+        f"outcome=$({batch_words(plan)} -m srl_hpc.rundir {run_dir} --outcome)\n"
+        f'case "$outcome" in  # a run that ended by itself as the signal came is done: its outcome is the job\'s\n'
+        f"    succeeded) exit 0 ;;\n"
+        f"    failed) exit 1 ;;\n"
+        f"esac\n"
+        f'if [ "$requeue" = 1 ] && [ "$(( SLURM_RESTART_COUNT + 0 ))" -lt {max_requeues} ]; then\n'
+        f'    scontrol requeue "$SLURM_JOB_ID"  # runs this script again: the next attempt resumes\n'
+        f"fi\n"
+    )
     return trap, check
 
 
 def _group_lines(plan: Plan, g: HetGroup, first: bool, job_name: str | None = None) -> list[str]:
     lines = [f"# group {g.name}: {', '.join(compact(g.workers))}"]
     if first:  # job-wide options live in the first group
-        lines += [f"#SBATCH --job-name={job_name or plan.job_name}",
-                  "# the batch script's own output; each worker logs to logs/<worker>.log",
-                  f"#SBATCH --output={plan.run_dir}/slurm-%j.out",
-                  f"#SBATCH --chdir={plan.run_dir}"]
+        lines += [
+            f"#SBATCH --job-name={job_name or plan.job_name}",
+            "# the batch script's own output; each worker logs to logs/<worker>.log",
+            f"#SBATCH --output={plan.run_dir}/slurm-%j.out",
+            f"#SBATCH --chdir={plan.run_dir}",
+        ]
         if plan.requeue:
-            lines += ["# slurm.requeue: signalled before the time limit, the run checkpoints and requeues itself",
-                      "#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{plan.requeue[0]}"]
+            lines += [
+                "# slurm.requeue: signalled before the time limit, the run checkpoints and requeues itself",
+                "#SBATCH --requeue",
+                f"#SBATCH --signal=B:USR1@{plan.requeue[0]}",
+            ]
         if plan.layout == "jobs":
-            lines += ["# a group's job requeued alone (a node failure) would meet none of the others",
-                      "#SBATCH --no-requeue"]
+            lines += [
+                "# a group's job requeued alone (a node failure) would meet none of the others",
+                "#SBATCH --no-requeue",
+            ]
     lines.append(f"#SBATCH --time={plan.time}")
     if g.partition:
         lines.append(f"#SBATCH --partition={g.partition}")
@@ -203,16 +253,22 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool, job_name: str | None = No
     # (Slurm refuses more tasks per node than CPUs even with --overcommit; with one node and a rider, srun would
     # warn that its one task more does not match it)
     if not g.overcommit and not (g.rider and g.nodes == 1):
-        lines += ["# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
-                  f"#SBATCH --ntasks-per-node={g.tasks_per_node}"]
-    lines += [f"#SBATCH --cpus-per-task={g.cpus_per_task}",
-              *(f"#SBATCH {option}" for option in _threads_per_core(plan)),
-              f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task" +
-              (" + slurm.controller_mem" if g.rider else ""),
-              f"#SBATCH --mem={g.mem_mb}M"]
+        lines += [
+            "# at most this many per node: the nodes fill in order (launcher.plan.HetGroup.layout)",
+            f"#SBATCH --ntasks-per-node={g.tasks_per_node}",
+        ]
+    lines += [
+        f"#SBATCH --cpus-per-task={g.cpus_per_task}",
+        *(f"#SBATCH {option}" for option in _threads_per_core(plan)),
+        f"# memory per node: {g.tasks_per_node} task(s) x mem_per_task"
+        + (" + slurm.controller_mem" if g.rider else ""),
+        f"#SBATCH --mem={g.mem_mb}M",
+    ]
     if g.gpus_per_node:
-        lines += ["# a GPU per CUDA worker on a node (each takes the next: srl_hpc.graph.Graph.gpu_index)",
-                  f"#SBATCH --gres=gpu:{g.gpus_per_node}"]
+        lines += [
+            "# a GPU per CUDA worker on a node (each takes the next: srl_hpc.graph.Graph.gpu_index)",
+            f"#SBATCH --gres=gpu:{g.gpus_per_node}",
+        ]
     if g.constraint:
         lines.append(f"#SBATCH --constraint={g.constraint}")
     lines += [f"#SBATCH {option}" for option in (*plan.sbatch_options, *g.sbatch_options)]

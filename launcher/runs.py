@@ -1,5 +1,6 @@
 """Creating a run: choosing its directory and writing the resolved experiment into it.
 (Every path inside a run directory is srl_hpc.rundir.RunDir's.)"""
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,10 @@ def create(exp: config.Experiment, run_dir: str | Path | None = None) -> tuple[c
     try:
         run.logs.mkdir(parents=True, exist_ok=True)
     except PermissionError as e:  # (an ordinary user, a directory of someone else's)
-        raise PermissionError(f"cannot create run directory {run.root}: {e.strerror} (at {e.filename}); choose "
-                              f"--run-dir where you can write") from None
+        raise PermissionError(
+            f"cannot create run directory {run.root}: {e.strerror} (at {e.filename}); choose "
+            f"--run-dir where you can write"
+        ) from None
     exp = config.replace(exp, run_dir=str(run.root))
     run.experiment.write_text(config.dump(exp))
     write_run_keys(run)
@@ -46,8 +49,9 @@ def reopen(run_dir: str | Path) -> tuple[config.Experiment, RunDir]:
     return exp, run
 
 
-def continue_later(run_dir: str | Path, python: str, command: str, after: str | None = None,
-                   count: int = 1) -> tuple[str | None, list[str]]:
+def continue_later(
+    run_dir: str | Path, python: str, command: str, after: str | None = None, count: int = 1
+) -> tuple[str | None, list[str]]:
     """`resume --after JOBID` / `--chain K`: queue `count` continuation jobs of a Slurm run, each the next
     attempt of the same run directory once the job before it has ended (however it ended: afterany), for
     clusters where a job may not requeue itself. The first waits for job `after`, by default for the run's
@@ -58,8 +62,9 @@ def continue_later(run_dir: str | Path, python: str, command: str, after: str | 
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} holds no run (no {run.experiment.name})")
     if not run.slurm.exists():
-        raise slurm.SlurmError(f"{run.root} is not a Slurm run: --after/--chain queue Slurm jobs "
-                               "(resume a local run without them)")
+        raise slurm.SlurmError(
+            f"{run.root} is not a Slurm run: --after/--chain queue Slurm jobs (resume a local run without them)"
+        )
     if count < 1:
         raise ValueError(f"--chain must be >= 1, got {count}")
     ids = slurm.jobs_of(run)
@@ -67,11 +72,11 @@ def continue_later(run_dir: str | Path, python: str, command: str, after: str | 
     if after is None:
         after = next((i for i in reversed(ids) if slurm_jobs.live(infos[i])), None)
     if after is None and not run.checkpoint.exists():
-        raise FileNotFoundError(f"{run.root}: no checkpoint to resume from (no {run.checkpoint}), and no job "
-                                "of the run that could still write one")
+        raise FileNotFoundError(
+            f"{run.root}: no checkpoint to resume from (no {run.checkpoint}), and no job "
+            "of the run that could still write one"
+        )
     exp = config.load(run.experiment)
     write_run_keys(run)  # (a run made before runs had keys)
     request = slurm.prepare(exp, run.root, python, command, continuation=True)
     return after, slurm.submit_chain(request, run, after, count)
-
-

@@ -1,6 +1,7 @@
 """Profiles: parts of an experiment kept in files of their own and composed under it, such as a cluster's
 `slurm:` keys (partitions, network, MPI, account, container...) shared by every experiment run there
 (srl_hpc.config.loader.loads says the order). Named by --profile (repeatable) or $SRL_PROFILE."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,9 +13,15 @@ from srl_hpc.config import ConfigError
 
 
 def add_profile_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", type=Path, action="append", default=[], metavar="FILE",
-                   help="a profile: experiment keys the experiment's own keys win over, e.g. a cluster's slurm: "
-                        "section (repeatable, a later file wins; default: $SRL_PROFILE, files separated by ':')")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a profile: experiment keys the experiment's own keys win over, e.g. a cluster's slurm: "
+        "section (repeatable, a later file wins; default: $SRL_PROFILE, files separated by ':')",
+    )
 
 
 def profile_files(given: Sequence[str | Path] = ()) -> list[Path]:

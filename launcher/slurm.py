@@ -8,6 +8,7 @@ queued after it). With `slurm.layout: jobs` it holds job-<group>.sbatch per grou
 then followed, cancelled and reported together (launcher.slurm_jobs). Every Slurm command gets `TIMEOUT`
 seconds to answer; one that does not is a SlurmError naming it (slurmctld not answering), not a hang.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,8 +53,10 @@ def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
 
 def no_answer(cmd: list[str], seconds: float) -> str:
     """What a Slurm command that did not answer in time means, and what it may have done anyway."""
-    text = (f"{cmd[0]} did not answer within {seconds:g} s: slurmctld is not answering (busy or down; "
-            f"`scontrol ping` says which) [{shlex.join(cmd)}]")
+    text = (
+        f"{cmd[0]} did not answer within {seconds:g} s: slurmctld is not answering (busy or down; "
+        f"`scontrol ping` says which) [{shlex.join(cmd)}]"
+    )
     if cmd[0] == "sbatch":
         text += "; the job may still have been submitted: look with `squeue --me` before submitting again"
     elif cmd[0] == "scancel":
@@ -66,8 +69,12 @@ def mpi_plugins() -> list[str]:
     of pmix, e.g. pmix_v4)."""
     out = _run(["srun", "--mpi=list"]).stdout
     names = [line.strip() for line in out.splitlines() if line.startswith(("\t", " ")) and line.strip()]
-    versions = [v.strip() for line in out.splitlines() if "versions available:" in line
-                for v in line.split(":", 1)[1].split(",")]
+    versions = [
+        v.strip()
+        for line in out.splitlines()
+        if "versions available:" in line
+        for v in line.split(":", 1)[1].split(",")
+    ]
     return names + [v for v in versions if v]
 
 
@@ -75,8 +82,10 @@ def check_mpi_plugin(mpi: str) -> None:
     """slurm.mpi must be a plugin srun has ('none' always is)."""
     plugins = mpi_plugins()
     if mpi not in plugins:
-        raise SlurmError(f"slurm.mpi is {mpi!r}, but srun has no MPI plugin {mpi!r} here (it has: "
-                         f"{', '.join(plugins)}); choose one of them, or none for a rendezvous through files")
+        raise SlurmError(
+            f"slurm.mpi is {mpi!r}, but srun has no MPI plugin {mpi!r} here (it has: "
+            f"{', '.join(plugins)}); choose one of them, or none for a rendezvous through files"
+        )
 
 
 def cluster_facts() -> planning.ClusterFacts:
@@ -101,18 +110,23 @@ def _answer(cmd: list[str]) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-HETJOB_HINT = ("if this cluster does not take heterogeneous jobs, set slurm.layout: jobs (one ordinary job per "
-               "group, the workers meeting through files)")
+HETJOB_HINT = (
+    "if this cluster does not take heterogeneous jobs, set slurm.layout: jobs (one ordinary job per "
+    "group, the workers meeting through files)"
+)
 
 
 def check_het_steps(settings: dict[str, str]) -> None:
     """The hetjob layout runs one srun over every group: refused where the cluster disables such steps."""
     if accounting.het_steps_disabled(settings):
-        raise planning.PlanError([
-            f"this cluster disables job steps that span a het job's components (scontrol show config: "
-            f"SchedulerParameters={settings['SchedulerParameters']} has disable_hetero_steps), and slurm.layout: "
-            f"hetjob runs one srun over every group. Set slurm.layout: jobs (one ordinary job per group, the "
-            f"workers meeting through files)"])
+        raise planning.PlanError(
+            [
+                f"this cluster disables job steps that span a het job's components (scontrol show config: "
+                f"SchedulerParameters={settings['SchedulerParameters']} has disable_hetero_steps), and slurm.layout: "
+                f"hetjob runs one srun over every group. Set slurm.layout: jobs (one ordinary job per group, the "
+                f"workers meeting through files)"
+            ]
+        )
 
 
 def check_limits(plan: planning.Plan, settings: dict[str, str]) -> None:
@@ -131,8 +145,9 @@ class Request:
     scripts: tuple[tuple[str, str], ...] = ()  # slurm.layout: jobs: (group, its script), in task order
 
 
-def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = True,
-            continuation: bool = False) -> Request:
+def prepare(
+    exp, run_dir, python: str, command: str, require_cluster: bool = True, continuation: bool = False
+) -> Request:
     """Plan, check against the cluster (raises PlanError naming what does not fit), render.
     Without a reachable Slurm: an error, or with require_cluster=False (a dry run) a note in `checked`.
     continuation: a job queued by `resume --after/--chain` (continuation_lines run first in it).
@@ -141,10 +156,13 @@ def prepare(exp, run_dir, python: str, command: str, require_cluster: bool = Tru
     check_run_dir(run_dir)
     job_plan = planning.make_plan(exp, str(run_dir), python)
     if continuation and job_plan.layout == "jobs":
-        raise planning.PlanError([
-            "resume --after/--chain queues one continuation job, and a run of slurm.layout: jobs is a job per "
-            "group: resume it with `srl-launch resume RUN` once its jobs have ended, or run it with slurm.layout: "
-            "hetjob"])
+        raise planning.PlanError(
+            [
+                "resume --after/--chain queues one continuation job, and a run of slurm.layout: jobs is a job per "
+                "group: resume it with `srl-launch resume RUN` once its jobs have ended, or run it with slurm.layout: "
+                "hetjob"
+            ]
+        )
     try:
         planning.check_fits(job_plan, cluster_facts())
         settings = cluster_config()
@@ -186,9 +204,13 @@ def check_run_dir(run_dir, mounts_file: str = "/proc/mounts") -> None:
     problem = node_local_problem(resolved, mounts)
     if problem:
         given = str(run_dir) if Path(run_dir).absolute() == resolved else f"{run_dir} (that is, {resolved})"
-        raise planning.PlanError([f"run directory {given} is {problem}: the nodes cannot see it. Use --run-dir "
-                                  "(or run_dir) on a filesystem every node mounts, e.g. under your home or a "
-                                  "shared scratch"])
+        raise planning.PlanError(
+            [
+                f"run directory {given} is {problem}: the nodes cannot see it. Use --run-dir "
+                "(or run_dir) on a filesystem every node mounts, e.g. under your home or a "
+                "shared scratch"
+            ]
+        )
 
 
 def continuation_lines(plan: planning.Plan) -> tuple[str, ...]:
@@ -246,16 +268,27 @@ def submit_groups(request: Request, run: RunDir, command: str) -> list[str]:
             path = run.root / render.script_name(group)
             path.write_text(script)
             submitted[group] = _sbatch(path, hold=True)
-        _write_json(run.slurm, {"job_id": next(iter(submitted.values())), "command": command,
-                                "submitted": time.time(), "layout": "jobs", "groups": submitted})
+        _write_json(
+            run.slurm,
+            {
+                "job_id": next(iter(submitted.values())),
+                "command": command,
+                "submitted": time.time(),
+                "layout": "jobs",
+                "groups": submitted,
+            },
+        )
         _run(["scontrol", "release", ",".join(submitted.values())])
     except (SlurmError, OSError) as e:  # (OSError: RUN/slurm.json could not be written)
         if submitted:
             _run(["scancel", *submitted.values()], check=False)
         group = next((g for g, _ in request.scripts if g not in submitted), None)
         what = f"group {group}'s job was not submitted" if group else "the groups' jobs were not released"
-        cancelled = ("; cancelled the jobs already submitted: " +
-                     ", ".join(f"{j} ({g})" for g, j in submitted.items())) if submitted else ""
+        cancelled = (
+            ("; cancelled the jobs already submitted: " + ", ".join(f"{j} ({g})" for g, j in submitted.items()))
+            if submitted
+            else ""
+        )
         raise type(e)(f"{what}: {e}{cancelled}") from None
     return list(submitted.values())
 
@@ -304,5 +337,3 @@ def jobs_of(run: RunDir) -> list[str]:
 def group_jobs(run: RunDir) -> dict[str, str]:
     """A slurm.layout: jobs run's job of each group, in task order; {} for a het job's run."""
     return dict(_record(run).get("groups", {}))
-
-

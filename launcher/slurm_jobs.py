@@ -6,6 +6,7 @@ through one table of Slurm states; one question covers every job of a sweep or o
 is asked about with backoff (`Polite`), as cluster admins expect of tools that poll: at most once a minute
 while it is pending. With `slurm.layout: jobs` the run's jobs are followed, cancelled and reported together.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,30 @@ LOST_AFTER = 600.0  # a job neither squeue nor sacct has known for this long (an
 
 # Slurm job state -> what it means for a run. Finished states are the ones that never change again.
 STATES = {
-    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
-    "REQUEUE_FED": "pending", "RESV_DEL_HOLD": "pending", "SPECIAL_EXIT": "failed",
-    "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
-    "SUSPENDED": "suspended", "STOPPED": "suspended", "RESIZING": "running",
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "SPECIAL_EXIT": "failed",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "STAGE_OUT": "running",
+    "SIGNALING": "running",
+    "SUSPENDED": "suspended",
+    "STOPPED": "suspended",
+    "RESIZING": "running",
     "COMPLETED": "completed",
-    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed", "DEADLINE": "failed",
-    "TIMEOUT": "timeout", "CANCELLED": "cancelled", "PREEMPTED": "cancelled", "REVOKED": "cancelled",
+    "FAILED": "failed",
+    "NODE_FAIL": "failed",
+    "BOOT_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "DEADLINE": "failed",
+    "TIMEOUT": "timeout",
+    "CANCELLED": "cancelled",
+    "PREEMPTED": "cancelled",
+    "REVOKED": "cancelled",
 }
 
 
@@ -44,6 +62,7 @@ NO_TIME = {"", "N/A", "Unknown", "None", "(null)"}  # squeue %S when Slurm has n
 
 class JobInfo(NamedTuple):
     """Slurm's word on one job. Indexes 0 and 1 are the (state, raw state) pair callers have always had."""
+
     state: str  # what it means for the run (STATES), "unknown" when neither squeue nor sacct knows the job
     raw: str  # Slurm's own state
     reason: str = ""  # squeue %r: why a pending job waits (Priority, Resources, Dependency, JobHeldUser, ...)
@@ -59,8 +78,9 @@ class JobInfo(NamedTuple):
 
 def pending_text(reason: str, start: str) -> str:
     """'(Priority), expected start 2026-12-03T10:00:00', or '... expected start unknown' when Slurm says N/A."""
-    return (f"({reason})" if reason and reason != "None" else "(no reason given)") + \
-        f", expected start {start if start not in NO_TIME else 'unknown'}"
+    return (
+        f"({reason})" if reason and reason != "None" else "(no reason given)"
+    ) + f", expected start {start if start not in NO_TIME else 'unknown'}"
 
 
 def job_states(job_ids: list[str]) -> dict[str, JobInfo]:
@@ -68,12 +88,16 @@ def job_states(job_ids: list[str]) -> dict[str, JobInfo]:
     job MinJobAge after it ends), then one sacct for the jobs squeue no longer knows (where accounting
     exists). A job neither knows is ("unknown", "UNKNOWN")."""
     ids = list(dict.fromkeys(job_ids))
-    proc = slurm._run(["squeue", "-h", "--states=all", "--array", "-j", ",".join(ids), "-o", "%i|%T|%r|%S"],
-                      check=False)
+    proc = slurm._run(
+        ["squeue", "-h", "--states=all", "--array", "-j", ",".join(ids), "-o", "%i|%T|%r|%S"], check=False
+    )
     rows = parse_rows(proc.stdout, ids) if proc.returncode == 0 else {}
     # squeue exits 1 when it knows none of them ("Invalid job id"); anything else is worth saying
-    error = "" if proc.returncode == 0 or "Invalid job id" in proc.stderr else \
-        f"squeue: {proc.stderr.strip() or f'exit {proc.returncode}'}"
+    error = (
+        ""
+        if proc.returncode == 0 or "Invalid job id" in proc.stderr
+        else f"squeue: {proc.stderr.strip() or f'exit {proc.returncode}'}"
+    )
     missing = [i for i in ids if i not in rows]
     if missing and shutil.which("sacct") is not None:
         proc = slurm._run(["sacct", "-n", "-X", "-P", "-j", ",".join(missing), "-o", "JobID,State"], check=False)
@@ -119,12 +143,14 @@ def combine_info(rows: list[list[str]], error: str = "") -> JobInfo:
     state, raw = combine([row[0] for row in rows])
     reasons = [row[1] for row in rows if len(row) > 1 and row[1] not in ("", "None")]
     starts = [row[2] for row in rows if len(row) > 2 and row[2] not in NO_TIME]
-    return JobInfo(state, raw, reasons[0] if reasons else "", max(starts) if starts else "",
-                   error if state == "unknown" else "")
+    return JobInfo(
+        state, raw, reasons[0] if reasons else "", max(starts) if starts else "", error if state == "unknown" else ""
+    )
 
 
 class JobEnd(NamedTuple):
     """How a job (or one het component) ended, in `scontrol show job`'s words."""
+
     job: str  # 123, or 123+1 for a het job's component
     state: str  # JobState: FAILED, NODE_FAIL, TIMEOUT, ...
     reason: str  # Reason: JobLaunchFailure, NonZeroExitCode, TimeLimit, ... ("None" when Slurm gives none)
@@ -145,8 +171,15 @@ def parse_show_job(text: str) -> list[JobEnd]:
             records[-1][key] = value
         elif records:
             records[-1][key] += " " + word
-    return [JobEnd(f"{r['HetJobId']}+{r['HetJobOffset']}" if "HetJobOffset" in r else r["JobId"],
-                   r.get("JobState", "UNKNOWN"), r.get("Reason", "None"), r.get("ExitCode", "?")) for r in records]
+    return [
+        JobEnd(
+            f"{r['HetJobId']}+{r['HetJobOffset']}" if "HetJobOffset" in r else r["JobId"],
+            r.get("JobState", "UNKNOWN"),
+            r.get("Reason", "None"),
+            r.get("ExitCode", "?"),
+        )
+        for r in records
+    ]
 
 
 def end_lines(ends: list[JobEnd]) -> list[str]:
@@ -155,8 +188,12 @@ def end_lines(ends: list[JobEnd]) -> list[str]:
     jobs_by_end: dict[tuple[str, str, str], list[str]] = {}
     for end in ends:
         jobs_by_end.setdefault((end.state, end.reason, end.exit_code), []).append(end.job)
-    return [f"Slurm: job {', '.join(jobs)} {state}, " + (f"reason {reason}" if reason != "None" else "no reason given")
-            + f", ExitCode {code} (exit status:signal)" for (state, reason, code), jobs in jobs_by_end.items()]
+    return [
+        f"Slurm: job {', '.join(jobs)} {state}, "
+        + (f"reason {reason}" if reason != "None" else "no reason given")
+        + f", ExitCode {code} (exit status:signal)"
+        for (state, reason, code), jobs in jobs_by_end.items()
+    ]
 
 
 def job_end(job_id: str) -> list[str]:
@@ -230,8 +267,7 @@ class Polite:
     a second apart, even while pending, then the backoff again: a job that stays on (a requeue, a hang)
     is not asked about every second for long. The next hurry needs the summary to have gone first."""
 
-    def __init__(self, first: float = 1.0, most: float = 15.0, pending: float | None = None,
-                 fast: int | None = None):
+    def __init__(self, first: float = 1.0, most: float = 15.0, pending: float | None = None, fast: int | None = None):
         self.first, self.most = first, most
         self.pending = PENDING_POLL if pending is None else pending
         self.fast = FAST_POLLS if fast is None else fast
@@ -279,10 +315,16 @@ class Watch:
     changes (and when asking fails), one line each time. groups() (the jobs layout: group -> job, {} for a
     het job): the jobs run side by side, the run ends when none is live, and the lines name the groups."""
 
-    def __init__(self, jobs: Callable[[], list[str]], ending: Callable[[], bool] | None = None,
-                 outcome: Callable[[], str | None] | None = None, say: Callable[[str], None] | None = None,
-                 ask: Polite | None = None, started: Callable[[str], bool] | None = None,
-                 groups: Callable[[], dict[str, str]] | None = None):
+    def __init__(
+        self,
+        jobs: Callable[[], list[str]],
+        ending: Callable[[], bool] | None = None,
+        outcome: Callable[[], str | None] | None = None,
+        say: Callable[[str], None] | None = None,
+        ask: Polite | None = None,
+        started: Callable[[str], bool] | None = None,
+        groups: Callable[[], dict[str, str]] | None = None,
+    ):
         self.jobs, self.ending, self.outcome, self.say, self.started = jobs, ending, outcome, say, started
         self.groups = groups or dict
         self.ask = ask or Polite()
@@ -347,15 +389,22 @@ def cancel_run(run: RunDir) -> list[str]:
     return targets
 
 
-def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None, run: RunDir | None = None,
-         say=None) -> str:
+def wait(
+    job_id: str, timeout: float | None = None, on_poll=None, ending=None, run: RunDir | None = None, say=None
+) -> str:
     """Until the job has ended (its finished state returned; see Watch), asking Slurm as Polite says
     (ending(): the run says it is about to end). With run: every job of the run (continuations too),
     ending when its summary exists, and the summary's outcome when Slurm no longer knows the job.
     on_poll() runs every second (e.g. to stream a log); say(line): pending reasons and state changes."""
     if run is not None:
-        watch = Watch(lambda: slurm.jobs_of(run), ending or run.summary.exists, lambda: outcome_of(run), say,
-                      started=lambda job: run.slurm_output(job).exists(), groups=lambda: slurm.group_jobs(run))
+        watch = Watch(
+            lambda: slurm.jobs_of(run),
+            ending or run.summary.exists,
+            lambda: outcome_of(run),
+            say,
+            started=lambda job: run.slurm_output(job).exists(),
+            groups=lambda: slurm.group_jobs(run),
+        )
     else:
         watch = Watch(lambda: [job_id], ending, None, say)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -368,4 +417,3 @@ def wait(job_id: str, timeout: float | None = None, on_poll=None, ending=None, r
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} still {watch.state} after {timeout:.0f}s")
         time.sleep(1.0)
-

@@ -3,6 +3,7 @@
 Works for local and Slurm runs, finished, running or killed: it reads only files the run leaves
 (summary.json, metrics.csv, logs/, slurm.json) plus the scheduler's word on the job.
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,8 +33,10 @@ def describe(run: RunDir, job_state: slurm_jobs.JobInfo | None = None) -> tuple[
         state = slurm_jobs.OUTCOMES.get((summary or {}).get("status"), "unknown")
     if summary:
         lines.append(f"outcome: {summary['status']}: {summary['reason']}")
-        lines.append(f"wall time {summary['wall_time']}s, {summary['env_frames']:,} env frames, "
-                     f"{summary['frames_consumed']:,} consumed, policy version {summary['policy_version']}")
+        lines.append(
+            f"wall time {summary['wall_time']}s, {summary['env_frames']:,} env frames, "
+            f"{summary['frames_consumed']:,} consumed, policy version {summary['policy_version']}"
+        )
         if state == "completed" and summary["status"] == "failed":
             state = "failed"
     progress = last_progress(run)
@@ -43,8 +46,10 @@ def describe(run: RunDir, job_state: slurm_jobs.JobInfo | None = None) -> tuple[
         lines.append(f"worker {worker} failed: {error}\n--- last lines of {run.log(worker)}:\n{tail(run.log(worker))}")
     quitter = abandoned_by(run) if summary is None else None
     if quitter:  # a Slurm run whose start-up ended when this worker exited before the rendezvous
-        lines.append(f"worker {quitter} exited before the rendezvous\n--- last lines of {run.log(quitter)}:\n"
-                     f"{tail(run.log(quitter))}")
+        lines.append(
+            f"worker {quitter} exited before the rendezvous\n--- last lines of {run.log(quitter)}:\n"
+            f"{tail(run.log(quitter))}"
+        )
     if summary is None and state in ("failed", "cancelled", "timeout"):
         for out in run.slurm_outputs():  # the run never concluded: srun's own words
             lines.append(f"--- last lines of {out}:\n{tail(out)}")
@@ -77,12 +82,17 @@ def why_it_ended(run: RunDir) -> str:
 def where_to_look(run: RunDir, job_id: str) -> list[str]:
     """The job's batch script output, or that it has none; the run's logs directory, where it holds files."""
     output = run.slurm_output(job_id)
-    lines = [f"the batch script's output: {output}" if output.exists() else
-             f"{output} does not exist: the batch script never ran on a node (can every node see {run.root}?)"]
+    lines = [
+        f"the batch script's output: {output}"
+        if output.exists()
+        else f"{output} does not exist: the batch script never ran on a node (can every node see {run.root}?)"
+    ]
     logs = [p for p in run.logs.iterdir() if p.is_file()] if run.logs.is_dir() else []
     if logs:
-        lines.append(f"the workers' logs: {run.logs}/ ({len(logs)} file{'s' if len(logs) > 1 else ''}; "
-                     f"srl-launch logs {run.root} --worker NAME)")
+        lines.append(
+            f"the workers' logs: {run.logs}/ ({len(logs)} file{'s' if len(logs) > 1 else ''}; "
+            f"srl-launch logs {run.root} --worker NAME)"
+        )
     return lines
 
 
@@ -96,10 +106,12 @@ def _slurm_lines(run: RunDir, info: slurm_jobs.JobInfo | None, summary: dict | N
     infos = {ids[0]: slurm_jobs.JobInfo(*info)} if info is not None else slurm_jobs.job_states(ids)
     job_id, info = slurm_jobs.current([i for i in ids if i in infos], infos)
     lines.append(f"slurm job {job_id}: {info.line()}")
-    after = ids[ids.index(job_id) + 1:]
+    after = ids[ids.index(job_id) + 1 :]
     if after:
-        lines.append("queued after it (resume --after/--chain): " +
-                     ", ".join(f"{i} {infos[i].line()}" for i in after if i in infos))
+        lines.append(
+            "queued after it (resume --after/--chain): "
+            + ", ".join(f"{i} {infos[i].line()}" for i in after if i in infos)
+        )
     state = info.state
     if state == "unknown" and summary and summary.get("status") in slurm_jobs.OUTCOMES:
         state = slurm_jobs.OUTCOMES[summary["status"]]
@@ -115,13 +127,17 @@ def _group_jobs_lines(run: RunDir, groups: dict[str, str], summary: dict | None,
     watched = {}
     for group, job in groups.items():
         watched[group] = group_watch.said(run.slurm_output(job))
-        lines.append(f"  group {group}: job {job} {infos[job].line()}" +
-                     (f" (its group watch: {watched[group]})" if watched[group] else ""))
+        lines.append(
+            f"  group {group}: job {job} {infos[job].line()}"
+            + (f" (its group watch: {watched[group]})" if watched[group] else "")
+        )
     if any(watched.values()):
         for group, job in groups.items():
             if infos[job].state in ("failed", "cancelled", "timeout") and not watched[group]:
-                lines.append(f"group {group}'s job {job} ended {infos[job].raw} before the run did; the other "
-                             f"groups' jobs were cancelled for it")
+                lines.append(
+                    f"group {group}'s job {job} ended {infos[job].raw} before the run did; the other "
+                    f"groups' jobs were cancelled for it"
+                )
     _, info = slurm_jobs.current(list(groups.values()), infos, together=True)
     state = info.state
     if state == "unknown" and summary and summary.get("status") in slurm_jobs.OUTCOMES:
@@ -158,8 +174,13 @@ def ended(run: RunDir, say=None):
     once Slurm no longer knows the job). say(line): the job's pending reason and state changes."""
     if not run.slurm.exists():
         return run.summary.exists
-    watch = slurm_jobs.Watch(lambda: slurm.jobs_of(run), run.summary.exists, lambda: slurm_jobs.outcome_of(run), say,
-                        groups=lambda: slurm.group_jobs(run))
+    watch = slurm_jobs.Watch(
+        lambda: slurm.jobs_of(run),
+        run.summary.exists,
+        lambda: slurm_jobs.outcome_of(run),
+        say,
+        groups=lambda: slurm.group_jobs(run),
+    )
     return lambda: watch.check() is not None
 
 

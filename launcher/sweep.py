@@ -11,6 +11,7 @@ signalled before its time limit (or preempted) stops cleanly and is requeued thr
 checkpointing, and resumes. The `slurm` section's setup lines, env, python and sbatch_options apply to the
 array as to a het job (executor_settings says how each becomes submitit's).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -63,6 +64,7 @@ class Member(submitit.helpers.Checkpointable):
 @dataclass(frozen=True)
 class Point:
     """One member of a sweep: its overrides (KEY=VALUE, as --set takes them) and its seed."""
+
     overrides: tuple[str, ...]
     seed: int
 
@@ -85,7 +87,7 @@ class SweepError(ValueError):
 
 
 def split_values(text: str) -> list[str]:
-    """"1e-3,3e-4" -> ["1e-3", "3e-4"]; commas inside brackets or quotes stay: "[64,64],[128]" is two values."""
+    """ "1e-3,3e-4" -> ["1e-3", "3e-4"]; commas inside brackets or quotes stay: "[64,64],[128]" is two values."""
     values, depth, quote, start = [], 0, None, 0
     for i, c in enumerate(text):
         if quote:
@@ -107,8 +109,10 @@ def configurations(grid: list[str], sets: list[str]) -> list[tuple[str, ...]]:
     """The overrides of each configuration: every combination of the --sweep axes (the first outermost), or
     each --sweep-set's KEY=VALUE words; one empty configuration when there are neither."""
     if grid and sets:
-        raise SweepError("--sweep (a grid) and --sweep-set (a list) cannot be combined: write the grid's "
-                         "points as --sweep-set, or the list's keys as --sweep axes")
+        raise SweepError(
+            "--sweep (a grid) and --sweep-set (a list) cannot be combined: write the grid's "
+            "points as --sweep-set, or the list's keys as --sweep axes"
+        )
     axes = []
     for word in grid:
         key, sep, values = word.partition("=")
@@ -123,14 +127,16 @@ def configurations(grid: list[str], sets: list[str]) -> list[tuple[str, ...]]:
     found = [tuple(shlex.split(words)) for words in sets]
     for words, overrides in zip(sets, found):
         if not overrides or not all("=" in w[1:] for w in overrides):
-            raise SweepError(f"--sweep-set {words!r}: expected KEY=VALUE words (e.g. \"algorithm.lr=1e-3 "
-                             "algorithm.epochs=8\")")
+            raise SweepError(
+                f'--sweep-set {words!r}: expected KEY=VALUE words (e.g. "algorithm.lr=1e-3 algorithm.epochs=8")'
+            )
     return found or list(itertools.product(*axes))
 
 
 def from_experiment(sweep) -> tuple[list[str], list[str], list[int]]:
     """An experiment's slurm.sweep grid, sets and seeds as the command line's --sweep, --sweep-set and --seeds
     words (each value written as YAML flow text, so that --set reads it back the same)."""
+
     def word(value) -> str:
         return json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
 
@@ -157,30 +163,57 @@ def member_experiments(exp: config.Experiment, members: list[Point]) -> list[con
     return [config.replace(config.with_overrides(plain, list(p.overrides)), seed=p.seed) for p in members]
 
 
-def create_members(exp: config.Experiment, members: list[Point], sweep_dir: Path) -> list[tuple[config.Experiment,
-                                                                                                   RunDir]]:
+def create_members(
+    exp: config.Experiment, members: list[Point], sweep_dir: Path
+) -> list[tuple[config.Experiment, RunDir]]:
     built = member_experiments(exp, members)
     return [runs.create(member, Path(sweep_dir) / p.path) for member, p in zip(built, members)]
 
 
-def write_index(exp: config.Experiment, sweep_dir: Path, members: list[Point], run_dirs: list[RunDir],
-                command: str, job_ids: list[str] | None = None) -> None:
+def write_index(
+    exp: config.Experiment,
+    sweep_dir: Path,
+    members: list[Point],
+    run_dirs: list[RunDir],
+    command: str,
+    job_ids: list[str] | None = None,
+) -> None:
     """SWEEP/sweep.json: the command that made the sweep, and each member's configuration, overrides, seed, run
     directory (and job id on Slurm)."""
-    rows = [{"config": p.config, "overrides": list(p.overrides), "seed": p.seed, "run_dir": str(run.root)}
-            for p, run in zip(members, run_dirs)]
+    rows = [
+        {"config": p.config, "overrides": list(p.overrides), "seed": p.seed, "run_dir": str(run.root)}
+        for p, run in zip(members, run_dirs)
+    ]
     for row, job_id in zip(rows, job_ids or []):
         row["job_id"] = job_id
-    RunDir(sweep_dir).sweep.write_text(json.dumps({"experiment": exp.name, "command": command, "members": rows},
-                                                  indent=2))
+    RunDir(sweep_dir).sweep.write_text(
+        json.dumps({"experiment": exp.name, "command": command, "members": rows}, indent=2)
+    )
 
 
 # sbatch's short options -> their long names (submitit writes `#SBATCH --name=value`); a short option
 # that is a flag maps to a name whose value is True
-SHORT_OPTIONS = {"-A": "account", "-C": "constraint", "-c": "cpus-per-task", "-D": "chdir", "-d": "dependency",
-                 "-e": "error", "-G": "gpus", "-J": "job-name", "-L": "licenses", "-M": "clusters", "-N": "nodes",
-                 "-n": "ntasks", "-o": "output", "-p": "partition", "-q": "qos", "-s": "oversubscribe",
-                 "-t": "time", "-w": "nodelist", "-x": "exclude"}
+SHORT_OPTIONS = {
+    "-A": "account",
+    "-C": "constraint",
+    "-c": "cpus-per-task",
+    "-D": "chdir",
+    "-d": "dependency",
+    "-e": "error",
+    "-G": "gpus",
+    "-J": "job-name",
+    "-L": "licenses",
+    "-M": "clusters",
+    "-N": "nodes",
+    "-n": "ntasks",
+    "-o": "output",
+    "-p": "partition",
+    "-q": "qos",
+    "-s": "oversubscribe",
+    "-t": "time",
+    "-w": "nodelist",
+    "-x": "exclude",
+}
 
 
 def sbatch_parameters(options) -> dict:
@@ -197,9 +230,17 @@ def sbatch_parameters(options) -> dict:
         elif text[:2] in SHORT_OPTIONS:
             name, value = SHORT_OPTIONS[text[:2]], text[2:].lstrip("= ")
         else:
-            raise config.ConfigError("slurm.sbatch_options", [(
-                "slurm.sbatch_options", None, f"{option!r}: a sweep passes sbatch options to submitit as "
-                "--name[=value] (or one of the short options " + " ".join(sorted(SHORT_OPTIONS)) + ")")])
+            raise config.ConfigError(
+                "slurm.sbatch_options",
+                [
+                    (
+                        "slurm.sbatch_options",
+                        None,
+                        f"{option!r}: a sweep passes sbatch options to submitit as "
+                        "--name[=value] (or one of the short options " + " ".join(sorted(SHORT_OPTIONS)) + ")",
+                    )
+                ],
+            )
         out[name.strip().replace("-", "_")] = value.strip() or True
     return out
 
@@ -218,15 +259,24 @@ def executor_settings(exp: config.Experiment, members: int, sweep_dir: Path) -> 
         python = shlex.split(s.python) if s.python else [sys.executable]
         ctor["slurm_python"] = " ".join(shlex.quote(w) for w in [*prefix, *python])
     setup = [*s.setup, *(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(s.env.items()))]
-    params = {"name": f"srl-{exp.name}-sweep", "timeout_min": max(1, int(config.parse_minutes(res.time))),
-              "cpus_per_task": res.cpus, "mem_gb": config.parse_size_mb(res.mem) / 1024,
-              "slurm_array_parallelism": members, "slurm_setup": setup}
+    params = {
+        "name": f"srl-{exp.name}-sweep",
+        "timeout_min": max(1, int(config.parse_minutes(res.time))),
+        "cpus_per_task": res.cpus,
+        "mem_gb": config.parse_size_mb(res.mem) / 1024,
+        "slurm_array_parallelism": members,
+        "slurm_setup": setup,
+    }
     if s.requeue:  # submitit's own signal (USR2, to every process of the task) that many seconds before the end
         params["slurm_signal_delay_s"] = s.requeue.signal_seconds
-    optional = {"slurm_partition": res.partition, "slurm_account": s.account, "slurm_qos": s.qos,
-                "gpus_per_node": res.gpus or None,
-                "slurm_srun_args": render.pyxis_options(s.container, str(sweep_dir)) or None,
-                "slurm_additional_parameters": sbatch_parameters(s.sbatch_options) or None}
+    optional = {
+        "slurm_partition": res.partition,
+        "slurm_account": s.account,
+        "slurm_qos": s.qos,
+        "gpus_per_node": res.gpus or None,
+        "slurm_srun_args": render.pyxis_options(s.container, str(sweep_dir)) or None,
+        "slurm_additional_parameters": sbatch_parameters(s.sbatch_options) or None,
+    }
     params.update({k: v for k, v in optional.items() if v is not None})
     return ctor, params
 
@@ -248,8 +298,9 @@ def submit(exp: config.Experiment, members: list[Point], sweep_dir: Path, comman
     executor = make_executor(exp, sweep.root / "submitit", len(members))
     jobs = executor.map_array(Member(), [str(run.root) for run in run_dirs])
     for p, run, job in zip(members, run_dirs, jobs):
-        run.slurm.write_text(json.dumps({"job_id": job.job_id, "sweep": str(sweep.root), "seed": p.seed,
-                                         "config": p.config}))
+        run.slurm.write_text(
+            json.dumps({"job_id": job.job_id, "sweep": str(sweep.root), "seed": p.seed, "config": p.config})
+        )
     write_index(exp, sweep.root, members, run_dirs, command, [j.job_id for j in jobs])
     return jobs
 

@@ -6,6 +6,7 @@ and over its steady part (metrics.csv rows after `warmup` seconds). From the run
 fraction, inference batch sizes and latency, the policy workers' CPU per request, actor memory and start-up,
 and the verdict (the stage that bounds throughput). `srl-launch tune` and the benchmarks measure with this.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,9 @@ def timed(exp: config.Experiment, seconds: float) -> config.Experiment:
     return config.replace(exp, stop=stop, monitor=monitor)
 
 
-def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir: Path | None = None,
-            slurm: bool = False) -> dict:
+def measure(
+    exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir: Path | None = None, slurm: bool = False
+) -> dict:
     """Run `exp` for `seconds` in `run_dir`/run (default: a temporary directory) and return its figures; with
     `slurm`, as one Slurm job (submitted, waited for). Raises TrialFailed with the log's end when it fails."""
     exp = timed(exp, seconds)
@@ -63,8 +65,10 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
             raise TrialFailed(f"{e}; cancelled") from None
         run = handle.run
         if state != "completed":
-            raise TrialFailed(f"Slurm job {handle.job_id} ended {state}: "
-                              f"{tail(run.log('controller'), 5) if run.log('controller').exists() else ''}")
+            raise TrialFailed(
+                f"Slurm job {handle.job_id} ended {state}: "
+                f"{tail(run.log('controller'), 5) if run.log('controller').exists() else ''}"
+            )
     else:
         exp, run = runs.create(exp, run_dir / "run")
         log = io.StringIO()
@@ -73,12 +77,17 @@ def measure(exp: config.Experiment, seconds: float, warmup: float = 5.0, run_dir
             raise TrialFailed(f"exit {code}:\n{log.getvalue()[-3000:]}", code)
     summary = json.loads(run.summary.read_text())
     wall = summary["wall_time"]
-    result = {"experiment": exp.name, "seconds": wall, "run_dir": str(run.root),
-              "training_fps": round(summary["frames_consumed"] / wall, 1),
-              "sampling_fps": round(summary["env_frames"] / wall, 1),
-              **steady(run.metrics, warmup),
-              "policy_version": summary["policy_version"], "frames_dropped": summary["frames_dropped"],
-              "trace": exp.monitor.trace}
+    result = {
+        "experiment": exp.name,
+        "seconds": wall,
+        "run_dir": str(run.root),
+        "training_fps": round(summary["frames_consumed"] / wall, 1),
+        "sampling_fps": round(summary["env_frames"] / wall, 1),
+        **steady(run.metrics, warmup),
+        "policy_version": summary["policy_version"],
+        "frames_dropped": summary["frames_dropped"],
+        "trace": exp.monitor.trace,
+    }
     if exp.monitor.trace:
         result.update(from_traces(run.root, warmup))
     return result
@@ -91,8 +100,10 @@ def steady(metrics: Path, warmup: float) -> dict:
         return {"steady_training_fps": None, "steady_sampling_fps": None}
     dt = float(rows[-1]["wall_time"]) - float(rows[0]["wall_time"])
     delta = lambda key: (int(rows[-1][key]) - int(rows[0][key])) / dt  # noqa: E731
-    return {"steady_training_fps": round(delta("frames_consumed"), 1),
-            "steady_sampling_fps": round(delta("env_frames"), 1)}
+    return {
+        "steady_training_fps": round(delta("frames_consumed"), 1),
+        "steady_sampling_fps": round(delta("env_frames"), 1),
+    }
 
 
 def from_traces(run_dir: Path, warmup: float) -> dict:
@@ -108,16 +119,22 @@ def from_traces(run_dir: Path, warmup: float) -> dict:
     rss = [float(np.max(w.table("heartbeat")["rss_mb"])) for w in actors if "rss_mb" in w.table("heartbeat")]
     startup = [float(w.table("startup")["seconds"][0]) for w in actors if len(w.table("startup").get("seconds", []))]
     busy = s["trainer_busy_fraction"]
-    return {"update_training_fps": between_updates(run, warmup),
-            "trainer_busy_fraction": None if busy is None else round(busy, 3),
-            "inference_batch_mean": s["batch_size"].get("mean"),
-            "inference_latency_ms": {k: round(1000 * v, 3) for k, v in s["latency"]["inference_latency"].items()
-                                     if k in ("p50", "p90", "p99") and v is not None},
-            "policy_cpu_us_per_request": policy.get("cpu_us_per_request"),
-            "policy_forward_us_per_request": policy.get("forward_us_per_request"),
-            "actor_rss_mb_max": round(max(rss), 1) if rss else None,
-            "actor_startup_s_max": round(max(startup), 2) if startup else None,
-            "verdict": s["verdict"]["stage"], "verdict_evidence": s["verdict"]["evidence"]}
+    return {
+        "update_training_fps": between_updates(run, warmup),
+        "trainer_busy_fraction": None if busy is None else round(busy, 3),
+        "inference_batch_mean": s["batch_size"].get("mean"),
+        "inference_latency_ms": {
+            k: round(1000 * v, 3)
+            for k, v in s["latency"]["inference_latency"].items()
+            if k in ("p50", "p90", "p99") and v is not None
+        },
+        "policy_cpu_us_per_request": policy.get("cpu_us_per_request"),
+        "policy_forward_us_per_request": policy.get("forward_us_per_request"),
+        "actor_rss_mb_max": round(max(rss), 1) if rss else None,
+        "actor_startup_s_max": round(max(startup), 2) if startup else None,
+        "verdict": s["verdict"]["stage"],
+        "verdict_evidence": s["verdict"]["evidence"],
+    }
 
 
 def between_updates(run, warmup: float) -> float | None:
@@ -147,8 +164,9 @@ def training_fps(result: dict) -> float:
     return result["training_fps"]
 
 
-def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float, warmup: float, repeats: int,
-                out: Path, say=print) -> list[dict]:
+def round_robin(
+    candidates: list[tuple[str, config.Experiment]], seconds: float, warmup: float, repeats: int, out: Path, say=print
+) -> list[dict]:
     """Each (label, experiment) measured `repeats` times, traced, one at a time in turns (drift in the machine's
     speed hits every one alike), after one trial of the first that is not counted: the first trial of an invocation
     runs slow here, and in turns it is always the first experiment's. Per experiment: the training
@@ -164,8 +182,9 @@ def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float,
         for i, (label, exp) in enumerate(candidates):
             say(f"[{repeat + 1}/{repeats}] {label} ...")
             try:
-                r = measure(config.with_overrides(exp, ["monitor.trace=true"]), seconds, warmup,
-                            out / f"{i:02d}-{repeat}")
+                r = measure(
+                    config.with_overrides(exp, ["monitor.trace=true"]), seconds, warmup, out / f"{i:02d}-{repeat}"
+                )
                 fps[i].append(training_fps(r))
                 verdicts[i].append(r.get("verdict"))
             except TrialFailed as e:
@@ -180,16 +199,26 @@ def round_robin(candidates: list[tuple[str, config.Experiment]], seconds: float,
 
 def table(rows: list[dict], label_key: str = "label") -> str:
     """A plain text table of the figures that matter, one row per measured configuration."""
-    cols = [("training fps", "steady_training_fps"), ("sampling fps", "steady_sampling_fps"),
-            ("trainer busy", "trainer_busy_fraction"), ("batch", "inference_batch_mean"),
-            ("actor RSS MB", "actor_rss_mb_max"), ("verdict", "verdict")]
+    cols = [
+        ("training fps", "steady_training_fps"),
+        ("sampling fps", "steady_sampling_fps"),
+        ("trainer busy", "trainer_busy_fraction"),
+        ("batch", "inference_batch_mean"),
+        ("actor RSS MB", "actor_rss_mb_max"),
+        ("verdict", "verdict"),
+    ]
     width = max([len(str(r.get(label_key, r["experiment"]))) for r in rows] + [12])
     lines = [f"{'configuration':<{width}} " + " ".join(f"{c:>13}" for c, _ in cols)]
     for r in rows:
         cells = []
         for _, key in cols:
             v = r.get(key)
-            cells.append(f"{v:>13,.1f}" if isinstance(v, float) and key != "trainer_busy_fraction"
-                         else f"{v:>13.0%}" if key == "trainer_busy_fraction" and v is not None else f"{str(v):>13}")
+            cells.append(
+                f"{v:>13,.1f}"
+                if isinstance(v, float) and key != "trainer_busy_fraction"
+                else f"{v:>13.0%}"
+                if key == "trainer_busy_fraction" and v is not None
+                else f"{str(v):>13}"
+            )
         lines.append(f"{str(r.get(label_key, r['experiment'])):<{width}} " + " ".join(cells))
     return "\n".join(lines)

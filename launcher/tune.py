@@ -17,6 +17,7 @@ STALE_AFTER trials without one; its figure is the mean of its two latest trials.
 The search ends when no knob's value beats the best, or when the budget is spent. Every trial, its verdict and why
 it was tried go in a table.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,6 +66,7 @@ class Kept:
     other setting becomes the best when its second trial beats the best's trial measured between its two, and
     their mean beats that by min_gain; the best is measured again now and then). `decided`: what it was kept by,
     its first trial, the best's trial after it and its check (empty for the experiment as given)."""
+
     setting: dict
     trials: list[Trial]
     decided: tuple[Trial, ...] = ()
@@ -103,9 +105,17 @@ class Outcome:
 Measure = Callable[[dict, int], dict]  # (setting, trial index) -> launcher.trials figures; raises TrialFailed
 
 
-def search(base: dict, keys: tuple[str, ...], measure: Measure, limits: dict, budget: float,
-           min_gain: float = 0.05, clock: Callable[[], float] = time.monotonic, say=None,
-           invalid: Callable[[dict], str | None] = lambda setting: None) -> Outcome:
+def search(
+    base: dict,
+    keys: tuple[str, ...],
+    measure: Measure,
+    limits: dict,
+    budget: float,
+    min_gain: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+    say=None,
+    invalid: Callable[[dict], str | None] = lambda setting: None,
+) -> Outcome:
     """The greedy, verdict-led search from `base` (see the module's docstring).
     `invalid`: why a setting cannot run at all (not a valid experiment, too big for the machine), or None."""
     return Search(keys, measure, limits, budget, min_gain, clock, say or _say, invalid).from_base(base)
@@ -117,8 +127,17 @@ class Search:
     and check the fastest against the best measured again beside it, until a pass over the knobs keeps
     nothing or the budget is spent."""
 
-    def __init__(self, keys: tuple[str, ...], measure: Measure, limits: dict, budget: float, min_gain: float,
-                 clock: Callable[[], float], say: Callable[[str], None], invalid: Callable[[dict], str | None]):
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        measure: Measure,
+        limits: dict,
+        budget: float,
+        min_gain: float,
+        clock: Callable[[], float],
+        say: Callable[[str], None],
+        invalid: Callable[[dict], str | None],
+    ):
         self.keys, self.measure, self.limits, self.budget, self.min_gain = keys, measure, limits, budget, min_gain
         self.clock, self.say, self.invalid = clock, say, invalid
         self.start = clock()
@@ -129,8 +148,9 @@ class Search:
         self.far: set[str] = set()  # knobs whose values all came well under the best when last tried
 
     def from_base(self, base: dict) -> Outcome:
-        self.kept = [Kept(base, [self.run(base, "the experiment as given"),
-                                 self.run(base, "the experiment as given, again")])]
+        self.kept = [
+            Kept(base, [self.run(base, "the experiment as given"), self.run(base, "the experiment as given, again")])
+        ]
         failed = [t.error for t in self.kept[0].trials if t.fps is None]
         if failed:
             raise trials.TrialFailed(f"the experiment as given failed to run: {failed[0]}")
@@ -184,9 +204,12 @@ class Search:
         found = []
         for change in changes_of(key, best.setting, self.keys):
             candidate = normalized({**best.setting, **change})
-            if (any((k, v) in self.undone or skip_reason(best.setting, k, v, self.limits) for k, v in change.items())
-                    or tuple(sorted(candidate.items())) in self.seen or candidate in [c for _, c in found]
-                    or self.invalid(candidate)):
+            if (
+                any((k, v) in self.undone or skip_reason(best.setting, k, v, self.limits) for k, v in change.items())
+                or tuple(sorted(candidate.items())) in self.seen
+                or candidate in [c for _, c in found]
+                or self.invalid(candidate)
+            ):
                 continue
             found.append((change, candidate))
         return found
@@ -205,10 +228,15 @@ class Search:
         if stale:
             self.again(f"the best ({best.label}) again: {STALE_AFTER} trials since its last")
             best = self.kept[-1]
-        firsts = [self.run(candidate, f"{best.verdict or 'unknown'}-bound ({best.label}): "
-                                      + " with ".join(f"{k} {best.setting[k]} -> {v}" for k, v in change.items())
-                                      + f", {BY_KEY[key].why}")
-                  for change, candidate in candidates]
+        firsts = [
+            self.run(
+                candidate,
+                f"{best.verdict or 'unknown'}-bound ({best.label}): "
+                + " with ".join(f"{k} {best.setting[k]} -> {v}" for k, v in change.items())
+                + f", {BY_KEY[key].why}",
+            )
+            for change, candidate in candidates
+        ]
         fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
         # one short trial is noisy (a faster setting can measure below the best in its one trial): the knob's
         # fastest value, if near the best or above it, is checked, paired in time: the best again, then the
@@ -234,24 +262,35 @@ def _say(line: str) -> None:
 
 
 def _progress(t: Trial) -> str:
-    result = (f"{t.fps:>12,.0f} training frames/s, {t.verdict}-bound" if t.fps is not None
-              else f"failed: {t.error}")
+    result = f"{t.fps:>12,.0f} training frames/s, {t.verdict}-bound" if t.fps is not None else f"failed: {t.error}"
     return f"trial {t.index:>2} ({t.seconds:.0f} s): {result}  [{t.why}]"
 
 
 # ------------------------------------------------------------------------------------------ the outputs
 
+
 def trial_table(outcome: Outcome) -> str:
     """Every trial as a markdown table: the knob values that differ from the experiment as given, the result,
     the verdict, and why it was tried; every trial of a setting the search kept is marked."""
-    lines = ["| trial | setting (vs the experiment as given) | training frames/s | verdict | why tried |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| trial | setting (vs the experiment as given) | training frames/s | verdict | why tried |",
+        "|---|---|---|---|---|",
+    ]
     for t in outcome.trials:
-        diff = ", ".join(f"{k.removeprefix('workers.')}={v}"
-                         for k, v in t.setting.items() if outcome.base.setting.get(k) != v) or "as given"
+        diff = (
+            ", ".join(
+                f"{k.removeprefix('workers.')}={v}" for k, v in t.setting.items() if outcome.base.setting.get(k) != v
+            )
+            or "as given"
+        )
         fps = f"{t.fps:,.0f}" if t.fps is not None else f"failed: {t.error}"
-        mark = (" (best)" if t.setting == outcome.best.setting
-                else " (kept)" if any(t.setting == k.setting for k in outcome.kept) else "")
+        mark = (
+            " (best)"
+            if t.setting == outcome.best.setting
+            else " (kept)"
+            if any(t.setting == k.setting for k in outcome.kept)
+            else ""
+        )
         lines.append(f"| {t.index}{mark} | {diff} | {fps} | {t.verdict or '-'} | {t.why} |")
     return "\n".join(lines)
 
@@ -264,12 +303,17 @@ def comments(outcome: Outcome) -> dict[str, str]:
         first, against, check = kept.decided
         # (when the best's trial between them failed, the setting was judged against the best's figure, which
         # has not changed since: only the best is measured again)
-        best = (f"{against.fps:,.0f} between them ({against.verdict}-bound)" if against.fps is not None
-                else f"{previous.fps:,.0f} (its trial between them failed)")
+        best = (
+            f"{against.fps:,.0f} between them ({against.verdict}-bound)"
+            if against.fps is not None
+            else f"{previous.fps:,.0f} (its trial between them failed)"
+        )
         for key, value in kept.setting.items():
             if previous.setting.get(key) != value:
-                out[key] = (f"tune: was {outcome.base.setting[key]}; trials {first.index}, {check.index}: "
-                            f"{first.fps:,.0f}, {check.fps:,.0f} training frames/s against the best's {best}")
+                out[key] = (
+                    f"tune: was {outcome.base.setting[key]}; trials {first.index}, {check.index}: "
+                    f"{first.fps:,.0f}, {check.fps:,.0f} training frames/s against the best's {best}"
+                )
     return {k: v for k, v in out.items() if k in outcome.changes}
 
 
@@ -299,9 +343,21 @@ def tuned_yaml(source: str, changes: dict, notes: dict[str, str], header: list[s
     return "".join(f"# {line}\n" for line in header) + out.getvalue()
 
 
-def tune(exp: config.Experiment, source: Path, tune_dir: Path, output: Path, *, keys: tuple[str, ...],
-         seconds: float, warmup: float, budget: float, min_gain: float = 0.05, slurm: bool = False,
-         given: list[str] = (), say=None) -> Outcome:
+def tune(
+    exp: config.Experiment,
+    source: Path,
+    tune_dir: Path,
+    output: Path,
+    *,
+    keys: tuple[str, ...],
+    seconds: float,
+    warmup: float,
+    budget: float,
+    min_gain: float = 0.05,
+    slurm: bool = False,
+    given: list[str] = (),
+    say=None,
+) -> Outcome:
     """Search, then write TUNE_DIR/trials.json, trials.md and the tuned experiment file `output` (beside the
     experiment by default, so that the paths its `defaults:` names still resolve)."""
     say = say or _say
@@ -323,8 +379,7 @@ def tune(exp: config.Experiment, source: Path, tune_dir: Path, output: Path, *, 
 
     where = "as Slurm jobs" if slurm else f"on {socket.gethostname()} ({os.cpu_count()} CPUs)"
     say(f"tuning {source} {where}: trials of {seconds:g} s, budget {budget:g} s, knobs: {', '.join(keys)}")
-    outcome = search(read(exp, keys), keys, measure, limits(exp, slurm), budget, min_gain, say=say,
-                     invalid=invalid)
+    outcome = search(read(exp, keys), keys, measure, limits(exp, slurm), budget, min_gain, say=say, invalid=invalid)
 
     table = trial_table(outcome)
     changes = dict(outcome.changes)
@@ -332,22 +387,40 @@ def tune(exp: config.Experiment, source: Path, tune_dir: Path, output: Path, *, 
         tuned = config.with_overrides(exp, overrides(outcome.best.setting, exp))
         changes["workers.policy.count"] = value_of(tuned, "workers.policy.count")
     (tune_dir / "trials.md").write_text(table + "\n")
-    (tune_dir / "trials.json").write_text(json.dumps(
-        {"experiment": str(source), "where": where, "seconds": seconds, "warmup": warmup, "budget": budget,
-         "keys": list(keys), "set": list(given), "base_fps": outcome.base.fps, "tuned_fps": outcome.best.fps,
-         "changes": changes, "trials": [dataclasses.asdict(t) for t in outcome.trials]}, indent=1))
+    (tune_dir / "trials.json").write_text(
+        json.dumps(
+            {
+                "experiment": str(source),
+                "where": where,
+                "seconds": seconds,
+                "warmup": warmup,
+                "budget": budget,
+                "keys": list(keys),
+                "set": list(given),
+                "base_fps": outcome.base.fps,
+                "tuned_fps": outcome.best.fps,
+                "changes": changes,
+                "trials": [dataclasses.asdict(t) for t in outcome.trials],
+            },
+            indent=1,
+        )
+    )
     ratio = outcome.best.fps / outcome.base.fps
-    header = [f"Tuned by srl-launch tune {time.strftime('%Y-%m-%d')} {where}: {outcome.base.fps:,.0f} -> "
-              f"{outcome.best.fps:,.0f} training frames/s ({ratio:.2f}x; each the mean of 2 trials of {seconds:g} s)"
-              + (f", with --set {' '.join(given)}" if given else ""),
-              f"Every trial: {tune_dir / 'trials.md'}"]
+    header = [
+        f"Tuned by srl-launch tune {time.strftime('%Y-%m-%d')} {where}: {outcome.base.fps:,.0f} -> "
+        f"{outcome.best.fps:,.0f} training frames/s ({ratio:.2f}x; each the mean of 2 trials of {seconds:g} s)"
+        + (f", with --set {' '.join(given)}" if given else ""),
+        f"Every trial: {tune_dir / 'trials.md'}",
+    ]
     notes = comments(outcome)
     if PLACEMENT in notes and "workers.policy.count" not in notes:
         notes["workers.policy.count"] = f"tune: with workers.placement {changes[PLACEMENT]}"
     output.write_text(tuned_yaml(source.read_text(), changes, notes, header))
     config.load(output)  # what was written loads
     say(f"\n{table}\n")
-    say(f"tuned: {outcome.base.fps:,.0f} -> {outcome.best.fps:,.0f} training frames/s ({ratio:.2f}x); "
-        + (f"changed {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else "nothing changed"))
+    say(
+        f"tuned: {outcome.base.fps:,.0f} -> {outcome.best.fps:,.0f} training frames/s ({ratio:.2f}x); "
+        + (f"changed {', '.join(f'{k}={v}' for k, v in changes.items())}" if changes else "nothing changed")
+    )
     say(f"tuned experiment: {output}\ntrials: {tune_dir / 'trials.md'}")
     return outcome

@@ -1,5 +1,6 @@
 """The knobs `srl-launch tune` searches (launcher.tune): each one's values, why it matters, the knobs that
 address each verdict first, the values tried together, and what bounds them where the trials run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,9 +41,11 @@ BY_KEY = {k.key: k for k in KNOBS}
 # alone or in inference alone gains little, bf16 in both much more; and
 # impala's actors infer their own ring's requests (no policy worker batches several actors'), so its batch is the
 # ring's: impala is also tried with the largest ring
-JOINT = {("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
-         ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"},
-         (PLACEMENT, "impala"): {"workers.actor.ring_size": max(BY_KEY["workers.actor.ring_size"].values)}}
+JOINT = {
+    ("workers.trainer.precision", "bf16"): {"workers.policy.precision": "bf16"},
+    ("workers.policy.precision", "bf16"): {"workers.trainer.precision": "bf16"},
+    (PLACEMENT, "impala"): {"workers.actor.ring_size": max(BY_KEY["workers.actor.ring_size"].values)},
+}
 
 
 # the allocation is the user's on a cluster: tune leaves the counts of processes alone there unless --keys names them
@@ -54,10 +57,23 @@ FIRST = {
     # the trainer's own precision (alone, then with bf16 inference: JOINT; on a GPU the largest lever), then what
     # gives the trainer cores where every worker shares them, as in the trials here: a process fewer (the
     # placement), fewer or more actors
-    "trainer": ("workers.trainer.precision", PLACEMENT, "workers.actor.count", "workers.policy.precision",
-                "workers.trainer.torch_threads", "workers.actor.ring_size"),
-    "inference": (PLACEMENT, "workers.policy.count", "workers.policy.max_batch", "workers.policy.precision",
-                  "workers.policy.torch_threads", "workers.actor.inference_splits", "workers.actor.ring_size"),
+    "trainer": (
+        "workers.trainer.precision",
+        PLACEMENT,
+        "workers.actor.count",
+        "workers.policy.precision",
+        "workers.trainer.torch_threads",
+        "workers.actor.ring_size",
+    ),
+    "inference": (
+        PLACEMENT,
+        "workers.policy.count",
+        "workers.policy.max_batch",
+        "workers.policy.precision",
+        "workers.policy.torch_threads",
+        "workers.actor.inference_splits",
+        "workers.actor.ring_size",
+    ),
     "transport": (PLACEMENT, "workers.actor.inference_splits", "workers.actor.ring_size", "workers.policy.max_batch"),
     "env": ("workers.actor.count", "workers.actor.ring_size", "workers.actor.inference_splits", PLACEMENT),
 }
@@ -133,16 +149,20 @@ def limits(exp: config.Experiment, slurm: bool) -> dict:
     workers = exp.workers
     if slurm:
         where_inference = exp.slurm.actor if workers.placement == "impala" else exp.slurm.policy
-        cpus = {"workers.trainer.torch_threads": exp.slurm.trainer.cpus_per_task,
-                "workers.policy.torch_threads": where_inference.cpus_per_task}
+        cpus = {
+            "workers.trainer.torch_threads": exp.slurm.trainer.cpus_per_task,
+            "workers.policy.torch_threads": where_inference.cpus_per_task,
+        }
         cpu_bf16 = False
     else:
         n = os.cpu_count() or 1
         cpus = {"workers.trainer.torch_threads": n, "workers.policy.torch_threads": n}
         cpu_bf16 = _cpu_has_bf16()
-    return {**cpus,
-            "workers.policy.precision": workers.policy.device.startswith("cuda") or cpu_bf16,
-            "workers.trainer.precision": workers.trainer.device.startswith("cuda") or cpu_bf16}
+    return {
+        **cpus,
+        "workers.policy.precision": workers.policy.device.startswith("cuda") or cpu_bf16,
+        "workers.trainer.precision": workers.trainer.device.startswith("cuda") or cpu_bf16,
+    }
 
 
 def _cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -151,4 +171,3 @@ def _cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     except OSError:
         return False
     return " avx512_bf16" in flags or " amx_bf16" in flags
-

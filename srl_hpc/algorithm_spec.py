@@ -21,6 +21,7 @@ A user's algorithm lives in their own module: a frozen config dataclass (a `name
 hyper-parameters, an optional `check()`) with a class attribute `spec`, an AlgorithmSpec of this module,
 named by dotted path in the YAML (examples/my_a2c.py).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -69,18 +70,39 @@ class AlgorithmSpec:
 
 
 SPECS = {
-    "ppo": AlgorithmSpec("srl_hpc.algorithms.ppo:PPO", reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
-                         segment=("logp", "values", "next_values"), head="actor_critic", recurrent=True,
-                         actions=("Discrete", "MultiDiscrete", "Box"), observations=("Box", "Dict")),
-    "mappo": AlgorithmSpec("srl_hpc.algorithms.mappo:MAPPO",
-                           reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
-                           segment=("logp", "values", "next_values"), head="central_critic"),
-    "dqn": AlgorithmSpec("srl_hpc.algorithms.dqn:DQN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
-                         explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True,
-                         recurrent=True),
-    "vdn": AlgorithmSpec("srl_hpc.algorithms.vdn:VDN", reply=(("actions", "<i8"),), segment=("terminated",), head="q",
-                         explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)}, replay=True,
-                         team=True),
+    "ppo": AlgorithmSpec(
+        "srl_hpc.algorithms.ppo:PPO",
+        reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
+        segment=("logp", "values", "next_values"),
+        head="actor_critic",
+        recurrent=True,
+        actions=("Discrete", "MultiDiscrete", "Box"),
+        observations=("Box", "Dict"),
+    ),
+    "mappo": AlgorithmSpec(
+        "srl_hpc.algorithms.mappo:MAPPO",
+        reply=(("actions", "<i8"), ("logp", "<f4"), ("values", "<f4")),
+        segment=("logp", "values", "next_values"),
+        head="central_critic",
+    ),
+    "dqn": AlgorithmSpec(
+        "srl_hpc.algorithms.dqn:DQN",
+        reply=(("actions", "<i8"),),
+        segment=("terminated",),
+        head="q",
+        explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)},
+        replay=True,
+        recurrent=True,
+    ),
+    "vdn": AlgorithmSpec(
+        "srl_hpc.algorithms.vdn:VDN",
+        reply=(("actions", "<i8"),),
+        segment=("terminated",),
+        head="q",
+        explore=lambda cfg, actor, actors: {"epsilon": cfg.actor_epsilon(actor, actors)},
+        replay=True,
+        team=True,
+    ),
 }
 
 

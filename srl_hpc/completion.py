@@ -2,6 +2,7 @@
 with _ARGCOMPLETE set, and argcomplete answers from an argparse parser. Both commands let their first word be left
 out (`srl-launch EXP.yaml` is `run`, `srl-trace RUN` is `summary`), which a parser's subcommands cannot express:
 such a line is completed as if that word were there."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ def complete(build: Callable, commands: Collection[str], default: str) -> None:
     first_done = len(words) > skip + 1 or (len(words) == skip + 1 and typed[-1:].isspace())
     if first_done and words[skip] not in commands and not words[skip].startswith("-"):
         at = 0
-        for word in words[:skip + 1]:
+        for word in words[: skip + 1]:
             at = typed.index(word, at) + len(word)
         at -= len(words[skip])
         os.environ["COMP_LINE"] = f"{line[:at]}{default} {line[at:]}"

@@ -1,4 +1,5 @@
 """User code by dotted path: 'package.module:Name' in an experiment (an env factory, a model class)."""
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ step, so the video plays at the game's rate over the frame skip); OpenCV writes 
 A turn-taking game (srl_hpc/envs/turns.py, self-play) is played against a fixed player instead
 (`--against random|one-ply --games N`), moving first in half the games, and the score is counted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,11 +32,19 @@ from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams.contract import Contract
 
 ATARI_HZ = 60
-SEED_OFFSET = 2 ** 29  # watched episodes' seeds: apart from the actors' and the evaluation workers'
+SEED_OFFSET = 2**29  # watched episodes' seeds: apart from the actors' and the evaluation workers'
 
 
-def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | None = None, seed: int = 0,
-          version: int | None = None, tag: str | None = None, out=sys.stdout) -> list[float]:
+def enjoy(
+    run: RunDir,
+    episodes: int = 3,
+    greedy: bool = False,
+    video: Path | None = None,
+    seed: int = 0,
+    version: int | None = None,
+    tag: str | None = None,
+    out=sys.stdout,
+) -> list[float]:
     """Play `episodes` episodes with the run's checkpoint, or the parameter database's `version` or the
     version it tags `tag`; returns their returns."""
     exp = config.load(run.experiment)
@@ -43,13 +52,18 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
     if version is None and tag is None and not checkpoint.exists():
         raise FileNotFoundError(f"{run.root}: no checkpoint to watch (no {run.checkpoint})")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # classic-control renders with pygame: no display here
-    env_cfg = exp.env if video is None else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs,
-                                                                                "render_mode": "rgb_array"})
+    env_cfg = (
+        exp.env
+        if video is None
+        else dataclasses.replace(exp.env, kwargs={**exp.env.kwargs, "render_mode": "rgb_array"})
+    )
     env = make_env(env_cfg)
     if is_parallel_env(env):
         env.close()
-        raise ValueError(f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
-                         "(evaluation workers, workers.eval, score multi-agent runs)")
+        raise ValueError(
+            f"{exp.env.id} is a multi-agent env: srl-launch enjoy plays single-agent envs only "
+            "(evaluation workers, workers.eval, score multi-agent runs)"
+        )
     obs_space, action_space = spaces(exp.env)
     try:
         model, version, source = _load(run, exp, obs_space, action_space, version, tag)
@@ -80,9 +94,13 @@ def enjoy(run: RunDir, episodes: int = 3, greedy: bool = False, video: Path | No
         if writer is not None:
             writer.release()
     how = "greedy" if greedy else "sampled as the least exploring actor"
-    print(f"mean return {np.mean(returns):g} over {episodes} episode(s): "
-          f"{source} {version}, "
-          f"actions {how}" + (f"; video {video}" if video else ""), file=out, flush=True)
+    print(
+        f"mean return {np.mean(returns):g} over {episodes} episode(s): "
+        f"{source} {version}, "
+        f"actions {how}" + (f"; video {video}" if video else ""),
+        file=out,
+        flush=True,
+    )
     return returns
 
 
@@ -90,8 +108,13 @@ def _load(run: RunDir, exp, obs_space, action_space, version: int | None, tag: s
     """(model in eval mode, its version, what that version is) from the checkpoint, or the parameter
     database's `version` or version tagged `tag`."""
     model = build_model(exp, obs_space, action_space)
-    source = "checkpoint version" if version is None and tag is None else \
-        "stored version" if tag is None else f"version (tagged {tag})"
+    source = (
+        "checkpoint version"
+        if version is None and tag is None
+        else "stored version"
+        if tag is None
+        else f"version (tagged {tag})"
+    )
     if version is None and tag is None:
         version = Checkpoint(run.checkpoint).load_weights(model)
     else:
@@ -100,8 +123,16 @@ def _load(run: RunDir, exp, obs_space, action_space, version: int | None, tag: s
     return model.eval(), version, source
 
 
-def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed: int = 0,
-         version: int | None = None, tag: str | None = None, out=sys.stdout) -> dict[str, int]:
+def duel(
+    run: RunDir,
+    against: str,
+    games: int = 200,
+    greedy: bool = False,
+    seed: int = 0,
+    version: int | None = None,
+    tag: str | None = None,
+    out=sys.stdout,
+) -> dict[str, int]:
     """Play `games` games of a turn-taking game (a self-play run's env) against the fixed player `against`
     (FIXED_PLAYERS), first mover in half of them; returns and prints the counts of wins, draws and losses."""
     from srl_hpc.envs.fixed_players import FIXED_PLAYERS
@@ -124,6 +155,7 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
         def policy(obs):
             with torch.inference_mode():
                 return choose(model, obs, None)[0]
+
         counts = {"won": 0, "drew": 0, "lost": 0}
         by_seat = [[0, 0] for _ in env.possible_agents]  # per seat of the policy: [wins, games]
         for game in range(games):
@@ -138,9 +170,13 @@ def duel(run: RunDir, against: str, games: int = 200, greedy: bool = False, seed
     finally:
         env.close()
     seats = ", ".join(f"seat {i + 1}: {w}/{n}" for i, (w, n) in enumerate(by_seat))
-    print(f"against {against}: {games} games, won {counts['won']} ({100 * counts['won'] / games:.1f}%), drew "
-          f"{counts['drew']}, lost {counts['lost']} (wins by the policy's seat, {seats}); {source} {version}, "
-          f"moves {'greedy' if greedy else 'sampled'}", file=out, flush=True)
+    print(
+        f"against {against}: {games} games, won {counts['won']} ({100 * counts['won'] / games:.1f}%), drew "
+        f"{counts['drew']}, lost {counts['lost']} (wins by the policy's seat, {seats}); {source} {version}, "
+        f"moves {'greedy' if greedy else 'sampled'}",
+        file=out,
+        flush=True,
+    )
     return counts
 
 

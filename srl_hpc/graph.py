@@ -22,6 +22,7 @@ its new weights and hyper-parameters (stream "population").
 
 Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -71,6 +72,7 @@ class Stream:
     (trainer -> policy versioned weights; through relays when there are more than parameter_fanout
     subscribers), control (worker heartbeats up,
     controller commands down). Evaluation workers subscribe to the parameters like policy handlers."""
+
     kind: str
     server: str
     clients: tuple[str, ...]
@@ -94,8 +96,9 @@ class Graph:
 
     def groups(self) -> list[tuple[str, list[WorkerNode]]]:
         """(het group, its workers) in task-id order, groups without workers left out."""
-        return [(g, [w for w in self.workers if w.group == g]) for g in GROUPS
-                if any(w.group == g for w in self.workers)]
+        return [
+            (g, [w for w in self.workers if w.group == g]) for g in GROUPS if any(w.group == g for w in self.workers)
+        ]
 
     def served_by(self, kind: str, server: str) -> Stream | None:
         """The stream of this kind that `server` binds, if any."""
@@ -133,7 +136,7 @@ class Graph:
         else:
             group = [w for w in self.workers if w.group == self.workers[position].group]
             i = group.index(self.workers[position])
-            before = group[max(0, i - local_id):i]
+            before = group[max(0, i - local_id) : i]
         return sum(w.device == "cuda" for w in before)
 
     def drains(self, name: str) -> bool:
@@ -145,14 +148,18 @@ def build(exp: Experiment) -> Graph:
     w = exp.workers
     # several policies: each has workers.trainer.count trainers, policy.count policy workers
     policies = list(exp.policies) or pbt.members(exp.population.size) or [""]
-    trainers = {p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
-                for k, p in enumerate(policies)}
-    servers = {p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)]
-               for k, p in enumerate(policies)}
+    trainers = {
+        p: [f"trainer/{i}" for i in range(k * w.trainer.count, (k + 1) * w.trainer.count)]
+        for k, p in enumerate(policies)
+    }
+    servers = {
+        p: [f"policy/{i}" for i in range(k * w.policy.count, (k + 1) * w.policy.count)] for k, p in enumerate(policies)
+    }
     buffers = [f"buffer/{i}" for i in range(w.buffer.count)]
     if exp.population.size:  # each member has workers.actor.count actors of its own
-        acting = {p: [f"actor/{i}" for i in range(k * w.actor.count, (k + 1) * w.actor.count)]
-                  for k, p in enumerate(policies)}
+        acting = {
+            p: [f"actor/{i}" for i in range(k * w.actor.count, (k + 1) * w.actor.count)] for k, p in enumerate(policies)
+        }
     else:
         acting = {p: [f"actor/{i}" for i in range(w.actor.count)] for p in policies}
     actors = list(dict.fromkeys(a for p in policies for a in acting[p]))
@@ -163,28 +170,44 @@ def build(exp: Experiment) -> Graph:
     trainer0_handlers = ("trainer", "policy") if w.placement == "seed" else ("trainer",)
     controller = ("controller", "population") if exp.population.size else ("controller",)
     workers = [WorkerNode(CONTROLLER, controller, "trainer", "cpu")]
-    workers += [WorkerNode(t, trainer0_handlers if t == "trainer/0" else ("trainer",), "trainer", w.trainer.device, p)
-                for p in policies for t in trainers[p]]
+    workers += [
+        WorkerNode(t, trainer0_handlers if t == "trainer/0" else ("trainer",), "trainer", w.trainer.device, p)
+        for p in policies
+        for t in trainers[p]
+    ]
     workers += [WorkerNode(s, ("policy",), "policy", w.policy.device, p) for p in policies for s in servers[p]]
     workers += [WorkerNode(b, ("buffer",), "buffer", "cpu") for b in buffers]
-    workers += [WorkerNode(a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu",
-                           member_of.get(a, "")) for a in actors]
+    workers += [
+        WorkerNode(
+            a, actor_handlers, "actor", w.policy.device if w.placement == "impala" else "cpu", member_of.get(a, "")
+        )
+        for a in actors
+    ]
     evaluation = "rating" if exp.opponents.rule != "none" else "eval"  # self-play: versions rated against each other
     workers += [WorkerNode(e, (evaluation,), "eval", "cpu") for e in evaluators]
 
     streams = []
     for p in policies:  # an actor acts for every policy (a member's for its own): one of its servers each
         if w.placement == "srl":  # actors spread evenly over the policy workers
-            streams += [Stream("inference", s, tuple(a for i, a in enumerate(acting[p]) if i % len(servers[p]) == k),
-                               w.actor.inference_transport) for k, s in enumerate(servers[p])]
+            streams += [
+                Stream(
+                    "inference",
+                    s,
+                    tuple(a for i, a in enumerate(acting[p]) if i % len(servers[p]) == k),
+                    w.actor.inference_transport,
+                )
+                for k, s in enumerate(servers[p])
+            ]
         elif w.placement == "seed":
             streams.append(Stream("inference", trainers[p][0], tuple(acting[p]), w.actor.inference_transport))
         else:
             streams += [Stream("inference", a, (a,), "inline") for a in acting[p]]
     if buffers:  # off-policy: actors spread over the buffers; every buffer feeds every trainer
         every = trainers[""]
-        streams += [Stream("samples", b, tuple(a for i, a in enumerate(actors) if i % len(buffers) == k), "zmq")
-                    for k, b in enumerate(buffers)]
+        streams += [
+            Stream("samples", b, tuple(a for i, a in enumerate(actors) if i % len(buffers) == k), "zmq")
+            for k, b in enumerate(buffers)
+        ]
         streams += [Stream("replay", t, tuple(buffers), "zmq") for t in every]
         streams += [Stream("priorities", b, tuple(every), "zmq") for b in buffers]
     else:  # any actor to any of a policy's trainers, each segment with the leave of the trainer it goes to
@@ -217,7 +240,7 @@ def parameter_tree(root: str, subscribers: tuple[str, ...], fanout: int) -> list
     (k+1)*fanout .. (k+2)*fanout-1. Depth grows as log(N) while what the root sends stays bounded."""
     tree = [(root, subscribers[:fanout])]
     for k, relay in enumerate(subscribers):
-        children = subscribers[(k + 1) * fanout:(k + 2) * fanout]
+        children = subscribers[(k + 1) * fanout : (k + 2) * fanout]
         if not children:
             break
         tree.append((relay, children))

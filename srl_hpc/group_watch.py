@@ -13,6 +13,7 @@ run has ended (summary.json) or srun has. When one has ended badly it says so on
 its checkpoint. Only the standard library and squeue/scancel: it runs in the batch step, in the workers' image
 with apptainer.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,18 @@ TIMEOUT = 60.0  # seconds squeue may take to answer
 PREFIX = "group_watch:"  # starts each line it writes on its job's output
 ENDING = f"{PREFIX} ending this job:"  # starts the line that says why it cancelled its job (`said`)
 # Slurm job states in which a job has ended without its run (squeue %T)
-ENDED_BADLY = {"CANCELLED", "FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE", "TIMEOUT",
-               "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
+ENDED_BADLY = {
+    "CANCELLED",
+    "FAILED",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "OUT_OF_MEMORY",
+    "DEADLINE",
+    "TIMEOUT",
+    "PREEMPTED",
+    "REVOKED",
+    "SPECIAL_EXIT",
+}
 
 
 def others(record: dict, job_id: str) -> dict[str, str] | None:
@@ -43,8 +54,14 @@ def others(record: dict, job_id: str) -> dict[str, str] | None:
 def first_ended_badly(squeue: str, jobs: dict[str, str]) -> tuple[str, str] | None:
     """(job id, state) of the first of `jobs` that squeue's `%i|%T` lines say ended badly, in group order."""
     states = dict(line.strip().split("|", 1) for line in squeue.splitlines() if "|" in line)
-    return next(((job, states[job].split()[0]) for job in jobs
-                 if states.get(job, "").split()[:1] and states[job].split()[0] in ENDED_BADLY), None)
+    return next(
+        (
+            (job, states[job].split()[0])
+            for job in jobs
+            if states.get(job, "").split()[:1] and states[job].split()[0] in ENDED_BADLY
+        ),
+        None,
+    )
 
 
 def said(output: Path) -> str | None:
@@ -53,7 +70,7 @@ def said(output: Path) -> str | None:
         lines = output.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    return next((line[len(ENDING):].strip() for line in lines if line.startswith(ENDING)), None)
+    return next((line[len(ENDING) :].strip() for line in lines if line.startswith(ENDING)), None)
 
 
 def watch(run: RunDir, job_id: str, group: str, srun_alive, interval: float = INTERVAL) -> str | None:
@@ -71,21 +88,28 @@ def watch(run: RunDir, job_id: str, group: str, srun_alive, interval: float = IN
             except (OSError, ValueError):
                 continue  # not yet written
             if jobs is None:
-                print(f"{PREFIX} {run.slurm} does not list job {job_id}: not watching the other groups' jobs",
-                      flush=True)
+                print(
+                    f"{PREFIX} {run.slurm} does not list job {job_id}: not watching the other groups' jobs", flush=True
+                )
                 return None
             if not jobs:
                 return None
         try:
-            out = subprocess.run(["squeue", "-h", "--states=all", "-j", ",".join(jobs), "-o", "%i|%T"],
-                                 capture_output=True, text=True, timeout=TIMEOUT).stdout
+            out = subprocess.run(
+                ["squeue", "-h", "--states=all", "-j", ",".join(jobs), "-o", "%i|%T"],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):  # Slurm did not answer: ask again later
             continue
         ended = first_ended_badly(out, jobs)
         if ended is not None and not run.summary.exists():
             job, state = ended
-            line = (f"group {jobs[job]}'s job {job} ended {state} before the run did; cancelling group {group}'s "
-                    f"job {job_id}")
+            line = (
+                f"group {jobs[job]}'s job {job} ended {state} before the run did; cancelling group {group}'s "
+                f"job {job_id}"
+            )
             print(f"{ENDING} {line}", flush=True)
             subprocess.run(["scancel", job_id], capture_output=True, timeout=TIMEOUT)
             return line

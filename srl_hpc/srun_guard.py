@@ -19,6 +19,7 @@ no step is left, it kills srun and exits 0: the job script then takes the run's 
 It exits 1 when srun ends by itself, and at once, saying so, where it cannot ask: in a container image
 without `squeue` (the job's status is then srun's, as when srun ends by itself).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,9 +83,11 @@ def guard(run: RunDir, srun_pid: int, job_id: str, grace: float = GRACE, interva
             continue
         answers_without_step = 0 if left else answers_without_step + 1
         if answers_without_step >= 2 and alive(srun_pid):
-            print(f"srun_guard: srun (pid {srun_pid}) still running {now - ended_at:.0f}s after the run ended, "
-                  f"and job {job_id} has no step left (a known Slurm 22.05 hang after a het step); ending it",
-                  flush=True)
+            print(
+                f"srun_guard: srun (pid {srun_pid}) still running {now - ended_at:.0f}s after the run ended, "
+                f"and job {job_id} has no step left (a known Slurm 22.05 hang after a het step); ending it",
+                flush=True,
+            )
             os.kill(srun_pid, signal.SIGKILL)
             return True
     return False
@@ -94,8 +97,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.srun_guard", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("srun_pid", type=int)
-    parser.add_argument("--group", help="slurm.layout: jobs: the group this job runs; its workers' start-up is "
-                                        "watched, and this job is cancelled once another group's has ended badly")
+    parser.add_argument(
+        "--group",
+        help="slurm.layout: jobs: the group this job runs; its workers' start-up is "
+        "watched, and this job is cancelled once another group's has ended badly",
+    )
     parser.add_argument("--grace", type=float, default=GRACE, help=f"seconds after the summary (default {GRACE:.0f})")
     parser.add_argument("--interval", type=float, default=INTERVAL, help="seconds between squeue calls")
     args = parser.parse_args(argv)
@@ -105,15 +111,22 @@ def main(argv=None) -> int:
     run = RunDir(args.run_dir)
     can_guard = shutil.which("squeue") is not None
     if not can_guard:  # on stdout: the job's slurm-%j.out
-        print("srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
-              "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit" +
-              ("; should another group's job end, this group's workers wait for the rendezvous' timeout"
-               if args.group else ""), flush=True)
+        print(
+            "srun_guard: cannot end a hung srun: `squeue` is not found here (not in the container image?); "
+            "should srun hang after the run has ended, the job holds its nodes until scancel or its time limit"
+            + (
+                "; should another group's job end, this group's workers wait for the rendezvous' timeout"
+                if args.group
+                else ""
+            ),
+            flush=True,
+        )
     srun_running = lambda: alive(args.srun_pid)  # noqa: E731
     siblings = None
     if args.group and can_guard:  # the jobs layout: the other groups' jobs, until the run or srun has ended
-        siblings = threading.Thread(target=group_watch.watch, daemon=True,
-                                    args=(run, job_id, args.group, srun_running, args.interval))
+        siblings = threading.Thread(
+            target=group_watch.watch, daemon=True, args=(run, job_id, args.group, srun_running, args.interval)
+        )
         siblings.start()
     if not run.summary.exists():
         graph = wiring.build(config.load(run.experiment))

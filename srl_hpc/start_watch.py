@@ -9,6 +9,7 @@ the dead task's behalf, naming its worker. Workers still inside MPI_Init's fence
 before it never joins) cannot see the barrier: if srun has not ended a few seconds later, the watch ends it
 (SIGTERM, which srun passes to every task; before the rendezvous nothing is lost).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,14 @@ def het_groups(group_sizes: list[int], env, hostnames) -> list[tuple[list[str], 
     return [(hostnames(env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{k}", "")), first) for k, first in enumerate(firsts)]
 
 
-def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = INTERVAL,
-          groups: list[tuple[list[str], int]] = ()) -> str | None:
+def watch(
+    run: RunDir,
+    names: list[str],
+    output: Path,
+    alive,
+    interval: float = INTERVAL,
+    groups: list[tuple[list[str], int]] = (),
+) -> str | None:
     """Until the barrier has said go (or srun or the run has ended: `alive()` false, a summary), abandon the
     barrier for the first task srun reports dead. Returns that worker's name, or None. Lines before the current
     attempt's marker (a requeued job's output holds its earlier attempts') are not this attempt's."""
@@ -83,8 +90,11 @@ def watch(run: RunDir, names: list[str], output: Path, alive, interval: float = 
             task = global_task(node, task, list(groups))
             if task is None or not 0 <= task < len(names):
                 continue
-            print(f"start_watch: task {task} ({names[task]}) on {node} ended before the rendezvous ({why}); the "
-                  f"other workers stop waiting for it", flush=True)
+            print(
+                f"start_watch: task {task} ({names[task]}) on {node} ended before the rendezvous ({why}); the "
+                f"other workers stop waiting for it",
+                flush=True,
+            )
             FileBarrier(run, names, names[task]).abandon()
             return names[task]
     return None
@@ -97,7 +107,10 @@ def end_srun_if_stuck(srun_pid: int, alive, grace: float = GRACE) -> bool:
         time.sleep(0.5)
     if not alive():
         return False
-    print(f"start_watch: srun (pid {srun_pid}) still runs {grace:.0f}s after the abandon (workers waiting inside "
-          f"MPI_Init cannot see it); ending it", flush=True)
+    print(
+        f"start_watch: srun (pid {srun_pid}) still runs {grace:.0f}s after the abandon (workers waiting inside "
+        f"MPI_Init cannot see it); ending it",
+        flush=True,
+    )
     os.kill(srun_pid, signal.SIGTERM)
     return True

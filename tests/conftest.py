@@ -78,12 +78,14 @@ class Output:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line {what} within {timeout:g}s; the output so far:\n"
-                                     f"{self.text[-6000:]}") from None
+                raise AssertionError(
+                    f"no line {what} within {timeout:g}s; the output so far:\n{self.text[-6000:]}"
+                ) from None
             if line is None:
                 self._lines.put(None)  # ended for every later call too
-                raise AssertionError(f"the output ended (exit {self.proc.poll()}) before a line {what}:\n"
-                                     f"{self.text[-6000:]}")
+                raise AssertionError(
+                    f"the output ended (exit {self.proc.poll()}) before a line {what}:\n{self.text[-6000:]}"
+                )
             self.seen.append(line)
             if test(line):
                 return line
@@ -97,8 +99,9 @@ class Output:
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the process ran past {timeout:g}s; its output so far:\n"
-                                 f"{self.text[-6000:]}") from None
+            raise AssertionError(
+                f"the process ran past {timeout:g}s; its output so far:\n{self.text[-6000:]}"
+            ) from None
         self._reader.join(timeout=30)
         while not self._lines.empty():
             line = self._lines.get()
@@ -136,8 +139,10 @@ def tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
 
     events = EventAccumulator(str(directory), size_guidance={"tensors": 0})  # 0: keep every point
     events.Reload()
-    return {tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
-            for tag in events.Tags()["tensors"]}
+    return {
+        tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+        for tag in events.Tags()["tensors"]
+    }
 
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:
@@ -165,8 +170,12 @@ def nothing_left_running(request):
         return
     records = [json.loads(p.read_text()) for p in tmp.rglob("slurm.json")]
     jobs = [job for r in records for job in (r.get("job_id"), *r.get("groups", {}).values())]  # (slurm.layout: jobs)
-    jobs += [m["job_id"].split("_")[0] for p in tmp.rglob("sweep.json")
-             for m in json.loads(p.read_text()).get("members", []) if m.get("job_id")]
+    jobs += [
+        m["job_id"].split("_")[0]
+        for p in tmp.rglob("sweep.json")
+        for m in json.loads(p.read_text()).get("members", [])
+        if m.get("job_id")
+    ]
     if any(jobs) and shutil.which("scancel"):  # (a test that faked its jobs on a machine without Slurm: none to cancel)
         subprocess.run(["scancel", *{str(j) for j in jobs if j}], capture_output=True, timeout=30)
     for pid, _ in processes_mentioning(str(tmp)):
@@ -200,8 +209,12 @@ def nolock_env(tmp_path):
     if compiler is None:
         pytest.skip("no C compiler (cc, gcc or clang) to build tests/nolock_shim.c, the lock-refusing shim")
     shim = tmp_path / "nolock.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(shim), str(ROOT / "tests" / "nolock_shim.c"), "-ldl"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(shim), str(ROOT / "tests" / "nolock_shim.c"), "-ldl"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     env = dict(os.environ, LD_PRELOAD=str(shim), NOLOCK_PREFIX=str(tmp_path))
     env.pop("HDF5_USE_FILE_LOCKING", None)  # it would override what the code asks for
     return env
@@ -212,8 +225,12 @@ def contract_of(envs, algorithm: str = "ppo", state_size: int = 0):
     from srl_hpc.algorithm_spec import SPECS
     from srl_hpc.streams.contract import ActionContract, Contract, ObsContract
 
-    return Contract(ObsContract(envs.single_observation_space), ActionContract(envs.single_action_space),
-                    SPECS[algorithm], state_size)
+    return Contract(
+        ObsContract(envs.single_observation_space),
+        ActionContract(envs.single_action_space),
+        SPECS[algorithm],
+        state_size,
+    )
 
 
 # ------------------------------------------------------------------ the Slurm tier (@pytest.mark.slurm)
@@ -255,6 +272,7 @@ def pytest_collection_modifyitems(config, items):
 
 # ------------------------------------------------------------------ Slurm, real and faked
 
+
 @pytest.fixture
 def fake_bin(tmp_path, monkeypatch):
     """fake_bin(name, body): an executable `name` running the shell `body`, found before the real one."""
@@ -267,6 +285,7 @@ def fake_bin(tmp_path, monkeypatch):
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(0o755)
         return path
+
     return make
 
 
@@ -276,8 +295,18 @@ def slurm_run(tmp_path, status_="succeeded", job_id="100", chain=()) -> RunDir:
     run.slurm.write_text(json.dumps({"job_id": job_id, "command": "test", **({"chain": list(chain)} if chain else {})}))
     run.log("controller/0").write_text("progress line\n")
     if status_ is not None:
-        run.summary.write_text(json.dumps({"status": status_, "reason": "wall time reached: 5s", "wall_time": 5.0,
-                                           "env_frames": 1000, "frames_consumed": 900, "policy_version": 3}))
+        run.summary.write_text(
+            json.dumps(
+                {
+                    "status": status_,
+                    "reason": "wall time reached: 5s",
+                    "wall_time": 5.0,
+                    "env_frames": 1000,
+                    "frames_consumed": 900,
+                    "policy_version": 3,
+                }
+            )
+        )
     return run
 
 
@@ -313,8 +342,10 @@ def srl(*args, timeout=300):
         if "--run-dir" not in args:
             raise
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(f"srl-launch {' '.join(args)} ran past {timeout}s; its output:\n{out[-3000:]}\n"
-                             f"{where_it_hangs(Path(args[args.index('--run-dir') + 1]))}") from None
+        raise AssertionError(
+            f"srl-launch {' '.join(args)} ran past {timeout}s; its output:\n{out[-3000:]}\n"
+            f"{where_it_hangs(Path(args[args.index('--run-dir') + 1]))}"
+        ) from None
 
 
 def where_it_hangs(run_dir: Path) -> str:
@@ -323,8 +354,11 @@ def where_it_hangs(run_dir: Path) -> str:
     lines, job_id = [], None
     if (run_dir / "slurm.json").exists():
         job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
-        lines.append(subprocess.run(["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True,
-                                    timeout=60).stdout)
+        lines.append(
+            subprocess.run(
+                ["squeue", "-j", job_id, "-o", "%i %T %R"], capture_output=True, text=True, timeout=60
+            ).stdout
+        )
     left = processes_mentioning(str(run_dir))
     lines += [f"left: {pid} {cmd}" for pid, cmd in left]
     for pid, cmd in left:
@@ -332,8 +366,12 @@ def where_it_hangs(run_dir: Path) -> str:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGABRT)
     with contextlib.suppress(AssertionError):  # workers whose stacks take longer are reported as still there
-        wait_until(lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))), 5,
-                   "the workers to write their stacks and end", interval=0.2)
+        wait_until(
+            lambda: not any("srl_hpc.worker" in c for _, c in processes_mentioning(str(run_dir))),
+            5,
+            "the workers to write their stacks and end",
+            interval=0.2,
+        )
     if job_id is not None:  # after the stacks: a scancel would first wind the workers down
         subprocess.run(["scancel", job_id], timeout=60)
     for log in sorted((run_dir / "logs").glob("*.log")):
@@ -350,5 +388,10 @@ def het_nodes(job_id):
 
 def no_process_left(run_dir, timeout=30):
     """Every process of the job ends; if one does not, the failure lists the ones left (pid, command line)."""
-    wait_until(lambda: not processes_mentioning(str(run_dir)), timeout, "the job's processes to end",
-               lambda: f"still running: {processes_mentioning(str(run_dir))}", interval=0.5)
+    wait_until(
+        lambda: not processes_mentioning(str(run_dir)),
+        timeout,
+        "the job's processes to end",
+        lambda: f"still running: {processes_mentioning(str(run_dir))}",
+        interval=0.5,
+    )

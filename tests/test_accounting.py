@@ -1,6 +1,7 @@
 """The cluster's configuration and the user's QOS and association limits, read from recorded `scontrol`,
 `sacctmgr` and `squeue` text (the project's local Slurm with accounting), and the refusal of a run whose
 jobs they would not take or not run at once. The real refusal is in test_layout_jobs.py (marked slurm)."""
+
 import os
 import pwd
 import sys
@@ -50,8 +51,13 @@ def make(text=EXPERIMENT, *overrides):
 
 
 def limits(associations=ASSOCIATIONS, qos=QOS, queue=""):
-    return accounting.Limits("root", "srl-local", tuple(accounting.parse_associations(associations)),
-                             accounting.parse_qos(qos), tuple(accounting.parse_queue(queue)))
+    return accounting.Limits(
+        "root",
+        "srl-local",
+        tuple(accounting.parse_associations(associations)),
+        accounting.parse_qos(qos),
+        tuple(accounting.parse_queue(queue)),
+    )
 
 
 def test_the_config_gives_the_settings_that_decide_what_is_checked():
@@ -74,17 +80,26 @@ def test_the_config_gives_the_settings_that_decide_what_is_checked():
 
 def test_associations_qos_and_queue_are_parsed_from_sacctmgr_and_squeue():
     rl, own = accounting.parse_associations(ASSOCIATIONS)
-    assert (rl.default_account, rl.cluster, rl.account, rl.partition, rl.qos) == \
-        ("rl", "srl-local", "rl", "", ("normal", "small"))
+    assert (rl.default_account, rl.cluster, rl.account, rl.partition, rl.qos) == (
+        "rl",
+        "srl-local",
+        "rl",
+        "",
+        ("normal", "small"),
+    )
     assert (rl.default_qos, rl.max_jobs, rl.max_submit, own.account) == ("", None, None, "root")
-    assert accounting.parse_qos(QOS) == {"normal": accounting.Qos("normal", None, None),
-                                         "small": accounting.Qos("small", 2, 3)}
+    assert accounting.parse_qos(QOS) == {
+        "normal": accounting.Qos("normal", None, None),
+        "small": accounting.Qos("small", 2, 3),
+    }
     queue = accounting.parse_queue(QUEUE + "garbage\n")
     assert [q.qos for q in queue] == ["small", "normal", "normal", "normal"]  # each het component a job
 
 
-@pytest.mark.parametrize("layout, counted", [("hetjob", "each component of the het job counts as a job"),
-                                             ("jobs", "one job per group, slurm.layout: jobs")])
+@pytest.mark.parametrize(
+    "layout, counted",
+    [("hetjob", "each component of the het job counts as a job"), ("jobs", "one job per group, slurm.layout: jobs")],
+)
 def test_a_qos_that_runs_fewer_jobs_than_the_run_has_groups_is_refused_naming_it(layout, counted):
     problems = accounting.limit_problems(make(EXPERIMENT, f"slurm.layout={layout}"), limits())
     assert len(problems) == 1
@@ -119,8 +134,10 @@ def test_the_default_qos_and_a_partitions_own_association_apply():
     assert text.startswith("QOS 'small' runs at most 2")
     per_partition = ASSOCIATIONS + "root|rl|srl-local|rl|gpu|normal|||1\n"  # MaxSubmit 1 on gpu
     (text,) = accounting.limit_problems(make(EXPERIMENT, "slurm.qos=normal"), limits(per_partition))
-    assert text.startswith("your association with account 'rl' in partition 'gpu' takes at most 1 of your jobs "
-                           "in the queue (MaxSubmitJobs); you have none there, and this run needs 2 jobs")
+    assert text.startswith(
+        "your association with account 'rl' in partition 'gpu' takes at most 1 of your jobs "
+        "in the queue (MaxSubmitJobs); you have none there, and this run needs 2 jobs"
+    )
     assert "trainer, policy)" in text
     # a queued job counts toward the association it runs under: the gpu one's, not the account's for every partition
     queued = limits(per_partition, queue=QUEUE)
@@ -163,6 +180,7 @@ def test_prepare_refuses_before_anything_is_submitted(tmp_path, small_qos_cluste
     with pytest.raises(plan.PlanError, match="QOS 'small' runs at most 2 of your jobs at once"):
         slurm.prepare(config.loads(EXPERIMENT), tmp_path / "run", sys.executable, "test")
     assert not (tmp_path / "run").exists()
-    ok = slurm.prepare(config.loads(EXPERIMENT.replace("qos: small", "qos: normal")), tmp_path / "run",
-                       sys.executable, "test")
+    ok = slurm.prepare(
+        config.loads(EXPERIMENT.replace("qos: small", "qos: normal")), tmp_path / "run", sys.executable, "test"
+    )
     assert ok.checked is None and "--qos=normal" in ok.script

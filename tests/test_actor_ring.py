@@ -1,5 +1,6 @@
 """The environment ring: groups are served round-robin, each stepped while the others wait for actions,
 and segments carry the right bootstrap values across termination and truncation."""
+
 import gymnasium
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from srl_hpc.worker.process import Worker
 
 class Counter(gymnasium.Env):
     """obs = [steps so far in the episode]; terminates after `terminate_at` steps (if set)."""
+
     observation_space = gymnasium.spaces.Box(0, 1000, (1,), np.float32)
     action_space = gymnasium.spaces.Discrete(2)
 
@@ -82,8 +84,10 @@ def test_segments_bootstrap_across_termination_and_truncation():
 
 @pytest.fixture
 def actor(tmp_path):
-    exp = config.loads("name: ring\nstop: {wall_time: 1}\nmonitor: {trace: false}\n"
-                       "workers: {actor: {count: 1, ring_size: 6, inference_splits: 3, segment_length: 4}}\n")
+    exp = config.loads(
+        "name: ring\nstop: {wall_time: 1}\nmonitor: {trace: false}\n"
+        "workers: {actor: {count: 1, ring_size: 6, inference_splits: 3, segment_length: 4}}\n"
+    )
     write_run_keys(RunDir(tmp_path))
     worker = Worker(exp, graph.build(exp), "actor/0", tmp_path)
     actor = worker.handlers["actor"]
@@ -102,8 +106,11 @@ def actor(tmp_path):
 
 def answer(server, req, version=0):
     n = len(req.obs)
-    server.reply(req, {"version": version}, {"actions": np.zeros(n, np.int64), "logp": np.zeros(n, np.float32),
-                                             "values": np.zeros(n, np.float32)})
+    server.reply(
+        req,
+        {"version": version},
+        {"actions": np.zeros(n, np.int64), "logp": np.zeros(n, np.float32), "values": np.zeros(n, np.float32)},
+    )
 
 
 def test_ring_is_served_round_robin_while_other_groups_wait(actor):

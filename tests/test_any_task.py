@@ -1,6 +1,7 @@
 """Any task end to end, with real workers: Box actions (Pendulum), MultiDiscrete actions, Dict observations
 and action masks (tic-tac-toe, whose env refuses a masked move: a worker that sent one would fail the run),
 locally and as one het job on the project's local Slurm."""
+
 import json
 import re
 import subprocess
@@ -18,24 +19,41 @@ def launch(name: str, run_dir, *overrides: str, slurm: bool = False, timeout: in
     """A shipped experiment with `overrides` to its end; its summary, once it succeeded with every frame counted."""
     sets = [arg for override in overrides for arg in ("--set", override)]
     mode = ["--slurm", "--follow"] if slurm else []
-    proc = subprocess.run([script("srl-launch"), str(EXPERIMENTS / f"{name}.yaml"), *mode, "--run-dir", str(run_dir),
-                           *sets], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [script("srl-launch"), str(EXPERIMENTS / f"{name}.yaml"), *mode, "--run-dir", str(run_dir), *sets],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded", summary
-    assert (summary["frames_sent"] == summary["frames_received"]
-            == summary["frames_consumed"] + summary["frames_dropped"])
+    assert (
+        summary["frames_sent"] == summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"]
+    )
     return summary
 
 
 @pytest.mark.e2e
 def test_box_actions_learn_pendulum_and_greedy_evaluation_and_enjoy_play_them(tmp_path):
     run_dir = tmp_path / "run"
-    summary = launch("pendulum_ppo", run_dir, "stop.target_return=null", "stop.target_eval_return=-400",
-                     "stop.wall_time=240", "workers.eval.count=1", "workers.eval.interval=5", "workers.eval.episodes=4")
+    summary = launch(
+        "pendulum_ppo",
+        run_dir,
+        "stop.target_return=null",
+        "stop.target_eval_return=-400",
+        "stop.wall_time=240",
+        "workers.eval.count=1",
+        "workers.eval.interval=5",
+        "workers.eval.episodes=4",
+    )
     assert summary["reason"].startswith("evaluation target reached"), summary["reason"]  # random play: about -1200
-    proc = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--episodes", "3", "--greedy"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [script("srl-launch"), "enjoy", str(run_dir), "--episodes", "3", "--greedy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     returns = [float(r) for r in re.findall(r"episode \d+: return (-?[\d.]+)", proc.stdout)]
     assert len(returns) == 3 and np.mean(returns) > -800, proc.stdout
@@ -55,8 +73,13 @@ def test_dict_observations_learn_cartpole(tmp_path):
 
 @pytest.mark.e2e
 def test_masked_actions_learn_tictactoe_and_no_masked_move_reaches_the_env(tmp_path):
-    summary = launch("tictactoe_masked_ppo", tmp_path / "run", "stop.target_return=0.8", "stop.return_window=200",
-                     "stop.wall_time=150")
+    summary = launch(
+        "tictactoe_masked_ppo",
+        tmp_path / "run",
+        "stop.target_return=0.8",
+        "stop.return_window=200",
+        "stop.wall_time=150",
+    )
     assert summary["reason"].startswith("target reached"), summary["reason"]  # random play: about 0.3
 
 
@@ -73,8 +96,15 @@ def test_the_tictactoe_env_refuses_a_masked_move():
 @pytest.mark.slurm
 def test_dict_observations_with_an_action_mask_train_as_one_het_job(tmp_path):
     run_dir = tmp_path / "run"
-    summary = launch("tictactoe_masked_ppo", run_dir, "stop.target_return=0.6", "stop.return_window=200",
-                     "stop.wall_time=120", slurm=True, timeout=400)
+    summary = launch(
+        "tictactoe_masked_ppo",
+        run_dir,
+        "stop.target_return=0.6",
+        "stop.return_window=200",
+        "stop.wall_time=120",
+        slurm=True,
+        timeout=400,
+    )
     assert summary["reason"].startswith("target reached"), summary["reason"]
     table = json.loads((run_dir / "workers.json").read_text())
     assert len({w["node"] for w in table.values()}) > 1  # across the local cluster's hosts
@@ -108,11 +138,15 @@ def test_a_mask_in_the_envs_info_joins_the_observation_and_only_legal_moves_are_
             obs, _ = env.reset()
 
 
-@pytest.mark.parametrize("names, overrides", [
-    (("tictactoe_masked_ppo",), ("workers.placement=impala", "workers.policy.count=0")),
-    (("pendulum_ppo",), ("workers.placement=seed", "workers.policy.count=0")),
-    (("pendulum_ppo", "tictactoe_masked_ppo"), ("workers.actor.inference_transport=zmq",)),
-], ids=["impala", "seed", "zmq"])  # (the srl placement over shared memory: the tests above)
+@pytest.mark.parametrize(
+    "names, overrides",
+    [
+        (("tictactoe_masked_ppo",), ("workers.placement=impala", "workers.policy.count=0")),
+        (("pendulum_ppo",), ("workers.placement=seed", "workers.policy.count=0")),
+        (("pendulum_ppo", "tictactoe_masked_ppo"), ("workers.actor.inference_transport=zmq",)),
+    ],
+    ids=["impala", "seed", "zmq"],
+)  # (the srl placement over shared memory: the tests above)
 @pytest.mark.e2e
 def test_box_actions_and_masked_dict_observations_run_in_every_placement_and_transport(tmp_path, names, overrides):
     for name in names:
@@ -133,5 +167,8 @@ def test_data_parallel_trainers_merge_their_observation_statistics_and_stay_iden
     assert checksums[0] == checksums[1]  # weights and statistics, bit for bit
     model = torch.load(run_dir / "checkpoints" / "latest.pt", map_location="cpu")["model"]
     # every observation either trainer trained on, once: the statistics of all the data
-    assert (model["torso.normalize.count"].item() == model["critic_torso.normalize.count"].item()
-            == summary["frames_consumed"])
+    assert (
+        model["torso.normalize.count"].item()
+        == model["critic_torso.normalize.count"].item()
+        == summary["frames_consumed"]
+    )

@@ -4,6 +4,7 @@ shows it, around episode ends too, and the same experiment learns under either.
 What an actor reads from a step (handlers/actor.py, RingGroup.observe): the observations; the rewards;
 `terminated`, which zeroes the step's bootstrap value; `terminated | truncated`, which makes the next step
 an auto-reset step (valid=False, its reward and action ignored)."""
+
 import importlib.util
 import json
 import subprocess
@@ -16,13 +17,17 @@ from conftest import ROOT, script
 from srl_hpc import config
 from srl_hpc.envs.backends import make_env_group
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("envpool") is None,
-                                reason="envpool is not installed (pip install '.[envpool]'; make test-install does it)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("envpool") is None,
+    reason="envpool is not installed (pip install '.[envpool]'; make test-install does it)",
+)
 
 # fixed policies that end episodes by termination: CartPole always pushes left (the pole falls in ~10 steps),
 # Acrobot pumps energy with the second joint's velocity (the goal in ~70-110 steps)
-ENDING_POLICIES = {"CartPole-v1": lambda obs: np.zeros(len(obs), np.int64),
-                   "Acrobot-v1": lambda obs: np.where(obs[:, 5] > 0, 2, 0).astype(np.int64)}
+ENDING_POLICIES = {
+    "CartPole-v1": lambda obs: np.zeros(len(obs), np.int64),
+    "Acrobot-v1": lambda obs: np.where(obs[:, 5] > 0, 2, 0).astype(np.int64),
+}
 
 
 def group(env_id: str, backend: str, n: int, seed: int, **kwargs):
@@ -121,8 +126,9 @@ def test_each_envpool_acrobot_step_is_gymnasiums_step_from_the_same_state():
         actions = np.where(rng.random(2) < 0.8, ENDING_POLICIES["Acrobot-v1"](obs), rng.integers(0, 3, 2))
         expected = []
         for i in range(2):
-            reference.state = np.array([np.arctan2(obs[i, 1], obs[i, 0]), np.arctan2(obs[i, 3], obs[i, 2]),
-                                        obs[i, 4], obs[i, 5]], np.float64)
+            reference.state = np.array(
+                [np.arctan2(obs[i, 1], obs[i, 0]), np.arctan2(obs[i, 3], obs[i, 2]), obs[i, 4], obs[i, 5]], np.float64
+            )
             expected.append(reference.step(int(actions[i]))[:3])
         next_obs, reward, terminated, truncated, _ = envs.step(actions)
         for i in np.flatnonzero(~resetting & ~truncated):
@@ -144,10 +150,23 @@ ACROBOT_FRAME_BOUND = 600_000
 @pytest.mark.e2e
 def test_acrobot_reaches_its_target_within_a_frame_bound_under_each_backend(tmp_path, backend):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"),
-                           "--run-dir", str(run_dir),
-                           "--set", f"env.backend={backend}", "--set", f"stop.env_frames={ACROBOT_FRAME_BOUND}",
-                           "--set", "stop.wall_time=150"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "acrobot_ppo.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            f"env.backend={backend}",
+            "--set",
+            f"stop.env_frames={ACROBOT_FRAME_BOUND}",
+            "--set",
+            "stop.wall_time=150",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached"), summary

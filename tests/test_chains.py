@@ -1,6 +1,7 @@
 """Continuation jobs (`resume --after/--chain`), without a cluster: the sbatch dependencies, the run's jobs
 in slurm.json, and the rendered job script's continuation lines run by bash with a fake srun. The real
 chain is test_slurm_waiting's."""
+
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ SINFO = "\n".join(f"n{k}|{p}|16|16000|(null)" for k in range(1, 5) for p in ("cp
 
 
 # -------------------------------------------------------------------------------- continuation jobs
+
 
 @pytest.fixture
 def cluster(monkeypatch):
@@ -72,22 +74,26 @@ def continuation_script(tmp_path, monkeypatch, overrides=()) -> Path:
     return script
 
 
-@pytest.mark.parametrize("summary, restarts, code, attempt", [
-    ("succeeded", 0, 0, None),  # the run already ended by itself: no training again
-    ("failed", 0, 1, None),
-    ("cancelled", 0, 0, 2),  # stopped at its time limit: the next attempt, from the checkpoint
-    (None, 0, 0, 2),  # killed before it could write a summary
-    ("cancelled", 1, 0, 2),  # a continuation Slurm requeued: the script's own requeue lines move on, once
-])
-def test_a_continuation_job_is_the_next_attempt_of_its_run_unless_the_run_has_ended(tmp_path, monkeypatch, fake_bin,
-                                                                                     summary, restarts, code, attempt):
+@pytest.mark.parametrize(
+    "summary, restarts, code, attempt",
+    [
+        ("succeeded", 0, 0, None),  # the run already ended by itself: no training again
+        ("failed", 0, 1, None),
+        ("cancelled", 0, 0, 2),  # stopped at its time limit: the next attempt, from the checkpoint
+        (None, 0, 0, 2),  # killed before it could write a summary
+        ("cancelled", 1, 0, 2),  # a continuation Slurm requeued: the script's own requeue lines move on, once
+    ],
+)
+def test_a_continuation_job_is_the_next_attempt_of_its_run_unless_the_run_has_ended(
+    tmp_path, monkeypatch, fake_bin, summary, restarts, code, attempt
+):
     script = continuation_script(tmp_path, monkeypatch)
     run = RunDir(tmp_path / "run")
     run.logs.mkdir(parents=True)
     if summary:
         run.summary.write_text(json.dumps({"status": summary}))
     seen = tmp_path / "srun.saw"
-    fake_bin("srun", f'cat {run.attempt_file} > {seen}')  # what the workers would find
+    fake_bin("srun", f"cat {run.attempt_file} > {seen}")  # what the workers would find
     env = {**os.environ, "SLURM_RESTART_COUNT": str(restarts)}
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == code, proc.stdout + proc.stderr
@@ -101,7 +107,12 @@ def test_a_continuation_job_is_the_next_attempt_of_its_run_unless_the_run_has_en
 
 def test_the_continuation_lines_run_after_the_setup_lines_and_before_the_workers(tmp_path, monkeypatch):
     text = continuation_script(tmp_path, monkeypatch, ["slurm.setup=[echo setup-line]"]).read_text()
-    assert text.index("\necho setup-line\n") < text.index("--outcome)\" in") < text.index("\nsrun ")
-    plain = slurm.prepare(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"), tmp_path / "run", sys.executable,
-                          "test", require_cluster=False).script
+    assert text.index("\necho setup-line\n") < text.index('--outcome)" in') < text.index("\nsrun ")
+    plain = slurm.prepare(
+        config.load(ROOT / "experiments" / "cartpole_ppo.yaml"),
+        tmp_path / "run",
+        sys.executable,
+        "test",
+        require_cluster=False,
+    ).script
     assert "a continuation" not in plain  # the job of a plain submit or resume is unchanged

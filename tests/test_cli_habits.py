@@ -1,5 +1,6 @@
 """srl-launch's habits: --version, a mistyped command or config key named with its correction, usage errors on
 stderr with exit code 2, `run` as an explicit subcommand, bare KEY=VALUE overrides, shell completion."""
+
 import os
 import subprocess
 
@@ -51,8 +52,10 @@ def test_validate_and_graph_take_several_files_and_the_runs_seed_and_overrides(c
 def test_switching_the_algorithm_with_set_starts_from_its_defaults():
     from srl_hpc import config
 
-    exp = config.with_overrides(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"),
-                                ["algorithm.name=dqn", "algorithm.n_step=5", "workers.buffer.count=1"])
+    exp = config.with_overrides(
+        config.load(ROOT / "experiments" / "cartpole_ppo.yaml"),
+        ["algorithm.name=dqn", "algorithm.n_step=5", "workers.buffer.count=1"],
+    )
     assert exp.algorithm.name == "dqn" and exp.algorithm.n_step == 5
     assert exp.algorithm.gamma == config.DQNConfig().gamma and exp.workers.actor.ring_size == 16  # the rest as the file
 
@@ -70,8 +73,10 @@ def test_switching_to_dqn_validates_and_brings_its_buffer_worker(capsys):
 def test_bare_key_value_words_are_set_overrides(capsys, tmp_path):
     """The same experiment prepared with --set and with bare KEY=VALUE words resolves to the same experiment."""
     resolved = []
-    for name, overrides in (("with-set", ["--set", "workers.actor.count=3", "--set", "seed=7"]),
-                            ("bare", ["workers.actor.count=3", "--run-dir", str(tmp_path / "bare"), "seed=7"])):
+    for name, overrides in (
+        ("with-set", ["--set", "workers.actor.count=3", "--set", "seed=7"]),
+        ("bare", ["workers.actor.count=3", "--run-dir", str(tmp_path / "bare"), "seed=7"]),
+    ):
         argv = ["prepare", CARTPOLE[0], *overrides]
         assert cli.main(argv if "--run-dir" in argv else [*argv, "--run-dir", str(tmp_path / name)]) == 0
         text = (tmp_path / name / "experiment.yaml").read_text()
@@ -88,8 +93,11 @@ def test_bare_key_value_words_are_set_overrides(capsys, tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "prepare", "validate", "graph"])
 def test_validate_graph_prepare_and_run_take_the_same_overrides(command):
-    args = common.parse(cli.PARSERS[command](), [CARTPOLE[0], "a.b=1", "--seed", "3", "--set", "c.d=2", "e=3"],
-                      many=command in ("validate", "graph"))
+    args = common.parse(
+        cli.PARSERS[command](),
+        [CARTPOLE[0], "a.b=1", "--seed", "3", "--set", "c.d=2", "e=3"],
+        many=command in ("validate", "graph"),
+    )
     assert args.seed == 3 and args.set == ["c.d=2", "a.b=1", "e=3"]  # --set ones first, then the bare ones
 
 
@@ -133,8 +141,15 @@ def complete(tool: str, line: str, tmp_path) -> list[str]:
     """What the shell's completion hook gets for `line` (the cursor at its end): the installed entry point run
     as bash runs it, its candidates read from _ARGCOMPLETE_STDOUT_FILENAME. Fails if completing imported torch."""
     out = tmp_path / "candidates"
-    env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
-           "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "PYTHONPROFILEIMPORTTIME": "1"}
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+        "PYTHONPROFILEIMPORTTIME": "1",
+    }
     done = subprocess.run([script(tool)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
@@ -147,7 +162,10 @@ def test_shell_completion_of_commands_and_their_options(tmp_path):
     assert complete("srl-launch", "srl-launch val", tmp_path) == ["validate"]
     assert complete("srl-launch", "srl-launch validate --s", tmp_path) == ["--seed", "--set"]
     assert complete("srl-launch", "srl-launch experiments/cartpole_ppo.yaml --se", tmp_path) == [
-        "--seed", "--seeds", "--set"]  # `run` left out, as it may be
+        "--seed",
+        "--seeds",
+        "--set",
+    ]  # `run` left out, as it may be
     assert complete("srl-trace", "srl-trace su", tmp_path) == ["summary"]
     assert complete("srl-trace", "srl-trace compare runs --", tmp_path) == ["--help", "--json"]
 

@@ -1,4 +1,5 @@
 """Experiment files: every class of bad input is reported with its key path and YAML line."""
+
 import pytest
 
 from srl_hpc import config
@@ -26,6 +27,7 @@ def test_defaults_fill_a_minimal_file():
 
 def test_shipped_experiments_validate(monkeypatch):
     from conftest import ROOT
+
     monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the user-code examples, as their files say
     for path in sorted((ROOT / "experiments").rglob("*.yaml")):
         config.load(path)
@@ -33,6 +35,7 @@ def test_shipped_experiments_validate(monkeypatch):
 
 def test_a_users_algorithm_is_imported_and_checked_at_validation(monkeypatch):
     from conftest import ROOT
+
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     exp = config.loads(GOOD + "algorithm:\n  name: my_a2c:A2CConfig\n  lr: 3.0e-4\n")
     assert type(exp.algorithm).__name__ == "A2CConfig" and exp.algorithm.lr == 3e-4
@@ -100,7 +103,8 @@ def test_an_evaluation_target_needs_evaluation_workers():
 def test_a_separate_critic_needs_a_built_in_actor_critic_model():
     assert ("model.separate_critic", 6) in problems(
         "name: t\nenv: {id: CartPole-v1}\nalgorithm: {name: dqn}\nworkers: {buffer: {count: 1}}\nstop: {wall_time: 1}\n"
-        "model: {separate_critic: true}\n")
+        "model: {separate_critic: true}\n"
+    )
     assert ("model.separate_critic", 8) in problems(GOOD + "model:\n  name: mine.models:Net\n  separate_critic: true\n")
 
 
@@ -155,7 +159,8 @@ def test_placements():
     assert ("workers.policy.count", 6) in problems(GOOD + "workers:\n  placement: impala\n")
     assert ("workers.policy.count", 8) in problems(GOOD + "workers:\n  policy:\n    count: 0\n")
     assert ("workers.policy.device", 8) in problems(
-        GOOD + "workers:\n  placement: seed\n  policy: {count: 0, device: cuda}\n")
+        GOOD + "workers:\n  placement: seed\n  policy: {count: 0, device: cuda}\n"
+    )
 
 
 def test_overrides_are_validated_and_named_by_key():
@@ -184,23 +189,26 @@ def test_several_policies_are_checked_by_key_and_line():
     found = problems(tag + "workers: {placement: impala, policy: {count: 0}, eval: {count: 1}}\n")
     assert "policy workers of their own" in found[("workers.placement", 7)]
     assert "evaluation workers play one policy" in found[("workers.eval.count", 7)]
-    found = problems(tag.replace("{wall_time: 1}", "{target_return: 5}") + "algorithm: {name: dqn}\n"
-                     "workers: {buffer: {count: 1}}\n")
+    found = problems(
+        tag.replace("{wall_time: 1}", "{target_return: 5}") + "algorithm: {name: dqn}\nworkers: {buffer: {count: 1}}\n"
+    )
     assert "on-policy algorithms only" in found[("workers.buffer.count", 8)]
     assert "stop by env_frames or wall_time" in found[("stop.target_return", 3)]
 
 
 def test_apptainer_options_that_drop_the_slurm_variables_are_refused_naming_the_key_and_line():
     for option in ("--cleanenv", "-e", "--containall", "-C", "--cleanenv=true"):
-        found = problems(GOOD + "slurm:\n  container:\n    image: /images/srl.sif\n"
-                                f"    options: [--writable-tmpfs, '{option}']\n")
+        found = problems(
+            GOOD + f"slurm:\n  container:\n    image: /images/srl.sif\n    options: [--writable-tmpfs, '{option}']\n"
+        )
         message = found[("slurm.container.options", 9)]
         assert message.startswith(f"{option!r} ") and "SLURM_PROCID" in message and "--env NAME=VALUE" in message
     for options in ("[--writable-tmpfs, --cleanenv=false]", "[--contain]"):  # these keep the environment
         config.loads(GOOD + f"slurm:\n  container: {{image: /images/srl.sif, options: {options}}}\n")
     # to srun (pyxis) -e and -C are --error and --constraint
-    config.loads(GOOD + "slurm:\n  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', "
-                        "options: [-C, a100]}\n")
+    config.loads(
+        GOOD + "slurm:\n  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', options: [-C, a100]}\n"
+    )
 
 
 def test_threads_per_core_must_be_positive():

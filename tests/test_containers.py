@@ -1,5 +1,6 @@
 """Workers in a container image: what the batch script's own steps run in, and a guard that says where it cannot
 work (images without Slurm's commands)."""
+
 import os
 import subprocess
 import sys
@@ -8,8 +9,9 @@ from launcher import plan, render, slurm
 from srl_hpc import config
 
 RUN = "/scratch/runs/boxed"
-EXPERIMENT = ("stop: {wall_time: 60}\nworkers: {trainer: {device: cuda}}\n"
-              "slurm:\n  python: /usr/bin/python3\n  container: ")
+EXPERIMENT = (
+    "stop: {wall_time: 60}\nworkers: {trainer: {device: cuda}}\nslurm:\n  python: /usr/bin/python3\n  container: "
+)
 
 
 def boxed(container: str) -> plan.Plan:
@@ -35,8 +37,13 @@ def test_the_srun_guard_says_once_that_it_cannot_work_without_squeue_and_leaves_
     srun = subprocess.Popen(["sleep", "60"])  # stands in for a hung srun
     try:
         env = {**os.environ, "PATH": str(tmp_path), "SLURM_JOB_ID": "7"}  # as in an image without squeue
-        guard = subprocess.run([sys.executable, "-m", "srl_hpc.srun_guard", str(run), str(srun.pid), "--grace", "0"],
-                               capture_output=True, text=True, env=env, timeout=30)
+        guard = subprocess.run(
+            [sys.executable, "-m", "srl_hpc.srun_guard", str(run), str(srun.pid), "--grace", "0"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
         assert srun.poll() is None  # left alone
     finally:
         srun.kill()

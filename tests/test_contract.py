@@ -1,6 +1,7 @@
 """The message contract (srl_hpc/streams/contract.py): every supported space travels through the wire and
 through shared memory unchanged, receivers accept exactly what senders make, and the model reads a packed
 Dict observation back key by key."""
+
 import gymnasium
 import numpy as np
 import pytest
@@ -17,9 +18,14 @@ from srl_hpc.streams.inference import InferenceServer, ShmInferenceClient
 OBSERVATIONS = {
     "box": spaces.Box(-1, 1, (3,), np.float64),
     "image": spaces.Box(0, 255, (2, 6, 6), np.uint8),
-    "dict": spaces.Dict({"image": spaces.Box(0, 255, (2, 6, 6), np.uint8),
-                         "vector": spaces.Box(-5, 5, (3,), np.float32), "count": spaces.Discrete(7),
-                         "action_mask": spaces.Box(0, 1, (4,), np.int8)}),
+    "dict": spaces.Dict(
+        {
+            "image": spaces.Box(0, 255, (2, 6, 6), np.uint8),
+            "vector": spaces.Box(-5, 5, (3,), np.float32),
+            "count": spaces.Discrete(7),
+            "action_mask": spaces.Box(0, 1, (4,), np.int8),
+        }
+    ),
 }
 ACTIONS = {
     "discrete": spaces.Discrete(4),
@@ -37,8 +43,9 @@ def batch_of(space: gymnasium.Space, n: int, seed: int = 0):
 
 
 def contract(obs: str, action: str, state_size: int = 0, scale_rewards: bool = False) -> Contract:
-    return Contract(ObsContract(OBSERVATIONS[obs]), ActionContract(ACTIONS[action]), SPECS["ppo"], state_size,
-                    scale_rewards)
+    return Contract(
+        ObsContract(OBSERVATIONS[obs]), ActionContract(ACTIONS[action]), SPECS["ppo"], state_size, scale_rewards
+    )
 
 
 @pytest.mark.parametrize("obs", OBSERVATIONS)
@@ -99,8 +106,11 @@ def test_requests_and_replies_of_every_space_travel_through_shared_memory(tmp_pa
                 break
         (request,) = batch
         assert request.obs.dtype == c.obs.dtype and np.array_equal(request.obs, sent)
-        reply = {"actions": batch_of(ACTIONS[action], 3).astype(c.action.dtype), "logp": np.ones(3, np.float32),
-                 "values": np.full(3, 2.0, np.float32)}
+        reply = {
+            "actions": batch_of(ACTIONS[action], 3).astype(c.action.dtype),
+            "logp": np.ones(3, np.float32),
+            "values": np.full(3, 2.0, np.float32),
+        }
         server.reply(request, {"version": 1}, reply)
         got = client.wait(0, 5000)
         assert got is not None

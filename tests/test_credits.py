@@ -1,5 +1,6 @@
 """Flow control on the sample stream over real ZMQ sockets (loopback): a trainer's leave bounds what its actors
 send, whatever their number."""
+
 import zmq
 
 from conftest import wait_until
@@ -88,8 +89,12 @@ def test_asks_that_are_not_an_actors_want_are_counted_and_grant_nothing():
         ledger, _, _ = setup(ctx, n_actors=1, window=4)
         stranger = ctx.socket(zmq.DEALER)
         stranger.connect(loopback(ledger.socket))
-        for frames in (wire.pack("want", {"actor": "actor/9"}), wire.pack("want", {"actor": ["actor/0"]}),
-                       wire.pack("credit", {"actor": "actor/0"}), [b"not a message"]):
+        for frames in (
+            wire.pack("want", {"actor": "actor/9"}),
+            wire.pack("want", {"actor": ["actor/0"]}),
+            wire.pack("credit", {"actor": "actor/0"}),
+            [b"not a message"],
+        ):
             stranger.send_multipart(frames)
         until(lambda: ledger.serve() or ledger.malformed == 4, "the four asks to be read")
         assert ledger.outstanding == 0 and not ledger.waiting

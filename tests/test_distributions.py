@@ -1,5 +1,6 @@
 """Action distributions (srl_hpc/models/distributions.py) against torch.distributions, masks, and the
 running statistics of observation normalisation and reward scaling (srl_hpc/models/normalization.py)."""
+
 import numpy as np
 import pytest
 import torch
@@ -59,8 +60,9 @@ def test_masked_actions_are_never_sampled_and_carry_no_entropy():
 
 def test_statistics_merged_batch_by_batch_and_across_actors_equal_those_of_all_the_data():
     rng = np.random.default_rng(0)
-    parts = [rng.normal(loc, scale, size=(n, 3))
-             for loc, scale, n in ((5, 2, 100), (-3, 0.5, 7), (0, 10, 1000), (1, 1, 1))]
+    parts = [
+        rng.normal(loc, scale, size=(n, 3)) for loc, scale, n in ((5, 2, 100), (-3, 0.5, 7), (0, 10, 1000), (1, 1, 1))
+    ]
     stats = RunningMeanStd(3)
     for part in parts:  # as batches reach the trainer, from different actors
         stats.merge(moments(torch.from_numpy(part)))
@@ -68,8 +70,9 @@ def test_statistics_merged_batch_by_batch_and_across_actors_equal_those_of_all_t
     assert stats.count.item() == len(everything)
     assert np.allclose(stats.mean.numpy(), everything.mean(0)) and np.allclose(stats.var.numpy(), everything.var(0))
     grouped = RunningMeanStd(3)  # another grouping (two trainers' batches summed first) gives the same
-    grouped.merge(moments(torch.from_numpy(np.concatenate(parts[:2])))
-                  + moments(torch.from_numpy(np.concatenate(parts[2:]))))
+    grouped.merge(
+        moments(torch.from_numpy(np.concatenate(parts[:2]))) + moments(torch.from_numpy(np.concatenate(parts[2:])))
+    )
     assert np.allclose(grouped.mean.numpy(), stats.mean.numpy()) and np.allclose(grouped.var.numpy(), stats.var.numpy())
 
 

@@ -1,6 +1,7 @@
 """`srl-launch doctor`: the judgements one by one, then the command on this machine, with an environment
 broken one thing at a time (no mpi4py, a filesystem that refuses locks), and on a node of the local Slurm,
 whose hostname resolves to a loopback address as Debian's do."""
+
 import json
 import os
 import shutil
@@ -35,8 +36,13 @@ def reachable_interface() -> str:
 
 
 def doctor_run(*args, env=None, prefix=(), timeout=180) -> tuple[int, list[str]]:
-    proc = subprocess.run([*prefix, script("srl-launch"), "doctor", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    proc = subprocess.run(
+        [*prefix, script("srl-launch"), "doctor", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     return proc.returncode, proc.stdout.splitlines()
 
 
@@ -58,10 +64,18 @@ def assert_all_ok(code: int, lines: list[str]) -> None:
 
 # ---------------------------------------------------------------------------------------- the judgements
 
+
 def test_the_filesystem_is_the_longest_mount_point_holding_the_path_and_the_last_of_equal_ones():
-    mounts = "\n".join(["/dev/vda / ext4 rw 0 0", "server:/home /home nfs4 rw 0 0",
-                        "tmpfs /dev/shm tmpfs rw 0 0", "tmpfs /dev/shm tmpfs rw,size=1k 0 0",
-                        r"lustre:/scratch /scratch\040data lustre rw 0 0", "x /home2 xfs rw 0 0"])
+    mounts = "\n".join(
+        [
+            "/dev/vda / ext4 rw 0 0",
+            "server:/home /home nfs4 rw 0 0",
+            "tmpfs /dev/shm tmpfs rw 0 0",
+            "tmpfs /dev/shm tmpfs rw,size=1k 0 0",
+            r"lustre:/scratch /scratch\040data lustre rw 0 0",
+            "x /home2 xfs rw 0 0",
+        ]
+    )
     assert filesystem_of(Path("/home/me/runs"), mounts) == ("/home", "nfs4")
     assert filesystem_of(Path("/home2/me"), mounts) == ("/home2", "xfs")
     assert filesystem_of(Path("/homeless"), mounts) == ("/", "ext4")
@@ -101,8 +115,11 @@ def test_torch_without_a_gpu_here_is_only_a_warning_when_the_experiment_wants_cu
     status, message, fix = doctor.judge_torch(cuda_build, wants_cuda=True)
     assert status == "warn" and "CUDA 12.4" in message and "where the job runs" in fix and "--gres=gpu" in fix
     assert doctor.judge_torch(cuda_build, wants_cuda=False)[0] == "ok"
-    assert doctor.judge_torch(dict(cuda_build, available=True, devices=4), wants_cuda=True) == \
-        ("ok", "torch 2.5.1+cu124 (CUDA 12.4), 4 GPU(s) visible here", "")
+    assert doctor.judge_torch(dict(cuda_build, available=True, devices=4), wants_cuda=True) == (
+        "ok",
+        "torch 2.5.1+cu124 (CUDA 12.4), 4 GPU(s) visible here",
+        "",
+    )
     cpu_build = dict(cuda_build, version="2.13.0+cpu", cuda=None)
     status, _, fix = doctor.judge_torch(cpu_build, wants_cuda=True)
     assert status == "FAIL" and "CUDA build of torch" in fix
@@ -137,6 +154,7 @@ def test_a_small_dev_shm_is_a_warning_and_lines_read_as_promised():
 
 # ------------------------------------------------------------------------------------- on this machine
 
+
 @pytest.mark.slow
 def test_a_ready_environment_passes_every_check(tmp_path):
     code, lines = doctor_run(experiment(tmp_path, network=reachable_interface()))
@@ -169,22 +187,27 @@ def test_without_mpi4py_the_failure_says_how_to_build_it_against_the_clusters_mp
 def test_refused_locks_are_a_warning_that_says_traces_do_not_need_them(tmp_path, nolock_env):
     code, lines = doctor_run(experiment(tmp_path, network=reachable_interface()), env=nolock_env)
     line = the_line(lines, "fcntl locks")
-    assert line == f"warn: fcntl locks refused in {tmp_path} (ENOLCK: No locks available) -> traces are " \
-                   "written without locks anyway (HDF5 file locking off): runs work here", line
+    assert (
+        line == f"warn: fcntl locks refused in {tmp_path} (ENOLCK: No locks available) -> traces are "
+        "written without locks anyway (HDF5 file locking off): runs work here"
+    ), line
     assert code == 0 and not any(x.startswith("FAIL") for x in lines), "\n".join(lines)
 
 
 def test_set_needs_an_experiment_and_a_bad_experiment_is_refused(tmp_path):
-    proc = subprocess.run([script("srl-launch"), "doctor", "--set", "slurm.mpi=none"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [script("srl-launch"), "doctor", "--set", "slurm.mpi=none"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--set needs an experiment file" in proc.stderr
     (tmp_path / "bad.yaml").write_text("stop: {wall_time: 60}\nslurm: {netwrk: ib0}\n")
-    proc = subprocess.run([script("srl-launch"), "doctor", str(tmp_path / "bad.yaml")], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [script("srl-launch"), "doctor", str(tmp_path / "bad.yaml")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "netwrk" in proc.stderr and proc.stdout == ""  # an invalid experiment
 
 
 # ------------------------------------------------------------------------ on a node of the local Slurm
+
 
 @pytest.fixture
 def shared_dir():
@@ -207,8 +230,10 @@ def test_on_a_node_whose_hostname_is_loopback_the_fix_names_slurm_network_and_it
 
     code, lines = doctor_run(experiment(shared_dir, network="ib0"), prefix=on_n2)
     assert_all_ok(code, lines)
-    assert the_line(lines, "workers on node") == \
-        "ok: workers on node n2 bind and advertise 10.250.1.12 (ib0; slurm.network: ib0)"
+    assert (
+        the_line(lines, "workers on node")
+        == "ok: workers on node n2 bind and advertise 10.250.1.12 (ib0; slurm.network: ib0)"
+    )
 
 
 @pytest.mark.slurm
@@ -221,9 +246,21 @@ def test_the_probe_job_of_cartpole_reports_every_line_ok_on_the_local_slurm(tmp_
     cartpole = Path(__file__).resolve().parent.parent / "experiments" / "cartpole_ppo.yaml"
     extra = ["--profile", profile] if profile.exists() else []
     code, lines = doctor_run(cartpole, "--probe", "--run-dir", tmp_path / "probe", *extra, timeout=540)
-    expected = ["TaskPlugin=", "ProctrackType=", "MpiDefault=", "PropagateResourceLimits", "AccountingStorageEnforce=",
-                "het job ", "file rendezvous", "ZMQ between trainer and policy", "ZMQ between trainer and actor",
-                "ZMQ between policy and actor", "gloo all-reduce among 1 trainer task(s)", "NCCL", "MPI rendezvous"]
+    expected = [
+        "TaskPlugin=",
+        "ProctrackType=",
+        "MpiDefault=",
+        "PropagateResourceLimits",
+        "AccountingStorageEnforce=",
+        "het job ",
+        "file rendezvous",
+        "ZMQ between trainer and policy",
+        "ZMQ between trainer and actor",
+        "ZMQ between policy and actor",
+        "gloo all-reduce among 1 trainer task(s)",
+        "NCCL",
+        "MPI rendezvous",
+    ]
     for start in expected:
         assert the_line(lines, start).startswith("ok: "), "\n".join(lines)
     assert any(x.split(": ", 1)[1].startswith(("QOS ", "no accounting")) for x in lines), "\n".join(lines)
@@ -239,26 +276,47 @@ def test_the_jobs_layouts_probe_of_cartpole_runs_a_job_per_group_every_line_ok_a
     then released together), waits for all of them, and every line is ok: each group's job ran and their tasks
     met through files; MPI is not used. Every one of the jobs has completed when it returns."""
     root = Path(__file__).resolve().parent.parent
-    code, lines = doctor_run(root / "experiments" / "cartpole_ppo.yaml", "--probe", "--run-dir", tmp_path / "probe",
-                             "--profile", root / "clusters" / "local.yaml", "--set", "slurm.layout=jobs",
-                             "--probe-wait", "60", timeout=85)
+    code, lines = doctor_run(
+        root / "experiments" / "cartpole_ppo.yaml",
+        "--probe",
+        "--run-dir",
+        tmp_path / "probe",
+        "--profile",
+        root / "clusters" / "local.yaml",
+        "--set",
+        "slurm.layout=jobs",
+        "--probe-wait",
+        "60",
+        timeout=85,
+    )
     assert all(x.startswith("ok: ") for x in lines) and code == 0, "\n".join(lines)
     groups = json.loads((tmp_path / "probe" / "slurm.json").read_text())["groups"]
     assert list(groups) == ["trainer", "policy", "actor"]
     shown = ", ".join(f"{job} ({group})" for group, job in groups.items())
-    assert the_line(lines, "jobs ") == f"ok: jobs {shown}: each group's ordinary job ran and their tasks met through " \
-                                       "files in the probe directory (5 of 5 tasks started)"
+    assert (
+        the_line(lines, "jobs ") == f"ok: jobs {shown}: each group's ordinary job ran and their tasks met through "
+        "files in the probe directory (5 of 5 tasks started)"
+    )
     assert the_line(lines, "MPI rendezvous").startswith("ok: MPI rendezvous: not used: slurm.layout: jobs")
-    assert the_line(lines, "MpiDefault=").endswith("each group's srun line says --mpi=none itself (slurm.layout: "
-                                                   "jobs: MPI cannot span jobs)")
+    assert the_line(lines, "MpiDefault=").endswith(
+        "each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI cannot span jobs)"
+    )
     assert the_line(lines, "SchedulerParameters=").startswith("ok: ")
-    for start in ("file rendezvous", "ZMQ between trainer and policy", "ZMQ between trainer and actor",
-                  "ZMQ between policy and actor", "gloo all-reduce among 1 trainer task(s)"):
+    for start in (
+        "file rendezvous",
+        "ZMQ between trainer and policy",
+        "ZMQ between trainer and actor",
+        "ZMQ between policy and actor",
+        "gloo all-reduce among 1 trainer task(s)",
+    ):
         assert the_line(lines, start).startswith("ok: ")
     for group in ("trainer", "policy", "actor"):  # its address, CPUs, GPUs and open files
         assert len([x for x in lines if x.split(": ", 1)[1].startswith(f"group {group}")]) == 4, "\n".join(lines)
         assert " -m srl_hpc.probe " in (tmp_path / "probe" / f"job-{group}.sbatch").read_text()
-    states = subprocess.run(["squeue", "-h", "--states=all", "-j", ",".join(groups.values()), "-o", "%i|%T"],
-                            capture_output=True, text=True, timeout=30).stdout.split()
+    states = subprocess.run(
+        ["squeue", "-h", "--states=all", "-j", ",".join(groups.values()), "-o", "%i|%T"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.split()
     assert sorted(states) == sorted(f"{job}|COMPLETED" for job in groups.values()), states
-

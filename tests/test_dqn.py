@@ -1,4 +1,5 @@
 """DQN: n-step double-Q targets, the importance-weighted loss, Ape-X exploration, and the config rules."""
+
 import numpy as np
 import pytest
 import torch
@@ -36,7 +37,7 @@ def test_loss_weights_each_transition_and_returns_its_td_error():
     targets = torch.tensor([1.5, 0.0, 3.0])
     loss, td = dqn.dqn_loss(q, targets, torch.tensor([1.0, 0.5, 1.0]))
     assert td.tolist() == [0.5, -2.0, 0.0]
-    huber = [0.5 * 0.5 ** 2, 2.0 - 0.5, 0.0]  # quadratic below 1, linear above
+    huber = [0.5 * 0.5**2, 2.0 - 0.5, 0.0]  # quadratic below 1, linear above
     assert loss.item() == pytest.approx((huber[0] + 0.5 * huber[1] + huber[2]) / 3)
     loss.backward()
     assert q.grad[2] == 0 and q.grad[0] < 0 < q.grad[1]  # moves q towards the targets
@@ -62,8 +63,14 @@ def test_update_learns_a_one_step_bandit_and_reports_priorities():
     obs = np.eye(2, dtype=np.float32)[index]
     actions = np.arange(64) // 2 % 2
     returns = np.where(index == actions, 1.0, -1.0).astype(np.float32)  # taking the observed index pays 1
-    batch = {"obs": obs, "actions": actions, "returns": returns, "next_obs": obs,
-             "discounts": np.zeros(64, np.float32), "weights": np.ones(64, np.float32)}
+    batch = {
+        "obs": obs,
+        "actions": actions,
+        "returns": returns,
+        "next_obs": obs,
+        "discounts": np.zeros(64, np.float32),
+        "weights": np.ones(64, np.float32),
+    }
     for _ in range(200):
         stats, feedback = agent.update(agent.prepare(batch), 0)
     q = model(torch.eye(2)).detach()
@@ -75,7 +82,7 @@ def test_update_learns_a_one_step_bandit_and_reports_priorities():
 def test_apex_epsilons_span_from_epsilon_down():
     cfg = config.DQNConfig(epsilon=0.4, epsilon_alpha=7)
     eps = [cfg.actor_epsilon(i, 8) for i in range(8)]
-    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert eps == sorted(eps, reverse=True)
 
 

@@ -1,5 +1,6 @@
 """Env backends: each one auto-resets on the next step (what the actors rely on), serves the same spaces
 as the gymnasium path, and a backend that cannot serve an id says so naming env.backend."""
+
 import importlib.util
 import json
 import subprocess
@@ -14,8 +15,16 @@ from srl_hpc.envs.backends import make_env_group, resolve_backend, spaces
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
 # `make test` installs envpool (its tests run there); elsewhere its cases are skipped, saying why
-BACKENDS = ["sync", "vector", pytest.param("envpool", marks=pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="envpool is not installed (pip install '.[envpool]'; make test-install does it)"))]
+BACKENDS = [
+    "sync",
+    "vector",
+    pytest.param(
+        "envpool",
+        marks=pytest.mark.skipif(
+            not HAS_ENVPOOL, reason="envpool is not installed (pip install '.[envpool]'; make test-install does it)"
+        ),
+    ),
+]
 PONG = dict(id="ALE/Pong-v5", atari=config.AtariConfig())
 
 
@@ -62,9 +71,11 @@ def test_seeds_of_late_attempts_and_big_runs_fit_the_emulators_32_bits(backend):
 
 
 # a fixed policy per id that plays whole, varied episodes (balance; pump energy; swing with the velocity)
-FIXED_POLICIES = {"CartPole-v1": lambda obs, rng: (obs[:, 3] > 0).astype(np.int64),
-                  "Acrobot-v1": lambda obs, rng: np.where(obs[:, 4] > 0, 0, 2),
-                  "MountainCar-v0": lambda obs, rng: np.where(obs[:, 1] > 0, 2, 0)}
+FIXED_POLICIES = {
+    "CartPole-v1": lambda obs, rng: (obs[:, 3] > 0).astype(np.int64),
+    "Acrobot-v1": lambda obs, rng: np.where(obs[:, 4] > 0, 0, 2),
+    "MountainCar-v0": lambda obs, rng: np.where(obs[:, 1] > 0, 2, 0),
+}
 
 
 def play(env_id: str, backend: str, policy, steps: int = 2000, n: int = 8) -> dict:
@@ -95,12 +106,20 @@ def test_backends_that_auto_may_pick_play_the_same_task_as_gymnasium(env_id):
     """What env.backend auto relies on (pool.SAME_TASK): each other backend of the id, from the same seeds,
     plays episodes as long, pays the same returns and sees the same observations as gymnasium's own env,
     under a fixed policy and a random one."""
-    others = [b for b in ("vector", "envpool") if b == "vector" and backends._vector_entry_point(env_id) or
-              b == "envpool" and pool.unavailable(config.EnvConfig(id=env_id)) is None]
+    others = [
+        b
+        for b in ("vector", "envpool")
+        if b == "vector"
+        and backends._vector_entry_point(env_id)
+        or b == "envpool"
+        and pool.unavailable(config.EnvConfig(id=env_id)) is None
+    ]
     if not others:  # nothing to compare gymnasium's env with: say so rather than pass having compared nothing
         assert not HAS_ENVPOOL, f"envpool is installed but serves no {env_id}"
-        pytest.skip(f"no other backend for {env_id} here (envpool is not installed, and gymnasium has no vector "
-                    "entry point for it)")
+        pytest.skip(
+            f"no other backend for {env_id} here (envpool is not installed, and gymnasium has no vector "
+            "entry point for it)"
+        )
     n_actions = spaces(config.EnvConfig(id=env_id))[1].n
 
     def random_policy(obs, rng):
@@ -139,8 +158,14 @@ def test_a_backend_that_cannot_serve_the_id_names_the_setting():
 def test_the_synthetic_env_has_the_size_and_cost_it_is_given_and_rewards_the_argmax():
     import time
 
-    env = make_env_group(config.EnvConfig(id="srl_hpc/Synthetic-v0", kwargs={
-        "obs_size": 64, "n_actions": 3, "step_seconds": 0.002, "episode_length": 10}), 2, seed=1)
+    env = make_env_group(
+        config.EnvConfig(
+            id="srl_hpc/Synthetic-v0",
+            kwargs={"obs_size": 64, "n_actions": 3, "step_seconds": 0.002, "episode_length": 10},
+        ),
+        2,
+        seed=1,
+    )
     obs, _ = env.reset(seed=1)
     assert obs.shape == (2, 64) and obs.dtype == np.float32
     greedy = random = 0.0
@@ -163,9 +188,19 @@ def test_acrobot_with_backend_auto_reaches_its_target(tmp_path):
     """The task auto picks (envpool when installed, gymnasium's own env otherwise) is learnable: the shipped
     experiment reaches -100 (in about 11 s here; the limit leaves room for a loaded machine)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "acrobot_ppo.yaml"),
-                           "--run-dir", str(run_dir), "--set", "stop.wall_time=180"],
-                          capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "acrobot_ppo.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.wall_time=180",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached"), summary

@@ -2,6 +2,7 @@
 the like live in a cluster's profile (clusters/local.yaml for the project's local Slurm, clusters/example.yaml
 for a site), so that `srl-launch EXPERIMENT --slurm --profile clusters/mine.yaml` runs every shipped experiment
 unchanged. The experiments keep what the run needs: its time, each group's CPUs and memory, GPU sharing."""
+
 import re
 import typing
 from pathlib import Path
@@ -27,33 +28,75 @@ slurm:
   eval: {partition: batch}
   sweep: {partition: short}
 """
-PROFILES = {"local": LOCAL_PROFILE.read_text(), "example": (ROOT / "clusters" / "example.yaml").read_text(),
-            "another": ANOTHER_CLUSTER}
+PROFILES = {
+    "local": LOCAL_PROFILE.read_text(),
+    "example": (ROOT / "clusters" / "example.yaml").read_text(),
+    "another": ANOTHER_CLUSTER,
+}
 GROUPS = [name for name, kind in typing.get_type_hints(SlurmConfig).items() if kind is SlurmGroupConfig]
 
 # What a cluster decides, not an experiment: its partitions, accounts, QOS and node features, how its nodes are
 # reached (network, ports, MPI plugin, software set-up, container, python), how big they are (workers and
 # GPUs per node, hardware threads) and whether they take het jobs (layout)
-CLUSTER_KEYS = {"partition", "account", "qos", "constraint", "network", "ports", "mpi", "setup", "node_setup",
-                "python", "container", "template", "threads_per_core", "layout"}
+CLUSTER_KEYS = {
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "network",
+    "ports",
+    "mpi",
+    "setup",
+    "node_setup",
+    "python",
+    "container",
+    "template",
+    "threads_per_core",
+    "layout",
+}
 GROUP_CLUSTER_KEYS = {"partition", "account", "qos", "constraint", "tasks_per_node", "gpus_per_node"}
 SWEEP_CLUSTER_KEYS = {"partition"}
 # the same, as sbatch or srun options written into sbatch_options / srun_options
-CLUSTER_OPTIONS = {"-p", "--partition", "-A", "--account", "-q", "--qos", "-C", "--constraint", "-w", "--nodelist",
-                   "-x", "--exclude", "--reservation", "-M", "--clusters", "--ntasks-per-node", "--gres",
-                   "--gpus-per-node", "--threads-per-core"}
+CLUSTER_OPTIONS = {
+    "-p",
+    "--partition",
+    "-A",
+    "--account",
+    "-q",
+    "--qos",
+    "-C",
+    "--constraint",
+    "-w",
+    "--nodelist",
+    "-x",
+    "--exclude",
+    "--reservation",
+    "-M",
+    "--clusters",
+    "--ntasks-per-node",
+    "--gres",
+    "--gpus-per-node",
+    "--threads-per-core",
+}
 
 
 def cluster_settings(document: dict, path: Path) -> list[str]:
     """The keys of one experiment file, as written (before any profile), that hold a cluster's settings."""
-    found = [f"defaults: {entry}" for entry in document.get("defaults") or []
-             if (path.parent / entry).resolve().is_relative_to(ROOT / "clusters")]  # a profile pulled in
+    found = [
+        f"defaults: {entry}"
+        for entry in document.get("defaults") or []
+        if (path.parent / entry).resolve().is_relative_to(ROOT / "clusters")
+    ]  # a profile pulled in
     sections = {"slurm": document.get("slurm") or {}}
     sections.update({f"slurm.{g}": sections["slurm"].get(g) or {} for g in GROUPS})
     for where, keys in (("slurm", CLUSTER_KEYS), *((f"slurm.{g}", GROUP_CLUSTER_KEYS) for g in GROUPS)):
         found += [f"{where}.{key}" for key in sections[where] if key in keys]
-        found += [f"{where}.{key}: {option}" for key in ("sbatch_options", "srun_options")
-                  for option in sections[where].get(key) or [] if str(option).split("=")[0] in CLUSTER_OPTIONS]
+        found += [
+            f"{where}.{key}: {option}"
+            for key in ("sbatch_options", "srun_options")
+            for option in sections[where].get(key) or []
+            if str(option).split("=")[0] in CLUSTER_OPTIONS
+        ]
     found += [f"slurm.sweep.{key}" for key in sections["slurm"].get("sweep") or {} if key in SWEEP_CLUSTER_KEYS]
     return found
 
@@ -61,8 +104,10 @@ def cluster_settings(document: dict, path: Path) -> list[str]:
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
 def test_no_shipped_experiment_carries_a_cluster_setting(path):
     found = cluster_settings(yaml.safe_load(path.read_text()), path)
-    assert found == [], f"{path.relative_to(ROOT)} sets {', '.join(found)}: a cluster's settings, which belong in " \
-                        f"its profile (clusters/local.yaml for the project's local Slurm; docs/clusters.md)"
+    assert found == [], (
+        f"{path.relative_to(ROOT)} sets {', '.join(found)}: a cluster's settings, which belong in "
+        f"its profile (clusters/local.yaml for the project's local Slurm; docs/clusters.md)"
+    )
 
 
 def test_the_check_names_each_cluster_setting_wherever_an_experiment_writes_it():
@@ -78,12 +123,29 @@ slurm:
   actor: {mem_per_task: 1G, tasks_per_node: 2, qos: low, srun_options: [-w, n1]}
   sweep: {partition: cpu, cpus: 4, mem: 3G}
 """)
-    assert sorted(cluster_settings(written, EXPERIMENTS / "written.yaml")) == sorted([
-        "defaults: ../clusters/local.yaml", "slurm.network", "slurm.account", "slurm.sbatch_options: --partition=big",
-        "slurm.trainer.partition", "slurm.trainer.constraint", "slurm.policy.gpus_per_node",
-        "slurm.actor.tasks_per_node", "slurm.actor.qos", "slurm.actor.srun_options: -w", "slurm.sweep.partition"])
-    what_the_run_needs = {"slurm": {"time": "1:00:00", "trainer": {"cpus_per_task": 4, "share_gpu": True},
-                                    "sweep": {"cpus": 4, "mem": "3G", "gpus": 1}, "sbatch_options": ["--exclusive"]}}
+    assert sorted(cluster_settings(written, EXPERIMENTS / "written.yaml")) == sorted(
+        [
+            "defaults: ../clusters/local.yaml",
+            "slurm.network",
+            "slurm.account",
+            "slurm.sbatch_options: --partition=big",
+            "slurm.trainer.partition",
+            "slurm.trainer.constraint",
+            "slurm.policy.gpus_per_node",
+            "slurm.actor.tasks_per_node",
+            "slurm.actor.qos",
+            "slurm.actor.srun_options: -w",
+            "slurm.sweep.partition",
+        ]
+    )
+    what_the_run_needs = {
+        "slurm": {
+            "time": "1:00:00",
+            "trainer": {"cpus_per_task": 4, "share_gpu": True},
+            "sweep": {"cpus": 4, "mem": "3G", "gpus": 1},
+            "sbatch_options": ["--exclusive"],
+        }
+    }
     assert cluster_settings(what_the_run_needs, EXPERIMENTS / "needs.yaml") == []
 
 
@@ -101,8 +163,9 @@ def test_every_shipped_experiment_plans_as_shipped_with_a_clusters_profile(path,
     profile = tmp_path / f"{cluster}.yaml"
     profile.write_text(PROFILES[cluster])
     exp = config.load(path, profiles=[profile])
-    request = slurm.prepare(exp, tmp_path / "run", "/opt/venv/bin/python", "srl-launch EXPERIMENT --slurm --dry-run",
-                            require_cluster=False)
+    request = slurm.prepare(
+        exp, tmp_path / "run", "/opt/venv/bin/python", "srl-launch EXPERIMENT --slurm --dry-run", require_cluster=False
+    )
     cluster = yaml.safe_load(profile.read_text())["slurm"]
     assert exp.slurm.network == cluster["network"] and exp.slurm.sweep.partition == cluster["sweep"]["partition"]
     blocks = request.script.split("\n#SBATCH hetjob\n")

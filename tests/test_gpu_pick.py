@@ -1,5 +1,6 @@
 """Which GPU a CUDA worker takes, from what its task sees (pure: the visible count and the environment are
 passed in, so no GPU is needed)."""
+
 import pytest
 import torch
 

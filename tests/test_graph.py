@@ -1,5 +1,6 @@
 """The wiring graph (pure): placements rewrite where the policy handler lives, replay adds buffers, the
 het groups and the docs' graph listings follow from it."""
+
 import re
 import shlex
 
@@ -29,18 +30,25 @@ def test_placements_move_the_policy_handler():
 
 
 def test_each_policy_has_its_own_policy_workers_trainers_and_weights_and_every_actor_reaches_both():
-    g = build(BASE + "  policy: {count: 2}\n  trainer: {count: 2}\n"
-              "policies: {predator: [adversary_*], prey: [agent_*]}\n")
+    g = build(
+        BASE + "  policy: {count: 2}\n  trainer: {count: 2}\npolicies: {predator: [adversary_*], prey: [agent_*]}\n"
+    )
     assert g.policies() == ["predator", "prey"]
     assert [w.name for w in g.trainers("prey")] == ["trainer/2", "trainer/3"]  # prey's ranks 0 and 1
-    assert {w.name: w.policy for w in g.workers if w.kind == "policy"} == \
-        {"policy/0": "predator", "policy/1": "predator", "policy/2": "prey", "policy/3": "prey"}
+    assert {w.name: w.policy for w in g.workers if w.kind == "policy"} == {
+        "policy/0": "predator",
+        "policy/1": "predator",
+        "policy/2": "prey",
+        "policy/3": "prey",
+    }
     for actor in ("actor/0", "actor/1", "actor/2"):  # one policy worker of each policy, every trainer
         assert sorted(g.worker(s.server).policy for s in g.servers_for("inference", actor)) == ["predator", "prey"]
         assert len(g.servers_for("samples", actor)) == len(g.servers_for("credits", actor)) == 4
     # each policy's weights go from its first trainer to its own policy workers only
-    assert {s.server: s.clients for s in g.streams if s.kind == "parameters"} == \
-        {"trainer/0": ("policy/0", "policy/1"), "trainer/2": ("policy/2", "policy/3")}
+    assert {s.server: s.clients for s in g.streams if s.kind == "parameters"} == {
+        "trainer/0": ("policy/0", "policy/1"),
+        "trainer/2": ("policy/2", "policy/3"),
+    }
     assert [group for group, _ in g.groups()] == ["trainer", "policy", "actor"]  # one het job as ever
 
 
@@ -54,8 +62,10 @@ def test_weights_reach_many_subscribers_through_a_tree_of_relays():
     assert sorted(received) == sorted(names)  # each subscriber has exactly one sender
     senders = [s for s, _ in tree]
     assert all(senders.index(parent) < senders.index(s) for parent, children in tree for s in children if s in senders)
-    g = build("stop: {wall_time: 1}\nworkers:\n  placement: impala\n  parameter_fanout: 2\n  policy: {count: 0}\n"
-              "  actor: {count: 5}\n  eval: {count: 1}\n")
+    g = build(
+        "stop: {wall_time: 1}\nworkers:\n  placement: impala\n  parameter_fanout: 2\n  policy: {count: 0}\n"
+        "  actor: {count: 5}\n  eval: {count: 1}\n"
+    )
     assert g.served_by("parameters", "trainer/0").clients == ("actor/0", "actor/1", "eval/0")
     assert g.served_by("parameters", "actor/0").clients == ("actor/2", "actor/3")
     assert g.served_by("parameters", "actor/1").clients == ("actor/4",)
@@ -70,21 +80,35 @@ def test_evaluation_workers_are_a_het_group_that_subscribes_to_the_weights():
     assert {"eval/0", "eval/1"} <= set(g.served_by("control", "controller/0").clients)
     seed = build(BASE + "  placement: seed\n  policy: {count: 0}\n  eval: {count: 1}\n")  # inline for its own policy
     assert [(s.clients, s.transport) for s in seed.streams if s.kind == "parameters"] == [
-        (("trainer/0",), "inline"), (("eval/0",), "zmq")]
+        (("trainer/0",), "inline"),
+        (("eval/0",), "zmq"),
+    ]
     assert seed.servers_for("parameters", "eval/0")[0].transport == "zmq"
 
 
 def test_replay_puts_buffers_between_actors_and_trainers():
-    g = build("algorithm: {name: dqn}\nstop: {wall_time: 1}\n"
-              "workers: {actor: {count: 3}, buffer: {count: 2}, trainer: {count: 2}}\n")
+    g = build(
+        "algorithm: {name: dqn}\nstop: {wall_time: 1}\n"
+        "workers: {actor: {count: 3}, buffer: {count: 2}, trainer: {count: 2}}\n"
+    )
     assert [name for name, _ in g.groups()] == ["trainer", "policy", "buffer", "actor"]
     assert g.served_by("samples", "buffer/0").clients == ("actor/0", "actor/2")
-    assert g.servers_for("replay", "buffer/1") == [g.served_by("replay", "trainer/0"),
-                                                   g.served_by("replay", "trainer/1")]
+    assert g.servers_for("replay", "buffer/1") == [
+        g.served_by("replay", "trainer/0"),
+        g.served_by("replay", "trainer/1"),
+    ]
     assert [w for w in g.names if g.drains(w)] == ["buffer/0", "buffer/1"]  # trainers no longer drain frames
-    groups = {grp.name: grp for grp in plan.make_plan(config.loads(
-        "algorithm: {name: dqn}\nstop: {wall_time: 1}\nworkers: {buffer: {count: 2}}\n"
-        "slurm: {buffer: {tasks_per_node: 2, mem_per_task: 2G}}\n"), "/r", "python").groups}
+    groups = {
+        grp.name: grp
+        for grp in plan.make_plan(
+            config.loads(
+                "algorithm: {name: dqn}\nstop: {wall_time: 1}\nworkers: {buffer: {count: 2}}\n"
+                "slurm: {buffer: {tasks_per_node: 2, mem_per_task: 2G}}\n"
+            ),
+            "/r",
+            "python",
+        ).groups
+    }
     assert groups["buffer"].workers == ("buffer/0", "buffer/1") and groups["buffer"].nodes == 1
     assert groups["buffer"].mem_mb == 4096
 

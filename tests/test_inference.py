@@ -1,4 +1,5 @@
 """Dynamic batching over real ZMQ sockets: several actors' requests, one batch, each reply to its sender."""
+
 import json
 
 import gymnasium
@@ -132,8 +133,9 @@ def serve(server, n):
 def test_shared_memory_transport_round_trip(shm_stream):
     """Observations and replies travel through the actor's shared memory; a Unix socket carries only headers."""
     server, path = shm_stream
-    client = ShmInferenceClient(path, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
-                                reply_fields=PPO_REPLY)
+    client = ShmInferenceClient(
+        path, n_groups=2, max_rows=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8, reply_fields=PPO_REPLY
+    )
     try:
         for round_ in range(3):  # the same header bytes each round: parsed once, the slots' new contents read
             obs = [np.full((3, 4, 84, 84), g + 1 + 10 * round_, np.uint8) for g in range(2)]
@@ -142,9 +144,15 @@ def test_shared_memory_transport_round_trip(shm_stream):
             for req in serve(server, 2):
                 g = req.meta["group"]
                 assert req.shm is not None and np.array_equal(req.obs, obs[g])
-                server.reply(req, {"version": 5 + round_}, {"actions": np.arange(3) + 10 * g + round_,
-                                                            "logp": np.full(3, -0.5, np.float32),
-                                                            "values": np.full(3, g, np.float32)})
+                server.reply(
+                    req,
+                    {"version": 5 + round_},
+                    {
+                        "actions": np.arange(3) + 10 * g + round_,
+                        "logp": np.full(3, -0.5, np.float32),
+                        "values": np.full(3, g, np.float32),
+                    },
+                )
             for g in (1, 0):
                 reply = client.wait(g, 2000)
                 assert reply.meta == {"group": g, "version": 5 + round_}
@@ -158,8 +166,12 @@ def test_shared_memory_transport_round_trip(shm_stream):
 
 def test_same_node_clients_each_get_their_own_replies_and_one_that_leaves_is_forgotten(shm_stream):
     server, path = shm_stream
-    clients = [ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(1,), obs_dtype=np.float32,
-                                  reply_fields=(("actions", "<i8", ()),)) for _ in range(3)]
+    clients = [
+        ShmInferenceClient(
+            path, n_groups=1, max_rows=2, obs_shape=(1,), obs_dtype=np.float32, reply_fields=(("actions", "<i8", ()),)
+        )
+        for _ in range(3)
+    ]
     for i, c in enumerate(clients):
         c.send(0, np.full((2, 1), i, np.float32))
     for req in serve(server, 3):
@@ -192,15 +204,22 @@ def test_the_same_node_socket_directory_must_be_private(tmp_path):
 
 def test_a_client_without_a_server_says_where_it_looked(tmp_path):
     with pytest.raises(ConnectionError, match="no inference server listens at .*policy-3"):
-        ShmInferenceClient(unix.socket_path(tmp_path, "policy/3"), n_groups=1, max_rows=2, obs_shape=(4,),
-                           obs_dtype=np.float32, reply_fields=PPO_REPLY)
+        ShmInferenceClient(
+            unix.socket_path(tmp_path, "policy/3"),
+            n_groups=1,
+            max_rows=2,
+            obs_shape=(4,),
+            obs_dtype=np.float32,
+            reply_fields=PPO_REPLY,
+        )
 
 
 def test_a_leftover_segment_is_removed_by_name(tmp_path, shm_stream):
     _, path = shm_stream
     name = shm_name(tmp_path, "actor/7")
-    client = ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
-                                reply_fields=PPO_REPLY, name=name)
+    client = ShmInferenceClient(
+        path, n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32, reply_fields=PPO_REPLY, name=name
+    )
     client.conn.close()
     assert remove_segment(name) is True  # as if its actor had been killed before closing it
     assert remove_segment(name) is False
@@ -255,27 +274,47 @@ def test_fuzzed_same_node_headers_are_dropped_and_counted_and_the_actor_after_th
 
     server, path = shm_stream
     server.obs_shape = (4,)
-    client = ShmInferenceClient(path, n_groups=1, max_rows=2, obs_shape=(4,), obs_dtype=np.float32,
-                                reply_fields=PPO_REPLY, name=shm_name(tmp_path, "actor/0"))
+    client = ShmInferenceClient(
+        path,
+        n_groups=1,
+        max_rows=2,
+        obs_shape=(4,),
+        obs_dtype=np.float32,
+        reply_fields=PPO_REPLY,
+        name=shm_name(tmp_path, "actor/0"),
+    )
     client.send(0, np.ones((2, 4), np.float32))
     (header,) = client._headers.values()
     (req,) = serve(server, 1)
-    server.reply(req, {"version": 0}, {"actions": np.zeros(2, np.int64), "logp": np.zeros(2, np.float32),
-                                       "values": np.zeros(2, np.float32)})
+    server.reply(
+        req,
+        {"version": 0},
+        {"actions": np.zeros(2, np.int64), "logp": np.zeros(2, np.float32), "values": np.zeros(2, np.float32)},
+    )
     assert client.wait(0, 2000) is not None
     meta = json.loads(header)["m"]
-    port = Port(wire.Message("infer", meta), {
-        "group": not_a_count(), "shm": not_in([meta["shm"]]), "rows": st.one_of(not_a_count(), st.just(0)),
-        "obs": JSON.filter(lambda v: not (isinstance(v, list) and len(v) == 3)),  # (any 3-list may be a slot)
-        "reply": JSON.filter(lambda v: not isinstance(v, dict))})
+    port = Port(
+        wire.Message("infer", meta),
+        {
+            "group": not_a_count(),
+            "shm": not_in([meta["shm"]]),
+            "rows": st.one_of(not_a_count(), st.just(0)),
+            "obs": JSON.filter(lambda v: not (isinstance(v, list) and len(v) == 3)),  # (any 3-list may be a slot)
+            "reply": JSON.filter(lambda v: not isinstance(v, dict)),
+        },
+    )
     # a same-node request is one frame, the header (defects in further frames do not apply), and never empty
     # (an empty message reads as the connection's end)
-    fuzzed = [bytes(m[0]) for batch in draw(st.lists(defects(port), min_size=50, max_size=50), 10) for m in batch
-              if len(m) == 1 and len(m[0])]
+    fuzzed = [
+        bytes(m[0])
+        for batch in draw(st.lists(defects(port), min_size=50, max_size=50), 10)
+        for m in batch
+        if len(m) == 1 and len(m[0])
+    ]
     assert len(fuzzed) > 200
     fuzzer, served = unix.Connection(path), []
     for start in range(0, len(fuzzed), 50):  # as much as a connection's buffer surely holds, then read
-        for data in fuzzed[start:start + 50]:
+        for data in fuzzed[start : start + 50]:
             fuzzer.send(data)
         for _ in range(50):
             if server.malformed == min(start + 50, len(fuzzed)):
@@ -298,8 +337,9 @@ def test_self_play_requests_name_a_version_per_row_and_a_malformed_list_is_dropp
     (req,) = wait_pending(server, 1)
     assert req.meta["opponents"] == [-1, 4, 4] and server.malformed == 3
     shm_server, path = shm_stream
-    client = ShmInferenceClient(path, n_groups=1, max_rows=4, obs_shape=(2,), obs_dtype=np.float32,
-                                reply_fields=PPO_REPLY)
+    client = ShmInferenceClient(
+        path, n_groups=1, max_rows=4, obs_shape=(2,), obs_dtype=np.float32, reply_fields=PPO_REPLY
+    )
     try:
         client.send(0, np.zeros((2, 2), np.float32), {"opponents": (-1, 2, 3)})
         client.send(0, np.zeros((2, 2), np.float32), {"opponents": (7, -1)})

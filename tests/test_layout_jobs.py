@@ -4,6 +4,7 @@ groups' jobs speak for the run, and the group watch's reading of squeue and slur
 against the project's real local Slurm: CartPole to its target with a group that starts late, a group's job
 cancelled mid-run and before it started, a QOS that cannot run the run's jobs, a refused submission; the first
 on a cluster without het steps (turned off for that test)."""
+
 import argparse
 import json
 import os
@@ -72,8 +73,10 @@ def test_every_group_is_an_ordinary_job_with_its_own_resources_and_one_srun_with
         assert f'-m srl_hpc.srun_guard /shared/runs/groups "$srun_pid" --group {group} &\n' in script
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     trainer, policy, actor = scripts.values()
-    assert "#SBATCH --account=rl-gpu\n# controller/0 rides along without CPUs of its own: srun starts one task " \
+    assert (
+        "#SBATCH --account=rl-gpu\n# controller/0 rides along without CPUs of its own: srun starts one task "
         "more (--overcommit)\n#SBATCH --nodes=1\n#SBATCH --ntasks=1\n" in trainer
+    )
     assert "#SBATCH --account=rl-lab\n#SBATCH --qos=fast\n" in policy and "--gres=gpu" not in policy
     assert "#SBATCH --partition=cpu\n#SBATCH --account=rl-lab\n#SBATCH --nodes=2\n#SBATCH --ntasks=5\n" in actor
     assert "#SBATCH --begin=now+60\n" in actor and "--begin" not in trainer
@@ -105,8 +108,9 @@ def test_requeue_and_continuations_are_refused_naming_slurm_layout(tmp_path, mon
         make(EXPERIMENT, "slurm.requeue={signal_seconds: 90, max_requeues: 2}")
     monkeypatch.setattr(slurm, "cluster_facts", no_cluster)
     with pytest.raises(plan.PlanError, match="resume --after/--chain .* slurm.layout: jobs is a job per group"):
-        slurm.prepare(config.loads(EXPERIMENT), tmp_path / "run", sys.executable, "test", require_cluster=False,
-                      continuation=True)
+        slurm.prepare(
+            config.loads(EXPERIMENT), tmp_path / "run", sys.executable, "test", require_cluster=False, continuation=True
+        )
 
 
 def no_cluster():
@@ -148,15 +152,22 @@ def info(state, raw, reason="", start=""):
 def test_the_groups_jobs_speak_for_the_run_together():
     ids = ["10", "11", "12"]
     groups = dict(zip(["trainer", "policy", "actor"], ids))
-    late = {"10": info("running", "RUNNING"), "11": info("running", "RUNNING"),
-            "12": info("pending", "PENDING", "Priority", "N/A")}
+    late = {
+        "10": info("running", "RUNNING"),
+        "11": info("running", "RUNNING"),
+        "12": info("pending", "PENDING", "Priority", "N/A"),
+    }
     assert slurm_jobs.current(ids, late, together=True) == ("12", late["12"])  # the run waits for it
-    assert slurm_jobs.groups_line(groups, late) == \
-        "waiting for group actor (job 12): pending, reason Priority, expected start unknown"
+    assert (
+        slurm_jobs.groups_line(groups, late)
+        == "waiting for group actor (job 12): pending, reason Priority, expected start unknown"
+    )
     going = {**late, "12": info("cancelled", "CANCELLED")}  # the others still wind down: not over yet
     assert slurm_jobs.current(ids, going, together=True)[0] == "10"
-    assert slurm_jobs.groups_line(groups, going) == \
-        "group trainer (job 10) running, group policy (job 11) running, group actor (job 12) cancelled"
+    assert (
+        slurm_jobs.groups_line(groups, going)
+        == "group trainer (job 10) running, group policy (job 11) running, group actor (job 12) cancelled"
+    )
     over = {"10": info("cancelled", "CANCELLED"), "11": info("completed", "COMPLETED"), "12": info("failed", "FAILED")}
     assert slurm_jobs.current(ids, over, together=True) == ("12", over["12"])  # the end that matters most
     assert slurm_jobs.current(ids, over) == ("12", over["12"])  # (a chain: the last job)
@@ -177,10 +188,13 @@ def test_the_group_watch_finds_the_other_groups_and_the_first_that_ended_badly(t
     assert group_watch.said(output) is None
     output.write_text("group_watch: cannot watch the other groups' jobs\n")
     assert group_watch.said(output) is None
-    output.write_text("srun: error: something\ngroup_watch: ending this job: group actor's job 12 ended CANCELLED "
-                      "before the run did; cancelling group policy's job 11\n")
-    assert group_watch.said(output) == ("group actor's job 12 ended CANCELLED before the run did; cancelling group "
-                                        "policy's job 11")
+    output.write_text(
+        "srun: error: something\ngroup_watch: ending this job: group actor's job 12 ended CANCELLED "
+        "before the run did; cancelling group policy's job 11\n"
+    )
+    assert group_watch.said(output) == (
+        "group actor's job 12 ended CANCELLED before the run did; cancelling group policy's job 11"
+    )
 
 
 # ------------------------------------------------------------------ against the local Slurm (@pytest.mark.slurm)
@@ -203,8 +217,11 @@ def states(groups: dict[str, str]) -> dict[str, str]:
 
 
 def queued_jobs() -> set[str]:
-    return set(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True,
-                              timeout=60).stdout.split())
+    return set(
+        subprocess.run(
+            ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+    )
 
 
 @pytest.fixture
@@ -226,20 +243,33 @@ def without_het_steps():
 
 @pytest.mark.slurm
 def test_without_het_steps_cartpole_reaches_its_target_as_one_job_per_group_waiting_for_a_late_group(
-        tmp_path, without_het_steps):
+    tmp_path, without_het_steps
+):
     assert accounting.het_steps_disabled(slurm.cluster_config())
     proc = srl(CARTPOLE, "--slurm", "--run-dir", tmp_path / "het", *PROFILE)  # the default layout: refused
     assert proc.returncode == 2 and "disable_hetero_steps" in proc.stderr and "Set slurm.layout: jobs" in proc.stderr
     assert not (tmp_path / "het").exists()
     run_dir = tmp_path / "run"
     # the actor group's job may start only 15 s after the others: the others wait for it at the barrier
-    proc = srl(CARTPOLE, "--slurm", "--follow", "--run-dir", run_dir, *PROFILE, "--set", "slurm.layout=jobs",
-               "--set", "slurm.actor.sbatch_options=[--begin=now+15]")
+    proc = srl(
+        CARTPOLE,
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        *PROFILE,
+        "--set",
+        "slurm.layout=jobs",
+        "--set",
+        "slurm.actor.sbatch_options=[--begin=now+15]",
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     groups = groups_of(run_dir)
     assert list(groups) == ["trainer", "policy", "actor"] and len(set(groups.values())) == 3
-    assert f"submitted jobs {groups['trainer']} (trainer), {groups['policy']} (policy), {groups['actor']} (actor)" \
+    assert (
+        f"submitted jobs {groups['trainer']} (trainer), {groups['policy']} (policy), {groups['actor']} (actor)"
         in proc.stdout
+    )
     assert f"waiting for group actor (job {groups['actor']}): pending, reason " in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded" and summary["reason"].startswith("target reached"), summary
@@ -247,8 +277,13 @@ def test_without_het_steps_cartpole_reaches_its_target_as_one_job_per_group_wait
     assert states(groups) == {"trainer": "COMPLETED", "policy": "COMPLETED", "actor": "COMPLETED"}
     table = json.loads((run_dir / "workers.json").read_text())  # met through files, each at its task id
     assert sorted(table) == ["actor/0", "actor/1", "controller/0", "policy/0", "trainer/0"]
-    assert sorted(p.name for p in (run_dir / "traces").glob("*.h5")) == \
-        ["actor-0.h5", "actor-1.h5", "controller-0.h5", "policy-0.h5", "trainer-0.h5"]
+    assert sorted(p.name for p in (run_dir / "traces").glob("*.h5")) == [
+        "actor-0.h5",
+        "actor-1.h5",
+        "controller-0.h5",
+        "policy-0.h5",
+        "trainer-0.h5",
+    ]
     for group in groups:
         assert (run_dir / f"job-{group}.sbatch").exists()
     out = srl("status", run_dir).stdout
@@ -260,20 +295,35 @@ def test_without_het_steps_cartpole_reaches_its_target_as_one_job_per_group_wait
 def long_run(tmp_path, *overrides):
     """CartPole with slurm.layout: jobs and a stop on the whole run's wall time, submitted (not followed)."""
     profiles = [LOCAL_PROFILE] if LOCAL_PROFILE.exists() else []
-    return launcher.submit(CARTPOLE, slurm=True, run_dir=tmp_path / "run", profiles=profiles,
-                           overrides=["slurm.layout=jobs", "stop.target_return=null", *overrides])
+    return launcher.submit(
+        CARTPOLE,
+        slurm=True,
+        run_dir=tmp_path / "run",
+        profiles=profiles,
+        overrides=["slurm.layout=jobs", "stop.target_return=null", *overrides],
+    )
 
 
 @pytest.mark.slurm
 def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_the_run_resumes(tmp_path):
     run = long_run(tmp_path, "stop.wall_time=25", "workers.trainer.checkpoint_interval=5")
-    wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 150,
-               "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
+    wait_until(
+        lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5,
+        150,
+        "a few trained versions in the controller log",
+        lambda: run.logs()[-3000:],
+        interval=0.5,
+    )
     groups = groups_of(run.run_dir)
     subprocess.run(["scancel", groups["policy"]], check=True, timeout=60)
     cancelled = time.monotonic()
-    wait_until(lambda: all(s not in ("RUNNING", "PENDING", "COMPLETING") for s in states(groups).values()), 60,
-               "every group's job to end", lambda: states(groups), interval=1)
+    wait_until(
+        lambda: all(s not in ("RUNNING", "PENDING", "COMPLETING") for s in states(groups).values()),
+        60,
+        "every group's job to end",
+        lambda: states(groups),
+        interval=1,
+    )
     assert time.monotonic() - cancelled < 30, states(groups)
     ended = states(groups)
     # the trainer's watch cancels its job; the actors' may, or the controller, cancelled, stops them first
@@ -281,10 +331,14 @@ def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_
     no_process_left(run.run_dir)
     proc = srl("status", run.run_dir)
     assert proc.returncode == 1 and "state: cancelled" in proc.stdout, proc.stdout
-    assert f"group policy's job {groups['policy']} ended CANCELLED before the run did; the other groups' jobs were " \
+    assert (
+        f"group policy's job {groups['policy']} ended CANCELLED before the run did; the other groups' jobs were "
         "cancelled for it" in proc.stdout
-    assert f"(its group watch: group policy's job {groups['policy']} ended CANCELLED before the run did; " \
+    )
+    assert (
+        f"(its group watch: group policy's job {groups['policy']} ended CANCELLED before the run did; "
         f"cancelling group trainer's job {groups['trainer']})" in proc.stdout
+    )
     assert run.run_dir.joinpath("checkpoints", "latest.pt").exists()
     resumed = srl("resume", run.run_dir, "--follow")  # every group's job anew, from the checkpoint
     assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-3000:]
@@ -302,13 +356,23 @@ def test_a_group_cancelled_before_it_starts_ends_the_others_waiting_for_it(tmp_p
     run = long_run(tmp_path, "stop.wall_time=60", "slurm.actor.sbatch_options=[--begin=now+300]")
     groups = groups_of(run.run_dir)
     arrivals = run.run_dir / "rendezvous" / "barrier"
-    wait_until(lambda: arrivals.is_dir() and len(list(arrivals.iterdir())) >= 3, 120,
-               "the trainer and policy groups' workers at the barrier", lambda: states(groups), interval=0.5)
+    wait_until(
+        lambda: arrivals.is_dir() and len(list(arrivals.iterdir())) >= 3,
+        120,
+        "the trainer and policy groups' workers at the barrier",
+        lambda: states(groups),
+        interval=0.5,
+    )
     assert states(groups)["actor"] == "PENDING"
     subprocess.run(["scancel", groups["actor"]], check=True, timeout=60)
     cancelled = time.monotonic()
-    wait_until(lambda: states(groups)["trainer"] == "CANCELLED" and states(groups)["policy"] == "CANCELLED", 60,
-               "the trainer and policy groups' jobs to be cancelled", lambda: states(groups), interval=1)
+    wait_until(
+        lambda: states(groups)["trainer"] == "CANCELLED" and states(groups)["policy"] == "CANCELLED",
+        60,
+        "the trainer and policy groups' jobs to be cancelled",
+        lambda: states(groups),
+        interval=1,
+    )
     assert time.monotonic() - cancelled < 30
     no_process_left(run.run_dir)
     out = srl("status", run.run_dir).stdout
@@ -321,24 +385,42 @@ def test_srl_launch_cancel_cancels_every_groups_job(tmp_path):
     groups = groups_of(run.run_dir)
     proc = srl("cancel", run.run_dir)
     assert proc.returncode == 0 and f"cancelled job {', '.join(groups.values())}" in proc.stdout, proc.stdout
-    wait_until(lambda: set(states(groups).values()) == {"CANCELLED"}, 60, "every group's job cancelled",
-               lambda: states(groups), interval=1)
+    wait_until(
+        lambda: set(states(groups).values()) == {"CANCELLED"},
+        60,
+        "every group's job cancelled",
+        lambda: states(groups),
+        interval=1,
+    )
     no_process_left(run.run_dir)
 
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("layout", ["hetjob", "jobs"])
 def test_a_qos_that_cannot_run_every_group_at_once_is_refused_before_anything_is_submitted(tmp_path, layout):
-    small = subprocess.run(["sacctmgr", "-nP", "show", "qos", "small", "format=Name,MaxJobsPU"], capture_output=True,
-                           text=True, timeout=60)
+    small = subprocess.run(
+        ["sacctmgr", "-nP", "show", "qos", "small", "format=Name,MaxJobsPU"], capture_output=True, text=True, timeout=60
+    )
     if small.stdout.strip() != "small|2":
         pytest.skip(f"the local Slurm has no QOS small with MaxJobsPerUser=2 (accounting off?): {small.stdout!r}")
     before = queued_jobs()
-    proc = srl(CARTPOLE, "--slurm", "--run-dir", tmp_path / "run", *PROFILE, "--set", "slurm.qos=small",
-               "--set", f"slurm.layout={layout}")
+    proc = srl(
+        CARTPOLE,
+        "--slurm",
+        "--run-dir",
+        tmp_path / "run",
+        *PROFILE,
+        "--set",
+        "slurm.qos=small",
+        "--set",
+        f"slurm.layout={layout}",
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "QOS 'small' runs at most 2 of your jobs at once (MaxJobsPerUser), and this run needs 3 jobs" \
-        in proc.stderr and "trainer, policy, actor" in proc.stderr and "another QOS (slurm.qos" in proc.stderr
+    assert (
+        "QOS 'small' runs at most 2 of your jobs at once (MaxJobsPerUser), and this run needs 3 jobs" in proc.stderr
+        and "trainer, policy, actor" in proc.stderr
+        and "another QOS (slurm.qos" in proc.stderr
+    )
     assert not (tmp_path / "run").exists() and queued_jobs() <= before
 
 
@@ -346,14 +428,26 @@ def test_a_qos_that_cannot_run_every_group_at_once_is_refused_before_anything_is
 @pytest.mark.parametrize("layout", ["hetjob", "jobs"])
 def test_a_refused_submission_says_slurms_words_and_leaves_no_group_behind(tmp_path, layout):
     run_dir = tmp_path / "run"
-    proc = srl(CARTPOLE, "--slurm", "--run-dir", run_dir, *PROFILE, "--set", f"slurm.layout={layout}",
-               "--set", "slurm.actor.sbatch_options=[--gres=nosuch:1]")  # sbatch refuses the actor group's
+    proc = srl(
+        CARTPOLE,
+        "--slurm",
+        "--run-dir",
+        run_dir,
+        *PROFILE,
+        "--set",
+        f"slurm.layout={layout}",
+        "--set",
+        "slurm.actor.sbatch_options=[--gres=nosuch:1]",
+    )  # sbatch refuses the actor group's
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Invalid generic resource (gres) specification" in proc.stderr, proc.stderr
     assert not (run_dir / "slurm.json").exists()
     if layout == "hetjob":
         assert "if this cluster does not take heterogeneous jobs, set slurm.layout: jobs" in proc.stderr
         return
-    first, second = re.search(r"group actor's job was not submitted: .* cancelled the jobs already submitted: "
-                              r"(\d+) \(trainer\), (\d+) \(policy\)", proc.stderr).groups()
+    first, second = re.search(
+        r"group actor's job was not submitted: .* cancelled the jobs already submitted: "
+        r"(\d+) \(trainer\), (\d+) \(policy\)",
+        proc.stderr,
+    ).groups()
     assert states({"trainer": first, "policy": second}) == {"trainer": "CANCELLED", "policy": "CANCELLED"}

@@ -3,6 +3,7 @@ start), and a hard one too low for the run (refused before it starts, naming the
 
 The limits are set in a child process (`ulimit` in bash): lowering a hard limit cannot be undone in a process.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,10 @@ def graph_with_actors(n: int) -> wiring.Graph:
 
 def test_servers_need_descriptors_in_proportion_to_their_clients_and_actors_do_not():
     small, big = graph_with_actors(4), graph_with_actors(100)
-    grown = {name: limits.descriptors_needed(big, name) - limits.descriptors_needed(small, name)
-             for name in ("controller/0", "trainer/0", "policy/0", "actor/0")}
+    grown = {
+        name: limits.descriptors_needed(big, name) - limits.descriptors_needed(small, name)
+        for name in ("controller/0", "trainer/0", "policy/0", "actor/0")
+    }
     # 96 more actors: each is a client of the controller (events and commands), of the trainer (samples and
     # credits) and of the policy worker (a shared-memory inference client)
     assert grown == {"controller/0": 2 * 96, "trainer/0": 2 * 96, "policy/0": 3 * 96, "actor/0": 0}
@@ -39,13 +42,19 @@ def test_servers_need_descriptors_in_proportion_to_their_clients_and_actors_do_n
 
 
 def _in_child(code: str, soft: int, hard: int) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'ulimit -Sn {soft} && ulimit -Hn {hard} && exec "$@"', "child",
-                           sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f'ulimit -Sn {soft} && ulimit -Hn {hard} && exec "$@"', "child", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_soft_limit_is_raised_to_the_hard_one():
-    code = ("import resource; from srl_hpc.services import limits; "
-            "print(limits.raise_open_files(100, 'policy/0', 20), resource.getrlimit(resource.RLIMIT_NOFILE))")
+    code = (
+        "import resource; from srl_hpc.services import limits; "
+        "print(limits.raise_open_files(100, 'policy/0', 20), resource.getrlimit(resource.RLIMIT_NOFILE))"
+    )
     proc = _in_child(code, soft=64, hard=512)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["(512,", "512)", "(512,", "512)"]
@@ -63,9 +72,12 @@ def test_a_hard_limit_under_the_need_is_refused_naming_it():
 def test_a_local_run_under_a_hard_limit_too_low_is_refused_before_it_starts(tmp_path):
     run_dir = tmp_path / "run"
     limited = ["bash", "-c", 'ulimit -Sn 100 && ulimit -Hn 100 && exec "$@"', "launch"]
-    proc = subprocess.run([*limited, script("srl-launch"), str(CARTPOLE), "--run-dir", str(run_dir),
-                           "--set", "workers.actor.count=16"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*limited, script("srl-launch"), str(CARTPOLE), "--run-dir", str(run_dir), "--set", "workers.actor.count=16"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "policy/0 needs about" in proc.stderr and "is 100 here" in proc.stderr, proc.stderr
     assert not (run_dir / "logs").exists() or not any((run_dir / "logs").iterdir())  # nothing started
@@ -77,10 +89,25 @@ def test_sixteen_actors_under_a_soft_limit_of_64_reach_the_target(tmp_path):
     Every worker raises its soft limit, the run reaches its target, and no worker held more descriptors than
     its planned need (the heartbeat rows' open_files)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run(["bash", "-c", 'ulimit -Sn 64; exec "$@"', "launch", script("srl-launch"), str(CARTPOLE),
-                           "--run-dir", str(run_dir), "--set", "workers.actor.count=16",
-                           "--set", "stop.target_return=200"],  # the limit is the point, not the return
-                          capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'ulimit -Sn 64; exec "$@"',
+            "launch",
+            script("srl-launch"),
+            str(CARTPOLE),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.actor.count=16",
+            "--set",
+            "stop.target_return=200",
+        ],  # the limit is the point, not the return
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = reader.read_run(run_dir).meta["summary"]
     assert summary["reason"].startswith("target reached"), summary
@@ -88,7 +115,8 @@ def test_sixteen_actors_under_a_soft_limit_of_64_reach_the_target(tmp_path):
     graph = graph_with_actors(16)
     held = {w.name: int(w.table("heartbeat")["open_files"].max()) for w in reader.read_run(run_dir).workers}
     assert set(held) == set(graph.names)
-    over = {n: (h, limits.descriptors_needed(graph, n)) for n, h in held.items()
-            if h > limits.descriptors_needed(graph, n)}
+    over = {
+        n: (h, limits.descriptors_needed(graph, n)) for n, h in held.items() if h > limits.descriptors_needed(graph, n)
+    }
     assert not over, over
     assert held["policy/0"] > 64  # the soft limit it started with would not have held it

@@ -1,4 +1,5 @@
 """Local mode end to end: real processes, real ZMQ, real torch."""
+
 import csv
 import importlib.util
 import json
@@ -34,11 +35,29 @@ monitor: {{status_interval: 1, heartbeat_timeout: 30}}
 """
 
 
-PPO_BOARD = ["episode/return_mean", "episode/return", "episode/length", "episode/count", "throughput/sample_fps",
-             "throughput/train_fps", "policy/version", "policy/lag", "frames/dropped", "frames/malformed_dropped",
-             "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/clip_fraction",
-             "train/explained_variance", "train/lr", "queue/ready_batches", "queue/held_segments",
-             "queue/held_requests", "queue/unsent_segments"]
+PPO_BOARD = [
+    "episode/return_mean",
+    "episode/return",
+    "episode/length",
+    "episode/count",
+    "throughput/sample_fps",
+    "throughput/train_fps",
+    "policy/version",
+    "policy/lag",
+    "frames/dropped",
+    "frames/malformed_dropped",
+    "train/policy_loss",
+    "train/value_loss",
+    "train/entropy",
+    "train/approx_kl",
+    "train/clip_fraction",
+    "train/explained_variance",
+    "train/lr",
+    "queue/ready_batches",
+    "queue/held_segments",
+    "queue/held_requests",
+    "queue/unsent_segments",
+]
 
 
 def watch(run_dir, video, size: tuple[int, int], *options) -> list[int]:
@@ -46,14 +65,19 @@ def watch(run_dir, video, size: tuple[int, int], *options) -> list[int]:
     back: one frame per step plus the one each episode ends on, at `size`), returns the episode lengths."""
     import cv2
 
-    proc = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--episodes", "2", "--video", str(video),
-                           *options], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [script("srl-launch"), "enjoy", str(run_dir), "--episodes", "2", "--video", str(video), *options],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     episodes = re.findall(r"episode \d+: return (-?[\d.]+), length (\d+)", proc.stdout)
     assert len(episodes) == 2 and "mean return" in proc.stdout, proc.stdout
     capture = cv2.VideoCapture(str(video))
-    frames, width, height = (int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH,
-                                                              cv2.CAP_PROP_FRAME_HEIGHT))
+    frames, width, height = (
+        int(capture.get(p)) for p in (cv2.CAP_PROP_FRAME_COUNT, cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT)
+    )
     lengths = [int(n) for _, n in episodes]
     assert (width, height) == size and frames == sum(lengths) + 2
     return lengths
@@ -61,8 +85,9 @@ def watch(run_dir, video, size: tuple[int, int], *options) -> list[int]:
 
 def write_experiment(tmp_path, env_id="CartPole-v1", kwargs="{}", wall_time=6, checkpoint_interval=1):
     path = tmp_path / "exp.yaml"
-    path.write_text(SHORT.format(env_id=env_id, kwargs=kwargs, wall_time=wall_time,
-                                 checkpoint_interval=checkpoint_interval))
+    path.write_text(
+        SHORT.format(env_id=env_id, kwargs=kwargs, wall_time=wall_time, checkpoint_interval=checkpoint_interval)
+    )
     return path
 
 
@@ -92,8 +117,9 @@ def pushes_toward_the_fall(run_dir) -> float:
     model.eval()
     rng = np.random.default_rng(0)
     n = 256  # cart position and speed anywhere near the middle; pole 1-9 degrees right, turning right
-    right = np.stack([rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n), rng.uniform(0.02, 0.15, n),
-                      rng.uniform(0.2, 1.0, n)], 1).astype(np.float32)
+    right = np.stack(
+        [rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n), rng.uniform(0.02, 0.15, n), rng.uniform(0.2, 1.0, n)], 1
+    ).astype(np.float32)
     left = right * np.array([1, 1, -1, -1], np.float32)  # the mirror image: leaning and turning left
     with torch.no_grad():
         push_right = torch.softmax(model(torch.from_numpy(right))[0], -1)[:, 1]  # action 1 pushes right
@@ -125,7 +151,12 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     assert summary["no_final_report"] == []
     assert (run_dir / "checkpoints" / "latest.pt").exists()
     assert sorted(p.name for p in (run_dir / "traces").glob("*.h5")) == [
-        "actor-0.h5", "actor-1.h5", "controller-0.h5", "policy-0.h5", "trainer-0.h5"]
+        "actor-0.h5",
+        "actor-1.h5",
+        "controller-0.h5",
+        "policy-0.h5",
+        "trainer-0.h5",
+    ]
     assert len((run_dir / "metrics.csv").read_text().splitlines()) >= 3  # header + progress rows
     assert "frames" in proc.stdout and "succeeded" in proc.stdout
     pids, alive = alive_worker_pids(run_dir)
@@ -157,8 +188,14 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
     more = ["workers.actor.count=3", "workers.parameter_fanout=2"] if placement == "impala" else []
     # a budget of frames, not of seconds: as much training on a slow machine as on a fast one (seed's 6 s
     # here were ~5,000 frames, impala's ~12,000); the wall time only stops a run that would not end
-    _, summary = run_local(write_experiment(tmp_path, wall_time=90), run_dir, f"workers.placement={placement}",
-                           "workers.policy.count=0", "stop.env_frames=8000", *more)
+    _, summary = run_local(
+        write_experiment(tmp_path, wall_time=90),
+        run_dir,
+        f"workers.placement={placement}",
+        "workers.policy.count=0",
+        "stop.env_frames=8000",
+        *more,
+    )
     assert summary["reason"].startswith("env frame budget reached"), summary
     assert summary["policy_version"] > 1 and summary["frames_consumed"] > 0
     assert_every_frame_accounted_for(summary)
@@ -173,8 +210,10 @@ def test_other_placements_train_and_account_for_every_frame(tmp_path, placement)
         import torch
 
         weights = {k: v.numpy() for k, v in torch.load(run_dir / "checkpoints" / "latest.pt")["model"].items()}
-        sizes = [len(LATEST) + sum(len(f) for f in wire.pack("params", {"version": v, "tag": LATEST}, weights))
-                 for v in (1, summary["policy_version"])]  # one version as sent (its number's digits aside)
+        sizes = [
+            len(LATEST) + sum(len(f) for f in wire.pack("params", {"version": v, "tag": LATEST}, weights))
+            for v in (1, summary["policy_version"])
+        ]  # one version as sent (its number's digits aside)
         counters, versions = summary["counters"], summary["counters"]["parameter_versions_sent"]
         # to two subscribers, not three: more than one copy per version on average (some may subscribe late)
         assert min(sizes) * versions < counters["parameter_bytes_sent"] <= 2 * max(sizes) * versions, counters
@@ -195,8 +234,14 @@ def test_a_recurrent_policy_trains_is_evaluated_and_watched(tmp_path, placement,
         more.append("model.rnn=gru")
     else:
         experiment = ROOT / "experiments" / "cartpole_novelocity_gru_dqn.yaml"
-        more += ["workers.placement=impala", "workers.policy.count=0", "stop.wall_time=8", "stop.target_return=null",
-                 "algorithm.learning_starts=64", "monitor.status_interval=1"]
+        more += [
+            "workers.placement=impala",
+            "workers.policy.count=0",
+            "stop.wall_time=8",
+            "stop.target_return=null",
+            "algorithm.learning_starts=64",
+            "monitor.status_interval=1",
+        ]
     summary = launch(experiment, run_dir, *more)
     with h5py.File(run_dir / "traces" / ("policy-0.h5" if placement == "srl" else "actor-0.h5")) as f:
         assert f["inference"]["version"][-1] > 0  # served with trained weights
@@ -214,9 +259,17 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     worker plays an episode per agent."""
     run_dir = tmp_path / "run"
     # a budget of agent steps (8 s here), not of seconds: as many updates (~75) on a slow machine as here
-    summary = launch(ROOT / "experiments" / "mpe_spread_mappo.yaml", run_dir, "stop.env_frames=20000",
-                     "stop.wall_time=90", "workers.actor.ring_size=4", "workers.trainer.batch_segments=12",
-                     "workers.eval.count=1", "workers.eval.interval=1", "workers.eval.episodes=2")
+    summary = launch(
+        ROOT / "experiments" / "mpe_spread_mappo.yaml",
+        run_dir,
+        "stop.env_frames=20000",
+        "stop.wall_time=90",
+        "workers.actor.ring_size=4",
+        "workers.trainer.batch_segments=12",
+        "workers.eval.count=1",
+        "workers.eval.interval=1",
+        "workers.eval.episodes=2",
+    )
     assert summary["reason"].startswith("env frame budget reached"), summary
     # trained: the centralised critic learned the returns. Its loss is noisy and scale-dependent (a single
     # update of a late, larger return reached 3x the first ones' in CI), so the test asks for a stretch of 5
@@ -244,8 +297,14 @@ def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_the
     from srl_hpc.models.weights import parameter_checksum
 
     run_dir = tmp_path / "run"
-    summary = launch(ROOT / "experiments" / "mpe_tag_two_policies.yaml", run_dir, "stop.wall_time=10",
-                     "workers.actor.ring_size=4", "workers.trainer.count=2", "workers.trainer.batch_segments=4")
+    summary = launch(
+        ROOT / "experiments" / "mpe_tag_two_policies.yaml",
+        run_dir,
+        "stop.wall_time=10",
+        "workers.actor.ring_size=4",
+        "workers.trainer.count=2",
+        "workers.trainer.batch_segments=4",
+    )
     checksums, versions = {}, {}
     for i, policy in enumerate(["predator", "predator", "prey", "prey"]):
         with h5py.File(run_dir / "traces" / f"trainer-{i}.h5") as f:
@@ -274,8 +333,13 @@ def test_two_policies_train_apart_in_one_run_and_traces_and_tensorboard_tell_the
 
 @pytest.mark.e2e
 def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_path):
-    summary = launch(ROOT / "experiments" / "mpe_spread_vdn.yaml", tmp_path / "run", "stop.wall_time=10",
-                     "algorithm.learning_starts=500", "algorithm.batch_size=64")
+    summary = launch(
+        ROOT / "experiments" / "mpe_spread_vdn.yaml",
+        tmp_path / "run",
+        "stop.wall_time=10",
+        "algorithm.learning_starts=500",
+        "algorithm.batch_size=64",
+    )
     counters = summary["counters"]
     # a team transition holds the 3 agents' steps: the buffer stored a third as many as it consumed frames
     assert counters["transitions_stored"] * 3 == summary["frames_consumed"]
@@ -285,11 +349,14 @@ def test_vdn_learns_from_team_transitions_and_accounts_for_every_agent_step(tmp_
 def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
     exp = tmp_path / "pong.yaml"
-    exp.write_text("name: pong\nenv: {id: ALE/Pong-v5, atari: {}}\nmodel: {name: nature_cnn}\n"
-                   "workers:\n  actor: {count: 1, ring_size: 4, inference_splits: 2, segment_length: 16}\n"
-                   "  trainer: {batch_segments: 2}\nstop: {env_frames: 2000}\nmonitor: {status_interval: 1}\n")
-    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=120)
+    exp.write_text(
+        "name: pong\nenv: {id: ALE/Pong-v5, atari: {}}\nmodel: {name: nature_cnn}\n"
+        "workers:\n  actor: {count: 1, ring_size: 4, inference_splits: 2, segment_length: 16}\n"
+        "  trainer: {batch_segments: 2}\nstop: {env_frames: 2000}\nmonitor: {status_interval: 1}\n"
+    )
+    proc = subprocess.run(
+        [script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["frames_consumed"] > 0 and summary["frames_consumed"] % (2 * 16 * 4) == 0  # whole batches x skip 4
@@ -302,8 +369,19 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
 @pytest.mark.slow
 def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
-                           "--set", "workers.actor.count=50000"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(write_experiment(tmp_path)),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.actor.count=50000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "local mode would start 50,003 worker processes" in proc.stderr and "--slurm" in proc.stderr
     assert "lower workers.actor.count" in proc.stderr
@@ -312,6 +390,7 @@ def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_pa
 
 def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
     from srl_hpc.handlers.lockstep import ddp_backend
+
     assert ddp_backend(["n1/GPU-a", "n1/GPU-b", "n2/GPU-a"]) == "nccl"
     assert ddp_backend(["n1/GPU-a", "n1/GPU-a"]) == "gloo"  # NCCL refuses two ranks on one device
 
@@ -319,9 +398,19 @@ def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
 @pytest.mark.e2e
 def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path, wall_time=8)),
-                           "--run-dir", str(run_dir),
-                           "--set", "workers.trainer.count=2"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(write_experiment(tmp_path, wall_time=8)),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.trainer.count=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policy_version"] > 1
@@ -342,12 +431,29 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
     # 32 actors of 4 envs on 2 cores: several times what one trainer consumes. Without flow control each
     # actor's connection queued a few segments: a policy lag of ~45 versions, a third of the frames dropped.
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
-                           str(run_dir), "--set", "workers.actor.count=32", "--set", "workers.actor.ring_size=4",
-                           "--set", "workers.policy.count=2", "--set", "stop.wall_time=20",
-                           "--set", "stop.target_return=null",
-                           "--set", "workers.actor.max_restarts=0"],  # no supervisors: 36 processes start, not 68
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.actor.count=32",
+            "--set",
+            "workers.actor.ring_size=4",
+            "--set",
+            "workers.policy.count=2",
+            "--set",
+            "stop.wall_time=20",
+            "--set",
+            "stop.target_return=null",
+            "--set",
+            "workers.actor.max_restarts=0",
+        ],  # no supervisors: 36 processes start, not 68
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert_every_frame_accounted_for(summary)
@@ -367,18 +473,37 @@ def test_a_window_smaller_than_the_actors_ring_groups_does_not_stall_them(tmp_pa
     # segments: a window of 2 grants, one per actor, for 4 groups. A ring that stood still at a group
     # without leave stalled both actors until the grants were taken back (GRANT_TIMEOUT): 8 frames in 20 s.
     wall_time = GRANT_TIMEOUT - 5
-    summary = launch(write_experiment(tmp_path, wall_time=wall_time), tmp_path / "run",
-                     "workers.actor.ring_size=8", "stop.env_frames=10000")
+    summary = launch(
+        write_experiment(tmp_path, wall_time=wall_time),
+        tmp_path / "run",
+        "workers.actor.ring_size=8",
+        "stop.env_frames=10000",
+    )
     assert summary["reason"].startswith("env frame budget reached"), summary
 
 
 @pytest.mark.e2e
 def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
-                             str(run_dir), "--set", "stop.wall_time=240", "--set", "stop.target_return=null",
-                             "--set", "algorithm.learning_starts=500", "--set", "monitor.status_interval=1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "cartpole_dqn.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.wall_time=240",
+            "--set",
+            "stop.target_return=null",
+            "--set",
+            "algorithm.learning_starts=500",
+            "--set",
+            "monitor.status_interval=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = Output(proc)
 
     def version_after(text):
@@ -416,9 +541,23 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
 @pytest.mark.e2e
 def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "cartpole_dqn.yaml"), "--run-dir",
-                           str(run_dir), "--set", "stop.wall_time=12", "--set", "algorithm.learning_starts=500",
-                           "--set", "algorithm.max_replay_ratio=2"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "cartpole_dqn.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.wall_time=12",
+            "--set",
+            "algorithm.learning_starts=500",
+            "--set",
+            "algorithm.max_replay_ratio=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     # every frame the actors sent reached the buffer, and was stored as a transition or dropped at stop
@@ -427,8 +566,12 @@ def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     counters = summary["counters"]
     assert counters["transitions_stored"] == summary["frames_consumed"]
     # the buffer samples while at most max_replay_ratio per stored transition (the last batch may cross it)
-    assert 0 < counters["transitions_trained"] <= counters["transitions_sampled"] \
+    assert (
+        0
+        < counters["transitions_trained"]
+        <= counters["transitions_sampled"]
         <= 2 * counters["transitions_stored"] + 128
+    )
     with h5py.File(run_dir / "traces" / "buffer-0.h5") as f:
         sizes = f["buffer_step"]["size"][:]
         assert sizes.max() > 500
@@ -448,8 +591,13 @@ def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_plugins.py, as the docs say
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "user_plugins.yaml"), "--run-dir",
-                           str(run_dir)], capture_output=True, text=True, timeout=200, env=env)
+    proc = subprocess.run(
+        [script("srl-launch"), str(ROOT / "experiments" / "user_plugins.yaml"), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached")
@@ -464,9 +612,20 @@ def test_a_users_algorithm_by_dotted_path(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_a2c.py, as the docs say
-    proc = subprocess.run([script("srl-launch"), str(ROOT / "experiments" / "user_algorithm.yaml"), "--run-dir",
-                           str(run_dir), "--set", "stop.target_return=150"], capture_output=True, text=True,
-                          timeout=240, env=env)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "user_algorithm.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.target_return=150",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached")
@@ -491,43 +650,86 @@ def fuzz_ports(experiment) -> dict[str, Port]:
     graph, algorithm, T = build(exp), spec(exp.algorithm), exp.workers.actor.segment_length
     actors, buffers = [w.name for w in graph.hosts("actor")], [w.name for w in graph.hosts("buffer")]
     contract = Contract.of(*spaces(exp.env), algorithm, exp)
-    segment = wire.Message("segment", {"actor": actors[0], "group": 0, "frames": 64, "fill_seconds": 0.5},
-                           {k: np.zeros_like(v) for k, v in contract.segment_arrays(2, T).items()})
+    segment = wire.Message(
+        "segment",
+        {"actor": actors[0], "group": 0, "frames": 64, "fill_seconds": 0.5},
+        {k: np.zeros_like(v) for k, v in contract.segment_arrays(2, T).items()},
+    )
     assert contract.segment_layout(T, actors).accepts(segment)
-    actions_refused = {"actions": st.sampled_from([2, -1, 2 ** 62])}
+    actions_refused = {"actions": st.sampled_from([2, -1, 2**62])}
     ports = {
-        "events": Port(wire.Message("heartbeat", {"worker": actors[0], "env_frames": 1, "returns": [[10.0, 10]]}),
-                       {"worker": not_in(graph.names), "env_frames": not_a_number(), "returns": JSON.filter(
-                           lambda v: not (isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and
-                                                                      all(map(number, p)) for p in v)))},
-                       required=("worker",)),
-        "samples": Port(segment, {"actor": not_in(actors), "group": not_a_count(), "frames": not_a_count(),
-                                  "fill_seconds": JSON.filter(lambda v: not (number(v) and v >= 0))},
-                        fixed_dtypes=tuple(segment.arrays),
-                        out_of_range={**actions_refused, "versions": st.integers(-2 ** 62, -1)}),
-        "inference": Port(wire.Message("infer", {"group": 0, **algorithm.explore(exp.algorithm, 0, 1)},
-                                       {"obs": np.zeros((2, 4), np.float32)}),
-                          {k: not_a_count() if k == "group" else not_a_number()
-                           for k in ("group", *algorithm.explore(exp.algorithm, 0, 1))}),
+        "events": Port(
+            wire.Message("heartbeat", {"worker": actors[0], "env_frames": 1, "returns": [[10.0, 10]]}),
+            {
+                "worker": not_in(graph.names),
+                "env_frames": not_a_number(),
+                "returns": JSON.filter(
+                    lambda v: (
+                        not (
+                            isinstance(v, list)
+                            and all(isinstance(p, list) and len(p) == 2 and all(map(number, p)) for p in v)
+                        )
+                    )
+                ),
+            },
+            required=("worker",),
+        ),
+        "samples": Port(
+            segment,
+            {
+                "actor": not_in(actors),
+                "group": not_a_count(),
+                "frames": not_a_count(),
+                "fill_seconds": JSON.filter(lambda v: not (number(v) and v >= 0)),
+            },
+            fixed_dtypes=tuple(segment.arrays),
+            out_of_range={**actions_refused, "versions": st.integers(-(2**62), -1)},
+        ),
+        "inference": Port(
+            wire.Message(
+                "infer", {"group": 0, **algorithm.explore(exp.algorithm, 0, 1)}, {"obs": np.zeros((2, 4), np.float32)}
+            ),
+            {
+                k: not_a_count() if k == "group" else not_a_number()
+                for k in ("group", *algorithm.explore(exp.algorithm, 0, 1))
+            },
+        ),
     }
     assert is_event(ports["events"].template.kind, ports["events"].template.meta, graph.names)
     if graph.servers_for("credits", actors[0]):  # on-policy flow control: actors ask trainers for leave
         ports["credits"] = Port(wire.Message("want", {"actor": actors[0]}), {"actor": not_in(actors)})
     if buffers:
-        replay = wire.Message("replay", {"buffer": buffers[0], "incarnation": 0}, {
-            "obs": np.zeros((2, 4), np.float32), "next_obs": np.zeros((2, 4), np.float32),
-            "actions": np.zeros(2, np.int64), "returns": np.zeros(2, np.float32), "discounts": np.ones(2, np.float32),
-            "weights": np.ones(2, np.float32), "indices": np.zeros(2, np.int64)})
+        replay = wire.Message(
+            "replay",
+            {"buffer": buffers[0], "incarnation": 0},
+            {
+                "obs": np.zeros((2, 4), np.float32),
+                "next_obs": np.zeros((2, 4), np.float32),
+                "actions": np.zeros(2, np.int64),
+                "returns": np.zeros(2, np.float32),
+                "discounts": np.ones(2, np.float32),
+                "weights": np.ones(2, np.float32),
+                "indices": np.zeros(2, np.int64),
+            },
+        )
         assert contract.replay_layout(buffers).accepts(replay)
-        ports["replay"] = Port(replay, {"buffer": not_in(buffers), "incarnation": not_a_count()},
-                               fixed_dtypes=tuple(replay.arrays),
-                               out_of_range=actions_refused)
-        priorities = wire.Message("priorities", {"incarnation": 0},
-                                  {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)})
+        ports["replay"] = Port(
+            replay,
+            {"buffer": not_in(buffers), "incarnation": not_a_count()},
+            fixed_dtypes=tuple(replay.arrays),
+            out_of_range=actions_refused,
+        )
+        priorities = wire.Message(
+            "priorities", {"incarnation": 0}, {"indices": np.zeros(2, np.int64), "priorities": np.ones(2, np.float32)}
+        )
         capacity = exp.algorithm.replay_capacity
         assert priorities_layout(capacity).accepts(priorities)
-        ports["priorities"] = Port(priorities, {"incarnation": not_a_count()}, fixed_dtypes=("indices",),
-                                   out_of_range={"indices": st.sampled_from([-1, capacity, 2 ** 62])})
+        ports["priorities"] = Port(
+            priorities,
+            {"incarnation": not_a_count()},
+            fixed_dtypes=("indices",),
+            out_of_range={"indices": st.sampled_from([-1, capacity, 2**62])},
+        )
     return ports
 
 
@@ -571,11 +773,16 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
     ports = fuzz_ports(path)
     # hypothesis draws lists of 50: its cost is per example, and thousands of examples per port take tens of
     # seconds, drawn before the run starts (beside it, on two cores, they took twice as long)
-    fuzzed = {name: [m for batch in draw(st.lists(defects(port), min_size=50, max_size=50), FUZZED_PER_PORT // 50)
-                     for m in batch] for name, port in ports.items()}
+    fuzzed = {
+        name: [
+            m for batch in draw(st.lists(defects(port), min_size=50, max_size=50), FUZZED_PER_PORT // 50) for m in batch
+        ]
+        for name, port in ports.items()
+    }
     assert all(len(messages) == FUZZED_PER_PORT for messages in fuzzed.values())
-    proc, run_dir, output = start_long_run(tmp_path, "--set", "workers.trainer.train=false", trained=False,
-                                           experiment=path)
+    proc, run_dir, output = start_long_run(
+        tmp_path, "--set", "workers.trainer.train=false", trained=False, experiment=path
+    )
     table = json.loads((run_dir / "workers.json").read_text())
     stranger, insider = zmq.Context(), zmq.Context()
     secure_context(insider, RunDir(run_dir))  # a client holding the run's keys (as the run's owner would)
@@ -588,9 +795,13 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
             with open(run_dir / "metrics.csv", newline="") as f:
                 return int(list(csv.DictReader(f))[-1]["malformed_dropped"])
 
-        wait_until(lambda: dropped() >= sent or proc.poll() is not None, 240,
-                   f"all {sent:,} fuzzed messages to be received and dropped", lambda: f"{dropped():,} dropped so far",
-                   interval=0.5)
+        wait_until(
+            lambda: dropped() >= sent or proc.poll() is not None,
+            240,
+            f"all {sent:,} fuzzed messages to be received and dropped",
+            lambda: f"{dropped():,} dropped so far",
+            interval=0.5,
+        )
     finally:
         stranger.destroy(linger=0)
         insider.destroy(linger=0)
@@ -611,9 +822,19 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
-    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir),
-                           "--set", "workers.actor.max_restarts=1"],  # replaced once, crashes again: the run fails
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(exp),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.actor.max_restarts=1",
+        ],  # replaced once, crashes again: the run fails
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "RuntimeError: CrashAfter env crashed on purpose" in proc.stdout
     assert "(restart budget of 1 spent)" in proc.stdout
@@ -632,12 +853,28 @@ def start_long_run(tmp_path, *overrides, experiment=None, trained=True, **settin
     fixture stops it if the test does not)."""
     run_dir = tmp_path / "run"
     path = write_experiment(tmp_path, wall_time=300, **settings) if experiment is None else experiment
-    proc = subprocess.Popen([script("srl-launch"), str(path), "--run-dir", str(run_dir), "--set", "stop.wall_time=300",
-                             "--set", "stop.target_return=null", *overrides],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            script("srl-launch"),
+            str(path),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.wall_time=300",
+            "--set",
+            "stop.target_return=null",
+            *overrides,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = Output(proc)
-    output.next_matching(lambda line: "| sample" in line and (" version     0 " not in line or not trained), 120,
-                         "of progress" + (" with a trained version" if trained else ""))
+    output.next_matching(
+        lambda line: "| sample" in line and (" version     0 " not in line or not trained),
+        120,
+        "of progress" + (" with a trained version" if trained else ""),
+    )
     return proc, run_dir, output
 
 
@@ -662,14 +899,31 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     import torch
 
     run_dir = tmp_path / "run"
-    first = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
-                              str(run_dir), "--set", "stop.wall_time=600",
-                              "--set", "workers.trainer.checkpoint_interval=2",
-                              "--set", "workers.trainer.snapshot_every=5", "--set", "monitor.status_interval=1"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "stop.wall_time=600",
+            "--set",
+            "workers.trainer.checkpoint_interval=2",
+            "--set",
+            "workers.trainer.snapshot_every=5",
+            "--set",
+            "monitor.status_interval=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     first_output = Output(first)
-    first_output.next_matching(lambda line: "| version" in line and int(line.split("| version")[1].split()[0]) >= 20,
-                               180, "with version 20 or later")  # some training, far from the target
+    first_output.next_matching(
+        lambda line: "| version" in line and int(line.split("| version")[1].split()[0]) >= 20,
+        180,
+        "with version 20 or later",
+    )  # some training, far from the target
     first.send_signal(signal.SIGINT)
     first_output.finish(60)
     assert first.returncode == 130, first_output.text[-3000:]
@@ -696,8 +950,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     resumed = torch.load(run_dir / "checkpoints" / "latest.pt")
     assert resumed["version"] == summary["policy_version"] > checkpoint["version"]  # versions continue
     tags = ParameterDB(run_dir / "parameters" / "default").tags()  # both attempts' snapshots, the newest latest
-    assert tags == {**{f"snapshot-{v}": {"version": v} for v in range(5, resumed["version"] + 1, 5)},
-                    "latest": {"version": resumed["version"]}}
+    assert tags == {
+        **{f"snapshot-{v}": {"version": v} for v in range(5, resumed["version"] + 1, 5)},
+        "latest": {"version": resumed["version"]},
+    }
     _, arrays = ParameterDB(run_dir / "parameters" / "default").get(tag="latest")
     assert all(np.array_equal(arrays[k], v.numpy()) for k, v in resumed["model"].items())
     # Adam's step count spans both attempts (4 epochs x 4 minibatches per version): its state was restored
@@ -709,13 +965,26 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert report.returncode == 0 and "2 attempts (a resumed run)" in report.stdout
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
-                    reason="wandb is not installed (pip install wandb): monitor.wandb is optional")
+@pytest.mark.skipif(
+    importlib.util.find_spec("wandb") is None,
+    reason="wandb is not installed (pip install wandb): monitor.wandb is optional",
+)
 @pytest.mark.e2e
 def test_weights_and_biases_offline_gets_the_same_scalars_in_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([script("srl-launch"), str(write_experiment(tmp_path)), "--run-dir", str(run_dir),
-                           "--set", "monitor.wandb={project: srl-test}"], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(write_experiment(tmp_path)),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "monitor.wandb={project: srl-test}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (history,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")  # one W&B run, kept in the run directory
     logged = history.read_bytes()
@@ -739,8 +1008,9 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     run_dir = tmp_path / "run"
     exp = tmp_path / "eval.yaml"
     exp.write_text(EVAL_CARTPOLE)
-    proc = subprocess.run([script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True,
-                          timeout=400)
+    proc = subprocess.run(
+        [script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=400
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("evaluation target reached"), summary["reason"]
@@ -760,8 +1030,12 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     best = ParameterDB(run_dir / "parameters" / "default").tags()["best"]
     assert best["mean_return"] == pytest.approx(max(returns)) and best["worker"] == "eval/0"
     assert best["version"] == versions[returns.index(max(returns))]
-    watched = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--tag", "best", "--episodes", "1",
-                              "--greedy"], capture_output=True, text=True, timeout=120)
+    watched = subprocess.run(
+        [script("srl-launch"), "enjoy", str(run_dir), "--tag", "best", "--episodes", "1", "--greedy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert watched.returncode == 0 and f"version (tagged best) {best['version']}," in watched.stdout, watched.stderr
     with open(run_dir / "metrics.csv", newline="") as f:
         assert any(row["eval_return"] for row in csv.DictReader(f))
@@ -787,8 +1061,9 @@ def test_status_and_cancel_of_a_local_run(tmp_path):
     proc, run_dir, output = start_long_run(tmp_path)
     status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
     assert "state: running" in status.stdout and status.returncode == 0
-    assert subprocess.run([script("srl-launch"), "cancel", str(run_dir)], capture_output=True,
-                          timeout=60).returncode == 0
+    assert (
+        subprocess.run([script("srl-launch"), "cancel", str(run_dir)], capture_output=True, timeout=60).returncode == 0
+    )
     output.finish(60)
     assert proc.returncode == 143
     status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
@@ -817,11 +1092,23 @@ def child_pid(run_dir, worker):
 @pytest.mark.e2e
 def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([script("srl-launch"), str(ROOT / "experiments" / "cartpole_ppo.yaml"), "--run-dir",
-                             str(run_dir), "--set", "monitor.heartbeat_timeout=20",
-                             "--set", "monitor.status_interval=1",
-                             "--set", "stop.wall_time=240"],  # the target it is, not the wall time, if it trains at all
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            script("srl-launch"),
+            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "monitor.heartbeat_timeout=20",
+            "--set",
+            "monitor.status_interval=1",
+            "--set",
+            "stop.wall_time=240",
+        ],  # the target it is, not the wall time, if it trains at all
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = Output(proc)
     output.line_with("| sample", 120)
     killed, hung, trainer = (child_pid(run_dir, w) for w in ("actor/0", "actor/1", "trainer/0"))
@@ -852,7 +1139,11 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(run_segments)]  # the killed ones' too
     assert not unix.socket_dir(run_dir).exists()  # nor the same-node inference sockets
     assert sorted(p.name for p in (run_dir / "traces").glob("actor-*.h5")) == [
-        "actor-0.h5", "actor-0.restart-1.h5", "actor-1.h5", "actor-1.restart-1.h5"]
+        "actor-0.h5",
+        "actor-0.restart-1.h5",
+        "actor-1.h5",
+        "actor-1.restart-1.h5",
+    ]
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "restarted workers (each read as one trace): actor/0 x1, actor/1 x1" in report.stdout
@@ -861,7 +1152,8 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
 def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():
     """Once a worker's run is over its process exits within a bound (under Slurm nothing else would end it
     before the time limit), leaving every thread's stack behind."""
-    stuck = ("from srl_hpc.worker.process import bound_exit\nimport threading\n"
-             "bound_exit(0.5)\nthreading.Event().wait(60)\n")
+    stuck = (
+        "from srl_hpc.worker.process import bound_exit\nimport threading\nbound_exit(0.5)\nthreading.Event().wait(60)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and "Timeout (0:00:00.500000)!" in proc.stderr and "in wait" in proc.stderr

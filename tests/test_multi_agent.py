@@ -1,5 +1,6 @@
 """Multi-agent envs as rows: every (env, agent) pair a row, agents that left masked, MAPPO's value over the
 env's global state the same at inference and in training, and VDN's team transitions and summed values."""
+
 import gymnasium
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ stop: {wall_time: 1}
 class Relay:
     """PettingZoo's parallel API, two agents: "b" terminates on the 2nd step, the episode truncates on the 4th.
     Observations count the steps of the episode."""
+
     possible_agents = ["a", "b"]
 
     def observation_space(self, agent):
@@ -87,8 +89,10 @@ def test_agents_need_one_observation_and_action_space():
 
 def test_agents_go_to_the_policy_whose_pattern_they_match_and_to_exactly_one():
     agents = ["adversary_0", "adversary_1", "agent_0"]
-    assert assign_teams(agents, {"prey": ("agent_*",), "predator": ("adversary_*",)}) == \
-        {"prey": ["agent_0"], "predator": ["adversary_0", "adversary_1"]}
+    assert assign_teams(agents, {"prey": ("agent_*",), "predator": ("adversary_*",)}) == {
+        "prey": ["agent_0"],
+        "predator": ["adversary_0", "adversary_1"],
+    }
     with pytest.raises(ValueError, match="agent 'agent_0' matches no policy"):
         assign_teams(agents, {"predator": ("adversary_*",)})
     with pytest.raises(ValueError, match="agent 'adversary_1' matches policies a, b"):
@@ -100,6 +104,7 @@ def test_agents_go_to_the_policy_whose_pattern_they_match_and_to_exactly_one():
 class Chase(Relay):
     """Two hunters (2 observation floats, 3 actions) and a runner (3 floats, 2 actions); the runner is caught
     (terminates) on the 2nd step; rewards say which action an agent took (10 x action + its number)."""
+
     possible_agents = ["hunter_0", "runner_0", "hunter_1"]
 
     def observation_space(self, agent):
@@ -147,6 +152,7 @@ def test_each_policy_gets_its_agents_rows_and_the_env_steps_with_every_policys_a
 
 class Stated(Relay):
     """Relay with a global state of its own: [steps so far, 42]."""
+
     state_space = gymnasium.spaces.Box(0, 100, (2,), np.float32)
 
     def state(self):
@@ -216,10 +222,15 @@ def test_mappo_trains_on_the_values_its_policy_workers_computed():
 
 def test_a_buffer_makes_team_steps_of_an_envs_agent_rows():
     rows, T = 6, 4  # 2 envs x 3 agents
-    seg = {"obs": np.arange(rows * T * 2, dtype=np.float32).reshape(rows, T, 2),
-           "actions": np.arange(rows * T).reshape(rows, T), "rewards": np.ones((rows, T), np.float32),
-           "dones": np.zeros((rows, T), bool), "terminated": np.zeros((rows, T), bool),
-           "valid": np.ones((rows, T), bool), "versions": np.zeros((rows, T), np.int64)}
+    seg = {
+        "obs": np.arange(rows * T * 2, dtype=np.float32).reshape(rows, T, 2),
+        "actions": np.arange(rows * T).reshape(rows, T),
+        "rewards": np.ones((rows, T), np.float32),
+        "dones": np.zeros((rows, T), bool),
+        "terminated": np.zeros((rows, T), bool),
+        "valid": np.ones((rows, T), bool),
+        "versions": np.zeros((rows, T), np.int64),
+    }
     seg["rewards"][1, 2] = 4.0  # env 0's second agent, step 2
     seg["dones"][:3, 3] = True  # env 0 ends at step 3, every agent
     steps = team_steps(seg, 3, "actor/0")
@@ -237,7 +248,7 @@ def test_vdns_team_value_is_the_sum_of_its_agents_values():
     obs = torch.randn(4, 3, 2)  # 4 teams of 3 agents
     actions = torch.randint(3, (4, 3))
     q = model(obs)
-    expected = sum(q[:, k].gather(1, actions[:, k:k + 1]).squeeze(1) for k in range(3))
+    expected = sum(q[:, k].gather(1, actions[:, k : k + 1]).squeeze(1) for k in range(3))
     assert torch.allclose(team_q(model, obs, actions), expected)
     with torch.no_grad():
         best = sum(q[:, k].max(1).values for k in range(3))

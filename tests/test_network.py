@@ -1,5 +1,6 @@
 """Which address a worker binds and advertises (srl_hpc.services.network), on this machine's interfaces;
 on the local Slurm's nodes, with their eth0 and ib0, the Slurm tests show the rest."""
+
 import pytest
 
 from srl_hpc.services import network
@@ -11,8 +12,11 @@ def test_an_interface_by_name_or_by_network_and_what_the_libraries_are_told():
     assert by_cidr.ip == "127.0.0.1" and by_cidr.interface == "lo" and by_cidr.loopback
     named = network.Address("10.250.1.11", "ib0", "slurm.network: ib0")
     assert network.library_environment(named) == {
-        "OMPI_MCA_btl_tcp_if_include": "ib0", "OMPI_MCA_oob_tcp_if_include": "ib0",
-        "GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+        "OMPI_MCA_btl_tcp_if_include": "ib0",
+        "OMPI_MCA_oob_tcp_if_include": "ib0",
+        "GLOO_SOCKET_IFNAME": "ib0",
+        "NCCL_SOCKET_IFNAME": "ib0",
+    }
     assert network.library_environment(by_cidr) == {}  # loopback: nothing to steer
 
 
@@ -26,8 +30,9 @@ def test_a_sites_exclude_list_keeps_our_include_list_out_of_that_transport(tmp_p
     env = network.library_environment(network.Address("10.250.1.11", "ib0", "slurm.network: ib0"), site)
     assert "OMPI_MCA_btl_tcp_if_include" not in env and env["OMPI_MCA_oob_tcp_if_include"] == "ib0"
     monkeypatch.setenv("OMPI_MCA_oob_tcp_if_exclude", "lo")  # the same from the environment
-    env = network.library_environment(network.Address("10.250.1.11", "ib0", "slurm.network: ib0"),
-                                       network.site_mca_parameters([str(conf)]))
+    env = network.library_environment(
+        network.Address("10.250.1.11", "ib0", "slurm.network: ib0"), network.site_mca_parameters([str(conf)])
+    )
     assert not any(k.startswith("OMPI_MCA") for k in env) and env["GLOO_SOCKET_IFNAME"] == "ib0"
 
 
@@ -37,8 +42,9 @@ def test_a_users_own_interface_variables_win(monkeypatch):
     assert "NCCL_SOCKET_IFNAME" not in env and env["GLOO_SOCKET_IFNAME"] == "ib0"
 
 
-@pytest.mark.parametrize("setting, says", [("nosuch0", "that interface does not exist"),
-                                           ("198.51.100.0/24", "no interface of node")])
+@pytest.mark.parametrize(
+    "setting, says", [("nosuch0", "that interface does not exist"), ("198.51.100.0/24", "no interface of node")]
+)
 def test_a_network_this_node_lacks_is_an_error_that_lists_its_interfaces(setting, says):
     with pytest.raises(network.NetworkError) as info:
         network.resolve(setting)

@@ -1,4 +1,5 @@
 """The parameter database (srl_hpc/services/parameter_db.py): a filesystem store with no locks."""
+
 import multiprocessing
 import os
 import time

@@ -1,4 +1,5 @@
 """Parameter service over real ZMQ PUB/SUB: versions, tags, late subscribers, the inline subscriber."""
+
 import numpy as np
 import zmq
 
@@ -31,14 +32,20 @@ def test_subscribers_follow_their_tag_and_keep_only_the_newest(monkeypatch):
         publisher.publish(1, {"w": np.ones(3, np.float32)})
         publisher.publish(2, {"w": np.full(3, 2, np.float32)}, tags=("latest", "best"))
         publisher.publish(3, {"w": np.full(3, 3, np.float32)})
+
         def caught_up():
             publisher.maybe_republish()  # the first sends may precede the subscriptions (late joiners)
             for sub in subs.values():
                 sub.poll_newest()
             return subs["latest"].version == 3 and subs["best"].version == 2
 
-        wait_until(caught_up, 5, "versions 3 under latest and 2 under best",
-                   lambda: {tag: sub.version for tag, sub in subs.items()}, interval=0.01)
+        wait_until(
+            caught_up,
+            5,
+            "versions 3 under latest and 2 under best",
+            lambda: {tag: sub.version for tag, sub in subs.items()},
+            interval=0.01,
+        )
         publisher.publish(4, {"w": np.full(3, 4, np.float32)})
         publisher.publish(5, {"w": np.full(3, 5, np.float32)})
         assert poll_until(subs["latest"], 5).arrays["w"].tolist() == [5, 5, 5]  # 4 was skipped, not applied
@@ -67,8 +74,9 @@ def test_the_publisher_counts_one_copy_per_subscriber_of_the_tag():
         pub.setsockopt(zmq.XPUB_VERBOSER, 1)
         port = pub.bind_to_random_port("tcp://127.0.0.1")
         publisher = ParameterPublisher(pub)
-        subs = [ParameterSubscriber.connect(ctx, f"tcp://127.0.0.1:{port}", tag)
-                for tag in ("latest", "latest", "best")]
+        subs = [
+            ParameterSubscriber.connect(ctx, f"tcp://127.0.0.1:{port}", tag) for tag in ("latest", "latest", "best")
+        ]
         wait_until(lambda: publisher.subscribers_of("latest") >= 2, 5, "two subscribers of latest", interval=0.01)
         assert publisher.subscribers_of("latest") == 2 and publisher.subscribers_of("best") == 1
         arrays = {"w": np.ones(1000, np.float32)}
@@ -82,8 +90,13 @@ def test_the_publisher_counts_one_copy_per_subscriber_of_the_tag():
         assert publisher.bytes_sent == 2 * size(1, "latest") + 2 * size(2, "latest") + size(2, "best")
         assert publisher.versions_sent == 2
         subs[0].socket.close(linger=0)  # a subscriber that leaves is not counted any more
-        wait_until(lambda: publisher.subscribers_of("latest") <= 1, 5, "the closed subscriber to leave",
-                   lambda: f"{publisher.subscribers_of('latest')} subscribers of latest", interval=0.01)
+        wait_until(
+            lambda: publisher.subscribers_of("latest") <= 1,
+            5,
+            "the closed subscriber to leave",
+            lambda: f"{publisher.subscribers_of('latest')} subscribers of latest",
+            interval=0.01,
+        )
         assert publisher.subscribers_of("latest") == 1
     finally:
         ctx.destroy(linger=0)

@@ -1,4 +1,5 @@
 """Plan and render are pure: golden script, group layout, and errors that name the group and resource."""
+
 import os
 import subprocess
 import sys
@@ -28,10 +29,15 @@ slurm:
   env: {OMP_NUM_THREADS: 1}
   requeue: {signal_seconds: 90, max_requeues: 2}
 """
-SINFO = "\n".join([
-    "g1|gpu|32|256000|gpu:a100:4(S:0-1)", "g2|gpu|32|256000|gpu:a100:4(S:0-1)",
-    "c1|cpu*|64|128000|(null)", "c2|cpu*|64|128000|(null)", "c3|cpu*|64|128000|(null)",
-])
+SINFO = "\n".join(
+    [
+        "g1|gpu|32|256000|gpu:a100:4(S:0-1)",
+        "g2|gpu|32|256000|gpu:a100:4(S:0-1)",
+        "c1|cpu*|64|128000|(null)",
+        "c2|cpu*|64|128000|(null)",
+        "c3|cpu*|64|128000|(null)",
+    ]
+)
 
 
 def make(text=EXPERIMENT):
@@ -72,7 +78,7 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
 
     text = render.render(make(), "cmd")
     assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@90" in text
-    assert "trap on_time_limit USR1" in text and '-lt 2 ]; then' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert "trap on_time_limit USR1" in text and "-lt 2 ]; then" in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
     assert "-m srl_hpc.rundir /scratch/runs/golden --next-attempt" in text
     # a run that ended by itself as the signal came is not requeued: its outcome is the job's
     assert "-m srl_hpc.rundir /scratch/runs/golden --outcome)" in text and "    succeeded) exit 0 ;;" in text
@@ -106,7 +112,8 @@ def test_parse_sinfo():
 
 def test_too_many_gpus_names_group_and_resource():
     text = EXPERIMENT.replace("tasks_per_node: 2, constraint", "tasks_per_node: 8, constraint").replace(
-        "policy: {count: 2, device: cuda}", "policy: {count: 5, device: cuda}")
+        "policy: {count: 2, device: cuda}", "policy: {count: 5, device: cuda}"
+    )
     with pytest.raises(plan.PlanError) as info:
         plan.check_fits(make(text), plan.parse_sinfo(SINFO))
     assert any("'policy'" in p and "5 GPUs per node" in p and "has 4" in p for p in info.value.problems)
@@ -141,7 +148,8 @@ def test_slurm_section_errors_have_lines():
 
 def test_no_policy_group_when_inference_runs_elsewhere():
     text = EXPERIMENT.replace("policy: {count: 2, device: cuda}", "policy: {count: 0, device: cuda}").replace(
-        "workers:\n", "workers:\n  placement: seed\n")
+        "workers:\n", "workers:\n  placement: seed\n"
+    )
     p = make(text)
     assert [g.name for g in p.groups] == ["trainer", "actor"]
     assert "--het-group=1 " in render.render(p, "cmd") and "--het-group=2" not in render.render(p, "cmd")
@@ -222,14 +230,19 @@ def test_a_workers_gpu_is_its_index_among_the_cuda_workers_before_it_on_its_node
 
 # ----------------------------------------------------------------------------------------------- the cluster's ways
 
+
 def custom(slurm_lines: str):
     return make(EXPERIMENT.replace("slurm:\n", "slurm:\n" + slurm_lines))
 
 
 def test_group_options_account_and_qos_land_on_their_group_only():
-    p = make(EXPERIMENT.replace("trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G}",
-                                "trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G, account: gpu-alloc, "
-                                "qos: high, sbatch_options: [--gpus-per-task=1]}"))
+    p = make(
+        EXPERIMENT.replace(
+            "trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G}",
+            "trainer: {partition: gpu, cpus_per_task: 4, mem_per_task: 8G, account: gpu-alloc, "
+            "qos: high, sbatch_options: [--gpus-per-task=1]}",
+        )
+    )
     text = render.render(p, "cmd")
     groups = text.split("\n#SBATCH hetjob\n")
     assert "--gpus-per-task=1" in groups[0] and "--gpus-per-task=1" not in groups[1] + groups[2]
@@ -253,16 +266,20 @@ def test_apptainer_prefix_with_nv_only_where_the_group_has_gpus_and_the_run_dire
     assert prefix in lines[0] and prefix in lines[1]  # trainer, policy: GPUs
     assert "apptainer exec --bind /datasets,/scratch/runs/golden /images/srl.sif /opt/venv/bin/python -m" in lines[2]
     text = render.render(p, "cmd")
-    assert ("apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif "
-            "/opt/venv/bin/python -m srl_hpc.srun_guard") in text
+    assert (
+        "apptainer exec --nv --bind /datasets,/scratch/runs/golden /images/srl.sif "
+        "/opt/venv/bin/python -m srl_hpc.srun_guard"
+    ) in text
 
 
 PYXIS_GOLDEN = Path(__file__).parent / "golden" / "pyxis_srun_lines.txt"
 
 
 def test_pyxis_renders_container_options_on_every_srun_line_golden():
-    p = custom("  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', binds: [/datasets]}\n"
-               "  node_setup: ['module load cuda', 'export NCCL_DEBUG=WARN']\n")
+    p = custom(
+        "  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', binds: [/datasets]}\n"
+        "  node_setup: ['module load cuda', 'export NCCL_DEBUG=WARN']\n"
+    )
     text = render.srun_lines(p)
     if os.environ.get("UPDATE_GOLDEN"):
         PYXIS_GOLDEN.write_text(text + "\n")
@@ -306,17 +323,40 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", str(root), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel")],
-                   check=True, capture_output=True, cwd=tmp_path, timeout=300)
+    subprocess.run(
+        [*pip, "wheel", str(root), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel")],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     wheel = next((tmp_path / "wheel").glob("*.whl"))
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     exp = tmp_path / "exp.yaml"
     exp.write_text("stop: {wall_time: 5}\n")  # (fits any cluster it may be checked against)
-    proc = subprocess.run([sys.executable, "-c", "import sys, launcher.cli, launcher.render as r; print(r.TEMPLATES); "
-                           "sys.exit(launcher.cli.main(sys.argv[1:]))", str(exp), "--slurm", "--dry-run", "--run-dir",
-                           str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, launcher.cli, launcher.render as r; print(r.TEMPLATES); "
+            "sys.exit(launcher.cli.main(sys.argv[1:]))",
+            str(exp),
+            "--slurm",
+            "--dry-run",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(str(tmp_path / "site" / "job_templates"))
     assert "\n#SBATCH hetjob\n" in proc.stdout and "srun --het-group=0 --mpi=pmix" in proc.stdout
@@ -324,8 +364,13 @@ def test_a_non_editable_install_renders_from_its_package_data(tmp_path):
 
 def test_rundir_outcome_is_the_attempts_status_or_nothing(tmp_path):
     def rundir(action: str) -> str:  # as the job script asks it
-        return subprocess.run([sys.executable, "-m", "srl_hpc.rundir", str(tmp_path), action], capture_output=True,
-                              text=True, check=True, timeout=60).stdout
+        return subprocess.run(
+            [sys.executable, "-m", "srl_hpc.rundir", str(tmp_path), action],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
 
     assert rundir("--outcome") == "\n"  # no summary: the controller never concluded
     (tmp_path / "summary.json").write_text('{"status": "succeeded", "reason": "wall time reached: 100s"}')
@@ -348,9 +393,12 @@ def test_a_cuda_worker_past_its_nodes_gpus_is_an_error_unless_sharing_is_allowed
 
 
 def test_an_overcommitted_group_asks_for_no_tasks_per_node_and_fits_nodes_with_fewer_cpus_than_tasks():
-    p = make(EXPERIMENT.replace("actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 3}",
-                                "actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 64, "
-                                "sbatch_options: [--overcommit]}").replace("actor: {count: 5", "actor: {count: 64"))
+    p = make(
+        EXPERIMENT.replace(
+            "actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 3}",
+            "actor: {partition: cpu, mem_per_task: 512M, tasks_per_node: 64, sbatch_options: [--overcommit]}",
+        ).replace("actor: {count: 5", "actor: {count: 64")
+    )
     actor = p.groups[-1]
     assert actor.overcommit and actor.ntasks == 64 and actor.nodes == 1
     text = render.render(p, "cmd").split("\nset -eo")[0].split("\n#SBATCH hetjob\n")[-1]  # the group's lines
@@ -369,8 +417,7 @@ def test_threads_per_core_lands_on_every_groups_sbatch_lines_and_its_srun_line()
 
 
 def test_with_pyxis_the_batch_scripts_own_steps_run_on_the_host_with_the_launchers_python():
-    p = custom("  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3'}\n"
-               "  python: /usr/bin/python3\n")
+    p = custom("  container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3'}\n  python: /usr/bin/python3\n")
     text = render.render(p, "cmd")
     steps = [line for line in text.splitlines() if "-m srl_hpc.rundir" in line or "-m srl_hpc.srun_guard" in line]
     assert len(steps) == 4  # --next-attempt, the guard, --outcome after the guard, --outcome before requeueing

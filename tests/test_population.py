@@ -1,5 +1,6 @@
 """Population-based training: who copies whom (pure), what the config refuses, the graph of members, and a
 real population run in which copies happen (weights copied, hyper-parameters changed, lineage recorded)."""
+
 import json
 import subprocess
 
@@ -25,8 +26,12 @@ def test_members_start_from_their_own_values_and_the_worst_copies_the_best_with_
     assert [pop.values[m]["lr"] for m in pop.members] == [1e-4, 3e-4, 1e-3, 3e-3]
     assert starting_values(exp.population, exp.algorithm, "member-2") == {"lr": 1e-3}
     window = exp.stop.return_window
-    scores = {"member-0": (30.0, window), "member-1": (200.0, window), "member-2": (480.0, window),
-              "member-3": (90.0, window)}
+    scores = {
+        "member-0": (30.0, window),
+        "member-1": (200.0, window),
+        "member-2": (480.0, window),
+        "member-3": (90.0, window),
+    }
     (copy,) = pop.round(12.0, scores)
     assert (copy.round, copy.target, copy.source) == (1, "member-0", "member-2")
     assert copy.previous == {"lr": 1e-4} and copy.values["lr"] in (pytest.approx(8e-4), pytest.approx(1.25e-3))
@@ -50,21 +55,28 @@ def test_no_round_while_fewer_than_two_members_have_a_full_window():
 
 def test_a_resumed_population_takes_its_lineage_back():
     _, pop = population()
-    pop.replay([{"round": 1, "target": "member-0", "values": {"lr": 8e-4}},
-                {"round": 2, "target": "member-3", "values": {"lr": 1e-3}}])
+    pop.replay(
+        [
+            {"round": 1, "target": "member-0", "values": {"lr": 8e-4}},
+            {"round": 2, "target": "member-3", "values": {"lr": 1e-3}},
+        ]
+    )
     assert pop.rounds == 2 and pop.values["member-0"] == {"lr": 8e-4} and pop.values["member-3"] == {"lr": 1e-3}
 
 
-@pytest.mark.parametrize("override, key", [
-    ("population.size=1", "population.size"),
-    ("population.init={lr: [1.0e-3, 1.0e-4]}", "population.init.lr"),
-    ("population.explore={epochs: [1, 2]}", "population.explore.epochs"),
-    ("population.explore={lr: [0]}", "population.explore.lr"),
-    ("population.fraction=0.75", "population.fraction"),
-    ("workers.trainer.count=2", "workers.trainer.count"),
-    ("workers.placement=impala", "workers.placement"),
-    ("workers.eval.count=1", "workers.eval.count"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("population.size=1", "population.size"),
+        ("population.init={lr: [1.0e-3, 1.0e-4]}", "population.init.lr"),
+        ("population.explore={epochs: [1, 2]}", "population.explore.epochs"),
+        ("population.explore={lr: [0]}", "population.explore.lr"),
+        ("population.fraction=0.75", "population.fraction"),
+        ("workers.trainer.count=2", "workers.trainer.count"),
+        ("workers.placement=impala", "workers.placement"),
+        ("workers.eval.count=1", "workers.eval.count"),
+    ],
+)
 def test_population_settings_that_cannot_work_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         with_overrides(config.load(EXPERIMENT), [override])
@@ -89,9 +101,17 @@ def test_each_member_has_its_own_actors_policy_worker_and_trainer_and_the_manage
 @pytest.mark.e2e
 def test_a_population_copies_weights_and_hyperparameters_from_its_best_member_and_records_the_lineage(tmp_path):
     run_dir = tmp_path / "run"
-    _, summary = run_local(EXPERIMENT, run_dir, "population.size=2", "population.fraction=0.5",
-                           "population.init={lr: [1.0e-5, 1.0e-3]}", "population.interval=3",
-                           "stop.return_window=5", "stop.target_return=null", "stop.wall_time=25")
+    _, summary = run_local(
+        EXPERIMENT,
+        run_dir,
+        "population.size=2",
+        "population.fraction=0.5",
+        "population.init={lr: [1.0e-5, 1.0e-3]}",
+        "population.interval=3",
+        "stop.return_window=5",
+        "stop.target_return=null",
+        "stop.wall_time=25",
+    )
     assert summary["status"] == "succeeded"
     assert_every_frame_accounted_for(summary)
     assert set(summary["policies"]) == {"member-0", "member-1"}

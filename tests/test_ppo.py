@@ -1,4 +1,5 @@
 """GAE against hand-computed values, and the PPO loss pieces."""
+
 import gymnasium
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def test_gae_rows_are_independent():
     done = rng.random((3, 5)) < 0.3
     adv, _ = gae(r, v, nv, done, 0.99, 0.95)
     for i in range(3):
-        row, _ = gae(r[i:i + 1], v[i:i + 1], nv[i:i + 1], done[i:i + 1], 0.99, 0.95)
+        row, _ = gae(r[i : i + 1], v[i : i + 1], nv[i : i + 1], done[i : i + 1], 0.99, 0.95)
         assert adv[i] == pytest.approx(row[0], rel=1e-5)
 
 
@@ -57,8 +58,15 @@ def test_policy_loss_unclipped_inside_range():
 
 
 def test_value_loss_and_entropy():
-    out = ppo_losses(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.tensor([1.0, 3.0]),
-                     torch.tensor([0.0, 0.0]), torch.tensor([0.5, 1.5]), clip_coef=0.2)
+    out = ppo_losses(
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.tensor([1.0, 3.0]),
+        torch.tensor([0.0, 0.0]),
+        torch.tensor([0.5, 1.5]),
+        clip_coef=0.2,
+    )
     assert out["value_loss"].item() == pytest.approx(0.5 * (1 + 9) / 2)
     assert out["entropy"].item() == pytest.approx(1.0)
 
@@ -82,11 +90,16 @@ def test_update_moves_policy_towards_advantaged_action():
     cfg = AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0)
     ppo = PPO(model, cfg, torch.device("cpu"))
     n = 64
-    seg = {"obs": np.zeros((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
-           "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
-           "next_values": np.zeros((1, n), np.float32),
-           "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
-           "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
+    seg = {
+        "obs": np.zeros((1, n, 1), np.float32),
+        "actions": np.tile([0, 1], n // 2)[None],
+        "logp": np.full((1, n), np.log(0.5), np.float32),
+        "values": np.zeros((1, n), np.float32),
+        "next_values": np.zeros((1, n), np.float32),
+        "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
+        "dones": np.ones((1, n), bool),
+        "valid": np.ones((1, n), bool),
+    }
     stats, _ = ppo.update(ppo.prepare(seg), frames_done=0)
     probs = torch.softmax(model.logits, 0)
     assert probs[0] > 0.55  # action 0 was rewarded
@@ -95,10 +108,16 @@ def test_update_moves_policy_towards_advantaged_action():
 
 def test_prepare_leaves_out_auto_reset_steps_after_gae():
     # row 0: step 1 ends the episode, step 2 is the env's auto-reset (invalid), step 3 starts the next one
-    seg = {"obs": np.arange(4, dtype=np.float32).reshape(1, 4, 1), "actions": np.zeros((1, 4), np.int64),
-           "logp": np.zeros((1, 4), np.float32), "values": np.zeros((1, 4), np.float32),
-           "next_values": np.zeros((1, 4), np.float32), "rewards": np.array([[1.0, 1.0, 100.0, 1.0]], np.float32),
-           "dones": np.array([[False, True, False, False]]), "valid": np.array([[True, True, False, True]])}
+    seg = {
+        "obs": np.arange(4, dtype=np.float32).reshape(1, 4, 1),
+        "actions": np.zeros((1, 4), np.int64),
+        "logp": np.zeros((1, 4), np.float32),
+        "values": np.zeros((1, 4), np.float32),
+        "next_values": np.zeros((1, 4), np.float32),
+        "rewards": np.array([[1.0, 1.0, 100.0, 1.0]], np.float32),
+        "dones": np.array([[False, True, False, False]]),
+        "valid": np.array([[True, True, False, True]]),
+    }
     model = torch.nn.Linear(1, 2)
     model.action_dist = ActionDistribution(gymnasium.spaces.Discrete(2))
     ppo = PPO(model, AlgorithmConfig(gamma=1.0, gae_lambda=1.0), torch.device("cpu"))
@@ -125,14 +144,20 @@ def test_update_moves_policy_towards_advantaged_action_in_both_precisions(bf16):
     heads.action_dist = ActionDistribution(gymnasium.spaces.Discrete(2))
     forward_dtypes = set()  # what the update's forward passes computed in: bf16 only under autocast
     model.register_forward_hook(lambda module, args, out: forward_dtypes.add(out.dtype))
-    ppo = PPO(heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), torch.device("cpu"),
-              bf16=bf16)
+    ppo = PPO(
+        heads, AlgorithmConfig(lr=0.05, epochs=4, minibatches=2, entropy_coef=0.0), torch.device("cpu"), bf16=bf16
+    )
     n = 64
-    seg = {"obs": np.ones((1, n, 1), np.float32), "actions": np.tile([0, 1], n // 2)[None],
-           "logp": np.full((1, n), np.log(0.5), np.float32), "values": np.zeros((1, n), np.float32),
-           "next_values": np.zeros((1, n), np.float32),
-           "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
-           "dones": np.ones((1, n), bool), "valid": np.ones((1, n), bool)}
+    seg = {
+        "obs": np.ones((1, n, 1), np.float32),
+        "actions": np.tile([0, 1], n // 2)[None],
+        "logp": np.full((1, n), np.log(0.5), np.float32),
+        "values": np.zeros((1, n), np.float32),
+        "next_values": np.zeros((1, n), np.float32),
+        "rewards": np.tile([1.0, -1.0], n // 2)[None].astype(np.float32),
+        "dones": np.ones((1, n), bool),
+        "valid": np.ones((1, n), bool),
+    }
     ppo.update(ppo.prepare(seg), frames_done=0)
     assert forward_dtypes == {torch.bfloat16 if bf16 else torch.float32}
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # weights stay fp32 in both
@@ -150,8 +175,9 @@ def test_a_separate_critic_keeps_the_value_loss_out_of_the_policys_torso():
     obs_space, actions = gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3)
     obs = torch.randn(32, 6)
     for separate in (False, True):
-        exp = config.loads(f"env: {{id: Acrobot-v1}}\nmodel: {{separate_critic: {str(separate).lower()}}}\n"
-                           "stop: {wall_time: 1}\n")
+        exp = config.loads(
+            f"env: {{id: Acrobot-v1}}\nmodel: {{separate_critic: {str(separate).lower()}}}\nstop: {{wall_time: 1}}\n"
+        )
         model = build_model(exp, obs_space, actions)
         _, values = model(obs)
         (values - 100.0).pow(2).mean().backward()  # a large value error, as Acrobot's -500 returns make

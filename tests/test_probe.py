@@ -2,6 +2,7 @@
 of what the probe's tasks wrote, from a recording of a real probe job on the local Slurm (RECORDED) changed
 one thing at a time; then the probe's tasks themselves, as real processes on this machine (real ZMQ with the
 run's keys, a real gloo group), judged. The job on the local Slurm: tests/test_doctor.py."""
+
 import copy
 import json
 import subprocess
@@ -252,9 +253,14 @@ def only(results, status: str):
 
 # ---------------------------------------------------------------------------------------------- the job
 
+
 def test_the_probe_job_is_the_runs_request_with_the_probe_module_a_short_limit_and_no_requeue():
-    exp = cartpole("slurm.requeue={signal_seconds: 120, max_requeues: 2}", "slurm.node_setup=['ulimit -n 4096']",
-                   "slurm.env={OMP_NUM_THREADS: '1'}", "slurm.container={image: /images/srl.sif}")
+    exp = cartpole(
+        "slurm.requeue={signal_seconds: 120, max_requeues: 2}",
+        "slurm.node_setup=['ulimit -n 4096']",
+        "slurm.env={OMP_NUM_THREADS: '1'}",
+        "slurm.container={image: /images/srl.sif}",
+    )
     run_plan = plan_of(exp)
     job = probe.probe_plan(run_plan)
     text = probe.probe_script(job, "srl-launch doctor --probe")
@@ -265,12 +271,13 @@ def test_the_probe_job_is_the_runs_request_with_the_probe_module_a_short_limit_a
     assert text.count("/images/srl.sif /venv/bin/python -m srl_hpc.probe ") == 3  # each srun line in the container
     # everything else is the run's own script (launcher.render)
     from launcher import render
+
     plain = plan_of(cartpole("slurm.node_setup=['ulimit -n 4096']", "slurm.container={image: /images/srl.sif}"))
     own = render.render(plain, "srl-launch doctor --probe")
     swapped = probe.probe_script(probe.probe_plan(plain), "srl-launch doctor --probe")
     assert swapped.replace(" -m srl_hpc.probe ", " -m srl_hpc.worker ") == own.replace(
-        "--job-name=srl-cartpole_ppo", "--job-name=srl-probe-cartpole_ppo").replace("--time=00:15:00",
-                                                                                    "--time=00:05:00")
+        "--job-name=srl-cartpole_ppo", "--job-name=srl-probe-cartpole_ppo"
+    ).replace("--time=00:15:00", "--time=00:05:00")
     assert [g.ntasks for g in job.groups] == [2, 1, 2]  # the tasks as planned
 
 
@@ -282,8 +289,9 @@ def test_a_template_that_does_not_start_the_workers_through_its_srun_lines_is_re
 
 
 def test_with_the_jobs_layout_each_groups_script_is_the_runs_with_the_probe_module_and_its_first_task():
-    exp = cartpole("slurm.layout=jobs", "slurm.node_setup=['ulimit -n 4096']",
-                   "slurm.container={image: /images/srl.sif}")
+    exp = cartpole(
+        "slurm.layout=jobs", "slurm.node_setup=['ulimit -n 4096']", "slurm.container={image: /images/srl.sif}"
+    )
     job = probe.probe_plan(plan_of(exp))
     scripts = probe.probe_scripts(job, "srl-launch doctor --probe")
     assert [group for group, _ in scripts] == ["trainer", "policy", "actor"]
@@ -295,6 +303,7 @@ def test_with_the_jobs_layout_each_groups_script_is_the_runs_with_the_probe_modu
         assert "-m srl_hpc.srun_guard " in text and f"--group {group}" in text  # the group watch, as in a run
     # everything else is the run's own scripts (launcher.render.render_groups)
     from launcher import render
+
     own = render.render_groups(job, "srl-launch doctor --probe")
     assert [(g, s.replace(" -m srl_hpc.probe ", " -m srl_hpc.worker ")) for g, s in scripts] == own
 
@@ -308,6 +317,7 @@ def test_a_groups_template_that_does_not_start_the_workers_through_its_srun_line
 
 def test_a_probe_task_of_a_groups_job_is_its_first_task_plus_its_place_in_the_groups_srun(tmp_path, monkeypatch):
     from launcher import runs
+
     _, run = runs.create(cartpole("slurm.layout=jobs"), tmp_path / "probe")
     seen = []
     monkeypatch.setattr(probe_task, "probe", lambda exp, graph, name, run_dir, mpi: seen.append((name, mpi)))
@@ -326,6 +336,7 @@ def test_the_probe_directory_is_never_a_runs_own(tmp_path):
 
 def test_gpu_variables_are_the_models_own():
     from srl_hpc.models import devices
+
     assert probe_facts.GPU_VARIABLES == devices.GPU_VARIABLES
 
 
@@ -351,8 +362,11 @@ def test_the_settings_that_matter_are_read_and_judged():
     assert status == "warn" and "not bound" in message and "torch_threads" in fix
     assert settings.judge_proctrack(cfg)[0] == "ok"
     assert settings.judge_proctrack(dict(cfg, ProctrackType="proctrack/linuxproc"))[0] == "warn"
-    assert settings.judge_mpi_default(cfg, "none") == \
-        ("ok", "MpiDefault=pmix; the job's srun lines say --mpi=none (slurm.mpi) themselves", "")
+    assert settings.judge_mpi_default(cfg, "none") == (
+        "ok",
+        "MpiDefault=pmix; the job's srun lines say --mpi=none (slurm.mpi) themselves",
+        "",
+    )
     status, message, _ = settings.judge_propagation(cfg, (1024, 4096))
     assert status == "ok" and "PropagateResourceLimitsExcept=NOFILE" in message and "nodes' own" in message
     assert not settings.nofile_propagated(cfg)
@@ -360,25 +374,29 @@ def test_the_settings_that_matter_are_read_and_judged():
     assert settings.nofile_propagated({"PropagateResourceLimits": "NOFILE,CORE"})
     assert not settings.nofile_propagated({"PropagateResourceLimits": "NONE"})
     assert not settings.nofile_propagated({"PropagateResourceLimits": "ALL", "PropagateResourceLimitsExcept": "ALL"})
-    assert "this shell's open-files limits (soft 1024, hard unlimited)" in \
-        settings.judge_propagation({}, (1024, -1))[1]
+    assert "this shell's open-files limits (soft 1024, hard unlimited)" in settings.judge_propagation({}, (1024, -1))[1]
     assert "enforced" in settings.judge_enforce(cfg)[1]
     assert "no association or QOS limit" in settings.judge_enforce({"AccountingStorageEnforce": "(null)"})[1]
 
 
 def test_het_steps_disabled_fail_the_hetjob_layout_only():
     cfg = accounting.parse_config(CONFIG)
-    assert settings.judge_het_steps(cfg, "hetjob") == \
-        ("ok", "SchedulerParameters=(null): het steps allowed (no disable_hetero_steps)", "")
+    assert settings.judge_het_steps(cfg, "hetjob") == (
+        "ok",
+        "SchedulerParameters=(null): het steps allowed (no disable_hetero_steps)",
+        "",
+    )
     off = dict(cfg, SchedulerParameters="bf_interval=1,disable_hetero_steps")
     status, message, fix = settings.judge_het_steps(off, "hetjob")
     assert status == "FAIL" and "SchedulerParameters=bf_interval=1,disable_hetero_steps" in message
     assert "one srun over every group" in message and fix.startswith("set slurm.layout: jobs")
     status, message, _ = settings.judge_het_steps(off, "jobs")
     assert status == "ok" and "not needed" in message
-    assert settings.judge_mpi_default(cfg, "pmix", "jobs") == \
-        ("ok", "MpiDefault=pmix; each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI cannot span "
-               "jobs)", "")
+    assert settings.judge_mpi_default(cfg, "pmix", "jobs") == (
+        "ok",
+        "MpiDefault=pmix; each group's srun line says --mpi=none itself (slurm.layout: jobs: MPI cannot span jobs)",
+        "",
+    )
 
 
 # sacctmgr -nP show user me withassoc format=accounting.ASSOC_FORMAT; sacctmgr -nP show qos format=QOS_FORMAT
@@ -388,8 +406,13 @@ QOS = "normal||\nsmall|2|3\n"
 
 def limits(associations=ASSOCIATIONS, qos=QOS, queue="") -> accounting.Limits:
     """What the probe reads (accounting.ask_limits), from recorded sacctmgr and squeue text."""
-    return accounting.Limits("me", "srl-local", tuple(accounting.parse_associations(associations)),
-                             accounting.parse_qos(qos), tuple(accounting.parse_queue(queue)))
+    return accounting.Limits(
+        "me",
+        "srl-local",
+        tuple(accounting.parse_associations(associations)),
+        accounting.parse_qos(qos),
+        tuple(accounting.parse_queue(queue)),
+    )
 
 
 def test_a_het_job_counts_one_job_per_component_against_qos_and_association_limits():
@@ -407,8 +430,9 @@ def test_a_het_job_counts_one_job_per_component_against_qos_and_association_limi
     tight = limits(qos="normal||\nsmall||2\n")
     status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, tight), "FAIL")
     assert "sbatch refuses it" in message
-    busy = limits(qos="normal||\nsmall|4|5\n", queue="70|RUNNING|small|rl|cpu\n71|PENDING|small|rl|cpu\n"
-                                                     "72|PENDING|small|rl|cpu\n")
+    busy = limits(
+        qos="normal||\nsmall|4|5\n", queue="70|RUNNING|small|rl|cpu\n71|PENDING|small|rl|cpu\n72|PENDING|small|rl|cpu\n"
+    )
     status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.qos=small")), cfg, busy), "warn")
     assert "over MaxSubmitJobsPerUser with your 3 queued and MaxJobsPerUser with your 3 queued" in message
     one_group = cartpole("slurm.qos=small", "slurm.policy.qos=normal", "slurm.actor.qos=normal")  # 1 of 3 on small
@@ -424,8 +448,9 @@ def test_the_jobs_layout_counts_one_job_per_group():
     jobs = plan_of(cartpole("slurm.layout=jobs"))
     results = settings.judge_limits(jobs, cfg, limits())
     assert statuses(results) == ["ok", "ok"] and "this run's jobs count 3 job(s) there (one per group)" in results[0][1]
-    status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg,
-                                                 limits()), "FAIL")
+    status, message, _ = only(
+        settings.judge_limits(plan_of(cartpole("slurm.layout=jobs", "slurm.qos=small")), cfg, limits()), "FAIL"
+    )
     assert "QOS 'small': MaxJobsPerUser 2" in message and "this run's jobs count 3" in message
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
     assert settings.judge_limits(jobs, none, "")[0][1].endswith("counts this run's 3 jobs (one per group)")
@@ -433,19 +458,24 @@ def test_the_jobs_layout_counts_one_job_per_group():
 
 def test_accounting_absent_unreadable_or_without_the_user(monkeypatch):
     from launcher import slurm
+
     cfg = accounting.parse_config(CONFIG)
     three = plan_of(cartpole())
     none = dict(cfg, AccountingStorageType="accounting_storage/none")
-    assert settings.judge_limits(three, none, "") == \
-        [("ok", "no accounting (AccountingStorageType=accounting_storage/none): no QOS or association limit counts "
-                "this run's 3 het components", "")]
+    assert settings.judge_limits(three, none, "") == [
+        (
+            "ok",
+            "no accounting (AccountingStorageType=accounting_storage/none): no QOS or association limit counts "
+            "this run's 3 het components",
+            "",
+        )
+    ]
     monkeypatch.setattr(slurm, "_answer", lambda cmd: None if cmd[0] == "squeue" else "")
     status, message, _ = settings.judge_limits(three, cfg, settings.read_limits(cfg))[0]
     assert status == "warn" and message.startswith("accounting exists, but its limits could not be read: `squeue")
     status, message, fix = settings.judge_limits(three, cfg, limits(associations=""))[0]
     assert status == "FAIL" and "no association" in message and "sacctmgr add user me" in fix
-    status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, limits()),
-                                "FAIL")
+    status, message, fix = only(settings.judge_limits(plan_of(cartpole("slurm.account=other")), cfg, limits()), "FAIL")
     assert message.startswith("het group(s) trainer, policy, actor: user me has no association with account 'other'")
     assert "rl, root" in fix
     status, message, _ = only(settings.judge_limits(plan_of(cartpole("slurm.qos=fast")), cfg, limits()), "FAIL")
@@ -461,8 +491,10 @@ def test_the_probe_judges_by_the_rules_that_refuse_a_run_before_submission():
     results = settings.judge_limits(plan_of(gpu), cfg, per_partition)
     assert statuses(results) == ["ok", "warn", "ok"], results
     assert results[0][1].startswith("association me/rl: MaxJobs unlimited") and "counts 2 job(s)" in results[0][1]
-    assert results[1][1].startswith("association me/rl/gpu: MaxJobs unlimited, MaxSubmit 1; this run's het job "
-                                    "counts 1 job(s) there (one per het component), over MaxSubmit with your 1 queued")
+    assert results[1][1].startswith(
+        "association me/rl/gpu: MaxJobs unlimited, MaxSubmit 1; this run's het job "
+        "counts 1 job(s) there (one per het component), over MaxSubmit with your 1 queued"
+    )
     (refusal,) = accounting.limit_problems(plan_of(gpu), per_partition)  # the launcher refuses it until then
     assert refusal.startswith("your association with account 'rl' in partition 'gpu'")
     only_small = limits("me|rl|srl-local|rl||small|||\n")  # no default QOS, one allowed: the job runs in it
@@ -484,11 +516,15 @@ def test_sbatchs_refusal_gets_a_fix_by_what_slurm_said():
 
 # ------------------------------------------------------------------------------ what the tasks found
 
+
 def test_the_recorded_probe_of_cartpole_on_the_local_slurm_is_all_ok():
     exp, found = cartpole(), recorded()
     plan = plan_of(exp)
-    results = [probe.judge_job("0", 3, "COMPLETED", found, NAMES), *findings.judge_reports(plan, found),
-               *findings.judge_found(plan, exp, found, binds=True)]
+    results = [
+        probe.judge_job("0", 3, "COMPLETED", found, NAMES),
+        *findings.judge_reports(plan, found),
+        *findings.judge_found(plan, exp, found, binds=True),
+    ]
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
     text = "\n".join(map(line, results))
     for group in ("trainer", "policy", "actor"):
@@ -531,10 +567,17 @@ def test_cpus_fewer_than_asked_unbound_or_shared_are_reported():
 def gpu_facts(found: dict, worker: str, node: str, uuid: str, index: int = 0) -> None:
     f = found["facts"][worker]
     f["node"], f["device"] = node, "cuda"
-    f["gpus"] = {"env": {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "0,1", "SLURM_JOB_GPUS": None},
-                 "torch": {"version": "2.5.1", "cuda_build": "12.4", "devices": [
-                     {"index": 0, "name": "H100", "uuid": "GPU-aaaa"},
-                     {"index": 1, "name": "H100", "uuid": "GPU-bbbb"}]}}
+    f["gpus"] = {
+        "env": {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "0,1", "SLURM_JOB_GPUS": None},
+        "torch": {
+            "version": "2.5.1",
+            "cuda_build": "12.4",
+            "devices": [
+                {"index": 0, "name": "H100", "uuid": "GPU-aaaa"},
+                {"index": 1, "name": "H100", "uuid": "GPU-bbbb"},
+            ],
+        },
+    }
     f["gpu_pick"] = {"index": index, "uuid": uuid, "name": "H100"}
 
 
@@ -555,8 +598,11 @@ def test_two_cuda_workers_on_one_physical_gpu_fail_unless_the_group_may_share():
     found["facts"]["actor/1"]["gpu_pick"] = {"error": "actor/1 is on device cuda, but its task sees no GPU"}
     status, message, fix = findings.judge_gpus(plan_of(exp), exp, found["facts"])[2]
     assert status == "FAIL" and "actor/1 on device cuda cannot take a GPU" in message and "gpus_per_node" in fix
-    assert findings.judge_gpus(plan_of(exp), exp, found["facts"])[0] == \
-        ("ok", "group trainer: no GPU asked for, none given", "")
+    assert findings.judge_gpus(plan_of(exp), exp, found["facts"])[0] == (
+        "ok",
+        "group trainer: no GPU asked for, none given",
+        "",
+    )
 
 
 def test_a_hard_open_files_limit_under_the_need_fails_naming_it():
@@ -608,12 +654,16 @@ def test_tasks_that_never_reported_are_named():
     del found["facts"]["actor/1"], found["results"]["actor/1"]
     del found["results"]["policy/0"]
     results = findings.judge_reports(plan_of(cartpole()), found)
-    assert [r[1] for r in results] == ["1 of 5 tasks never started their probe: actor/1",
-                                       "1 task(s) started but never finished: policy/0"]
+    assert [r[1] for r in results] == [
+        "1 of 5 tasks never started their probe: actor/1",
+        "1 task(s) started but never finished: policy/0",
+    ]
     assert probe.judge_job("9", 3, "FAILED", found, NAMES)[0] == "ok"  # every group ran, one task short:
     del found["facts"]["actor/0"]
-    assert probe.judge_job("9", 3, "FAILED", found, NAMES)[1] == \
-        "het job 9 ended FAILED with 3 of 5 tasks started (2 of 3 groups)"
+    assert (
+        probe.judge_job("9", 3, "FAILED", found, NAMES)[1]
+        == "het job 9 ended FAILED with 3 of 5 tasks started (2 of 3 groups)"
+    )
 
 
 JOBS = {"trainer": ("10", "COMPLETED"), "policy": ("11", "COMPLETED"), "actor": ("12", "COMPLETED")}
@@ -622,11 +672,17 @@ JOBS = {"trainer": ("10", "COMPLETED"), "policy": ("11", "COMPLETED"), "actor": 
 def test_the_jobs_layout_says_each_groups_job_ran_and_met_through_files_or_which_started_no_task():
     exp, found = cartpole("slurm.layout=jobs"), recorded()
     plan = plan_of(exp)
-    assert probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS) == \
-        ("ok", "jobs 10 (trainer), 11 (policy), 12 (actor): each group's ordinary job ran and their tasks met through "
-               "files in the probe directory (5 of 5 tasks started)", "")
-    assert probe_network.judge_mpi(plan, found) == \
-        ("ok", "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)", "")
+    assert probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS) == (
+        "ok",
+        "jobs 10 (trainer), 11 (policy), 12 (actor): each group's ordinary job ran and their tasks met through "
+        "files in the probe directory (5 of 5 tasks started)",
+        "",
+    )
+    assert probe_network.judge_mpi(plan, found) == (
+        "ok",
+        "MPI rendezvous: not used: slurm.layout: jobs meets through files (the file rendezvous above)",
+        "",
+    )
     results = [probe.judge_job("10", 3, "COMPLETED", found, NAMES, JOBS), *findings.judge_found(plan, exp, found, True)]
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
 
@@ -636,10 +692,15 @@ def test_the_jobs_layout_says_each_groups_job_ran_and_met_through_files_or_which
     found = recorded()
     for name in ("actor/0", "actor/1"):
         del found["facts"][name], found["results"][name]
-    status, message, fix = probe.judge_job("10", 3, "CANCELLED", found, NAMES,
-                                           dict(JOBS, actor=("12", "CANCELLED by 0")))
-    assert status == "FAIL" and message == "jobs 10 (trainer), 11 (policy), 12 (actor): group actor's job 12 started " \
-                                           "no task (Slurm: CANCELLED by 0) (3 of 5 tasks started)"
+    status, message, fix = probe.judge_job(
+        "10", 3, "CANCELLED", found, NAMES, dict(JOBS, actor=("12", "CANCELLED by 0"))
+    )
+    assert (
+        status == "FAIL"
+        and message
+        == "jobs 10 (trainer), 11 (policy), 12 (actor): group actor's job 12 started "
+        "no task (Slurm: CANCELLED by 0) (3 of 5 tasks started)"
+    )
     assert "each job" in fix
 
 
@@ -662,6 +723,7 @@ def fake_cluster(monkeypatch):
     sinfo, the accounting above; sbatch and scontrol recorded; the job found ended with the recorded tasks'
     files written into the probe directory (as the tasks would)."""
     from launcher import slurm
+
     cluster = {"cfg": accounting.parse_config(CONFIG), "sbatch": [], "commands": []}
     sinfo = "\n".join(f"n{k}|{p}|16|64000|gpu:2" for k in range(1, 5) for p in ("cpu*", "gpu"))
     monkeypatch.setattr(probe, "slurm_config", lambda: cluster["cfg"])
@@ -688,8 +750,9 @@ def fake_cluster(monkeypatch):
 
     monkeypatch.setattr(slurm, "_sbatch", sbatch)
     monkeypatch.setattr(slurm, "_run", run)
-    monkeypatch.setattr(slurm_jobs, "job_states",
-                        lambda ids: {i: slurm_jobs.JobInfo("completed", "COMPLETED") for i in ids})
+    monkeypatch.setattr(
+        slurm_jobs, "job_states", lambda ids: {i: slurm_jobs.JobInfo("completed", "COMPLETED") for i in ids}
+    )
     monkeypatch.setattr(probe, "follow", follow)
     return cluster
 
@@ -698,8 +761,9 @@ def test_the_jobs_layouts_probe_submits_every_groups_probe_script_held_then_rele
     """The probe's own scripts, not the run's workers: each group's, held, recorded in slurm.json, released
     together; judged ok on a cluster whose het steps are disabled (the jobs layout needs none)."""
     fake_cluster["cfg"]["SchedulerParameters"] = "disable_hetero_steps"
-    results = list(probe.run(cartpole("slurm.layout=jobs"), tmp_path / "probe", "srl-launch doctor --probe",
-                             say=lambda _: None))
+    results = list(
+        probe.run(cartpole("slurm.layout=jobs"), tmp_path / "probe", "srl-launch doctor --probe", say=lambda _: None)
+    )
     assert statuses(results) == ["ok"] * len(results), "\n".join(map(line, results))
     submitted = fake_cluster["sbatch"]
     assert [name for name, _, _ in submitted] == ["job-trainer.sbatch", "job-policy.sbatch", "job-actor.sbatch"]
@@ -715,8 +779,7 @@ def test_the_jobs_layouts_probe_submits_every_groups_probe_script_held_then_rele
     assert "ok: MPI rendezvous: not used" in text
 
 
-def test_a_het_job_where_het_steps_are_disabled_is_one_clear_failure_and_nothing_is_submitted(tmp_path,
-                                                                                                fake_cluster):
+def test_a_het_job_where_het_steps_are_disabled_is_one_clear_failure_and_nothing_is_submitted(tmp_path, fake_cluster):
     fake_cluster["cfg"]["SchedulerParameters"] = "disable_hetero_steps"
     results = list(probe.run(cartpole(), tmp_path / "probe", "srl-launch doctor --probe", say=lambda _: None))
     failed = [r for r in results if r[0] == "FAIL"]
@@ -728,12 +791,14 @@ def test_a_het_job_where_het_steps_are_disabled_is_one_clear_failure_and_nothing
 def test_doctor_refuses_probe_options_without_probe_and_a_probe_without_an_experiment():
     proc = subprocess.run([script("srl-launch"), "doctor", "--probe"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--probe needs an experiment file" in proc.stderr
-    proc = subprocess.run([script("srl-launch"), "doctor", str(CARTPOLE), "--probe-wait", "5"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [script("srl-launch"), "doctor", str(CARTPOLE), "--probe-wait", "5"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--run-dir and --probe-wait go with --probe" in proc.stderr
 
 
 # --------------------------------------------------------------------- the tasks, as processes here
+
 
 @pytest.mark.slow
 def test_the_probes_tasks_meet_ping_and_all_reduce_for_real_here(tmp_path):
@@ -741,11 +806,26 @@ def test_the_probes_tasks_meet_ping_and_all_reduce_for_real_here(tmp_path):
     id): the file rendezvous, CURVE-keyed ZMQ pings between the groups and a gloo group of the two trainers,
     all real; then judged."""
     from launcher import runs
+
     exp = cartpole("slurm.network=null", "slurm.mpi=none", "workers.trainer.count=2")
     exp, run = runs.create(exp, tmp_path / "probe")
     names = [n for g in plan_of(exp).groups for n in g.workers]
-    procs = [subprocess.Popen([sys.executable, "-m", "srl_hpc.probe", "--run-dir", str(run.root), "--task-id", str(i),
-                               "--log-dir", str(run.logs)]) for i in range(len(names))]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "srl_hpc.probe",
+                "--run-dir",
+                str(run.root),
+                "--task-id",
+                str(i),
+                "--log-dir",
+                str(run.logs),
+            ]
+        )
+        for i in range(len(names))
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0
     found = tasks.collect(run.root, names)
@@ -755,8 +835,9 @@ def test_the_probes_tasks_meet_ping_and_all_reduce_for_real_here(tmp_path):
     text = "\n".join(map(line, results))
     cpus = [r for r in results if "cpus_per_task" in r[1]]  # here no Slurm binds the tasks
     assert statuses(cpus) == ["warn"] * 3 and all("not bound" in r[1] for r in cpus), text
-    assert statuses(results) == ["ok"] * (len(results) - 3) + ["warn"] * 3 or \
-        [r[0] for r in results if r not in cpus] == ["ok"] * (len(results) - 3), text
+    assert statuses(results) == ["ok"] * (len(results) - 3) + ["warn"] * 3 or [
+        r[0] for r in results if r not in cpus
+    ] == ["ok"] * (len(results) - 3), text
     assert "ok: gloo all-reduce among 2 trainer task(s)" in text
     assert all(found["results"][n]["answered"] >= 1 for n in names)  # every REP answered a pinger
     assert len(list(tasks.ProbeDir(run.root).done.iterdir())) == len(names)  # what the launcher counts

@@ -1,6 +1,7 @@
 """Profiles: any part of an experiment in a file of its own (a cluster's slurm: keys, say), composed under
 it: the experiment's `defaults:` list first, then --profile files ($SRL_PROFILE), then its own keys, then
 --set. Problems are named with the file and line where the key was written."""
+
 import os
 from pathlib import Path
 
@@ -19,8 +20,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def sbatch(exp) -> str:
     made = plan.make_plan(exp, "/scratch/runs/golden", "/opt/venv/bin/python")
-    return render.render(made, "srl-launch EXPERIMENT --slurm --dry-run --profile clusters/example.yaml",
-                         version="0.0.0-test")
+    return render.render(
+        made, "srl-launch EXPERIMENT --slurm --dry-run --profile clusters/example.yaml", version="0.0.0-test"
+    )
 
 
 @pytest.mark.parametrize("name", ["cartpole_ppo", "cartpole_dqn"])
@@ -46,7 +48,7 @@ def write(tmp_path, **files) -> Path:
 
 LAYERS = dict(
     base="seed: 5\nslurm:\n  account: base\n  qos: base\n  time: '00:10:00'\n  setup: [a, b]\n"
-         "  actor: {partition: base, cpus_per_task: 3}\n",
+    "  actor: {partition: base, cpus_per_task: 3}\n",
     second="slurm: {account: second}\n",
     prof="slurm:\n  qos: prof\n  time: '00:20:00'\n  setup: [c]\n  actor: {partition: prof}\n",
     later="slurm: {qos: later}\n",
@@ -62,8 +64,17 @@ def test_defaults_then_profiles_then_the_file_then_set(tmp_path):
     assert (s.actor.partition, s.actor.cpus_per_task) == ("prof", 3)  # mappings merge key by key
     assert s.setup == ("c",)  # lists replace
     assert common.experiment(parsed).seed == 5  # any section, not only slurm:
-    twice = run_command.parser().parse_args([str(exp_path), "--profile", str(tmp_path / "prof.yaml"),
-                                          "--profile", str(tmp_path / "later.yaml"), "--set", "slurm.time=00:40:00"])
+    twice = run_command.parser().parse_args(
+        [
+            str(exp_path),
+            "--profile",
+            str(tmp_path / "prof.yaml"),
+            "--profile",
+            str(tmp_path / "later.yaml"),
+            "--set",
+            "slurm.time=00:40:00",
+        ]
+    )
     assert (common.experiment(twice).slurm.qos, common.experiment(twice).slurm.time) == ("later", "00:40:00")
 
 
@@ -76,8 +87,12 @@ def test_the_environment_names_profiles_unless_the_flag_does(tmp_path, monkeypat
 
 
 def test_a_wrong_key_is_named_with_the_profiles_file_and_line(tmp_path):
-    exp_path = write(tmp_path, base="seed: 1\nslurm:\n  actor: {cpus_per_tsk: 1}\n",
-                     prof="workers:\n  actor:\n    cuont: 2\n", exp="defaults: [base.yaml]\nstop: {wall_time: 60}\n")
+    exp_path = write(
+        tmp_path,
+        base="seed: 1\nslurm:\n  actor: {cpus_per_tsk: 1}\n",
+        prof="workers:\n  actor:\n    cuont: 2\n",
+        exp="defaults: [base.yaml]\nstop: {wall_time: 60}\n",
+    )
     with pytest.raises(config.ConfigError) as info:
         config.load(exp_path, profiles=[tmp_path / "prof.yaml"])
     text = str(info.value)
@@ -106,8 +121,12 @@ def test_a_missing_profile_is_named_where_it_was_given(tmp_path, monkeypatch, ca
 
 
 def test_a_cycle_of_defaults_is_an_error_naming_the_files(tmp_path):
-    exp_path = write(tmp_path, exp="defaults: [a.yaml]\nstop: {wall_time: 60}\n",
-                     a="seed: 1\ndefaults: [b.yaml]\n", b="defaults: [a.yaml]\n")
+    exp_path = write(
+        tmp_path,
+        exp="defaults: [a.yaml]\nstop: {wall_time: 60}\n",
+        a="seed: 1\ndefaults: [b.yaml]\n",
+        b="defaults: [a.yaml]\n",
+    )
     with pytest.raises(config.ConfigError) as info:
         config.load(exp_path)
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
@@ -124,4 +143,4 @@ def test_the_resolved_experiment_holds_the_merged_keys_and_no_defaults(tmp_path)
 
 def test_the_docs_show_the_example_profile_as_it_is():
     shipped = EXAMPLE.read_text()
-    assert shipped[shipped.index("slurm:"):] in (ROOT / "docs" / "clusters.md").read_text()
+    assert shipped[shipped.index("slurm:") :] in (ROOT / "docs" / "clusters.md").read_text()

@@ -1,5 +1,6 @@
 """Recurrent policies: the state actors keep and send with their requests is the state the trainer unrolls
 their segments from, through episode ends; the inference stream carries it both ways."""
+
 import numpy as np
 import pytest
 import torch
@@ -51,7 +52,8 @@ def test_unrolling_a_segment_replays_the_states_its_actions_were_chosen_with(rnn
     assert len(segments) == 4 and all(s[HIDDEN].shape == (4, exp.model.state_size) for s in segments)
     assert not segments[0][HIDDEN].any() and segments[1][HIDDEN].any()  # a fresh start; then carried over
     batch = PPO(model, exp.algorithm, torch.device("cpu")).prepare(
-        {k: np.concatenate([s[k] for s in segments]) for k in segments[0]})
+        {k: np.concatenate([s[k] for s in segments]) for k in segments[0]}
+    )
     assert batch["resets"].sum() > 10  # episodes ended inside segments
     valid = batch["valid"]
     with torch.no_grad():
@@ -85,10 +87,11 @@ def test_recurrent_dqn_replays_sequences_from_the_states_actors_acted_with(burn_
             with torch.no_grad():
                 _, state = model(batch["obs"][:, :T], batch[HIDDEN], batch["resets"][:, :T])
             assert batch["resets"][:, T].all() == (previous is None)  # before a stream's first segment: zeroed
-            expected = torch.from_numpy(last[HIDDEN]) * ~batch["resets"][:, T:T + 1]
-            assert torch.allclose(state * ~batch["resets"][:, T:T + 1], expected, atol=1e-5)
-        transitions = nstep_transitions({k: np.concatenate([last[k], following[k][:, :n]], 1) for k in last}, n,
-                                        exp.algorithm.gamma)
+            expected = torch.from_numpy(last[HIDDEN]) * ~batch["resets"][:, T : T + 1]
+            assert torch.allclose(state * ~batch["resets"][:, T : T + 1], expected, atol=1e-5)
+        transitions = nstep_transitions(
+            {k: np.concatenate([last[k], following[k][:, :n]], 1) for k in last}, n, exp.algorithm.gamma
+        )
         valid = batch["valid"].numpy()
         assert valid.sum() == last["valid"].sum() == len(transitions["returns"])
         assert np.allclose(batch["returns"].numpy()[valid], transitions["returns"])
@@ -145,16 +148,26 @@ def test_the_recurrent_state_travels_with_requests_and_replies_over_both_transpo
     server, port = InferenceServer.bind(zmq_ctx, (2,), (), fields, local_path=unix.socket_path(tmp_path, "policy/0"))
     dealer = zmq_ctx.socket(zmq.DEALER)
     dealer.connect(f"tcp://127.0.0.1:{port}")
-    clients = [InferenceClient(dealer), ShmInferenceClient(unix.socket_path(tmp_path, "policy/0"), 1, 3, (2,),
-                                                           np.float32, fields)]
+    clients = [
+        InferenceClient(dealer),
+        ShmInferenceClient(unix.socket_path(tmp_path, "policy/0"), 1, 3, (2,), np.float32, fields),
+    ]
     try:
         for i, client in enumerate(clients):
             hidden = np.full((3, 6), i + 0.5, np.float32)
             client.send(0, np.zeros((3, 2), np.float32), {}, hidden)
             (req,) = next(batch for _ in range(20) if (batch := server.poll_batch(10, 2000)))
             assert np.array_equal(req.hidden, hidden)
-            server.reply(req, {"version": 1}, {"actions": np.zeros(3, np.int64), "logp": np.zeros(3, np.float32),
-                                               "values": np.zeros(3, np.float32), HIDDEN: req.hidden * 2})
+            server.reply(
+                req,
+                {"version": 1},
+                {
+                    "actions": np.zeros(3, np.int64),
+                    "logp": np.zeros(3, np.float32),
+                    "values": np.zeros(3, np.float32),
+                    HIDDEN: req.hidden * 2,
+                },
+            )
             assert np.array_equal(client.wait(0, 2000).arrays[HIDDEN], hidden * 2)
         # a request without the state (or a state that is not finite) is dropped and counted
         clients[0].send(0, np.zeros((3, 2), np.float32), {})

@@ -1,5 +1,6 @@
 """docs/reference.md, the configuration reference, is generated from the schema: it lists every key, and it
 is what the generator writes today (a schema change without regenerating the page fails here)."""
+
 import dataclasses
 import re
 import types
@@ -45,21 +46,32 @@ def page_rows(text: str) -> set[str]:
 
 def test_every_schema_key_has_a_row_in_the_reference():
     keys = schema_keys()
-    assert {"workers.actor.ring_size", "algorithm.burn_in", "slurm.<group>.partition", "slurm.actor",
-            "monitor.wandb.mode"} <= keys  # the walk reaches nested, union, shared and optional sections
+    assert {
+        "workers.actor.ring_size",
+        "algorithm.burn_in",
+        "slurm.<group>.partition",
+        "slurm.actor",
+        "monitor.wandb.mode",
+    } <= keys  # the walk reaches nested, union, shared and optional sections
     missing = sorted(keys - page_rows(PAGE.read_text()))
-    assert not missing, f"keys of the schema without a row in docs/reference.md: {missing}; " \
-                        f"regenerate it: {reference.COMMAND}"
+    assert not missing, (
+        f"keys of the schema without a row in docs/reference.md: {missing}; regenerate it: {reference.COMMAND}"
+    )
 
 
 def test_the_reference_page_is_what_the_generator_writes():
-    assert PAGE.read_text() == reference.render(), \
+    assert PAGE.read_text() == reference.render(), (
         f"docs/reference.md is stale (the schema changed since it was generated); regenerate it: {reference.COMMAND}"
+    )
 
 
 def test_rows_carry_the_schemas_comments_types_defaults_and_choices():
-    rows = {m[0]: m[1:] for m in re.findall(r"^\| `([^`]+)` \| (.*?) \| (.*?) \| (.*?) \| (.*?) \|$",
-                                             reference.render(), flags=re.MULTILINE)}
+    rows = {
+        m[0]: m[1:]
+        for m in re.findall(
+            r"^\| `([^`]+)` \| (.*?) \| (.*?) \| (.*?) \| (.*?) \|$", reference.render(), flags=re.MULTILINE
+        )
+    }
     assert rows["workers.actor.ring_size"] == ("int", "`8`", "", "environments per actor worker, stepped round-robin")
     assert rows["workers.trainer.precision"][2] == '`"fp32"`, `"bf16"`'
     assert rows["slurm.actor"][1] == "`{tasks_per_node: 8}`"
@@ -74,6 +86,7 @@ def test_a_field_without_a_comment_gets_an_empty_cell_and_is_listed(monkeypatch)
     @dataclasses.dataclass(frozen=True)
     class Documented:
         """A section."""
+
         # above, first line
         # above, second line
         a: int = 1
@@ -82,8 +95,12 @@ def test_a_field_without_a_comment_gets_an_empty_cell_and_is_listed(monkeypatch)
         d: str = "a # b"  # after a string with a hash
 
     docs = reference.field_docs(Documented)
-    assert docs == {"a": "above, first line above, second line", "b": "trailing", "c": "",
-                    "d": "after a string with a hash"}
+    assert docs == {
+        "a": "above, first line above, second line",
+        "b": "trailing",
+        "c": "",
+        "d": "after a string with a hash",
+    }
     # every field of the schema has a doc now: listed, as if none had, are all of them (algorithm's per member)
     monkeypatch.setattr(reference, "field_docs", lambda cls: {f.name: "" for f in dataclasses.fields(cls)})
     listed = set(reference.undocumented())

@@ -1,5 +1,6 @@
 """The start-up barrier of Slurm mode (srl_hpc.services.rendezvous.FileBarrier), on real files: each worker
 in its own thread, as each rank is its own process under Slurm."""
+
 import threading
 import time
 
@@ -64,8 +65,11 @@ def test_a_worker_that_gives_up_stops_everyone_naming_it_and_quoting_its_log(tmp
 
     outcome = _run_all(run, NAMES, work)
     assert outcome.pop("actor/1") is None
-    assert all(f"rendezvous abandoned: actor/1 exited before it; the last lines of {run.log('actor/1')}:\n"
-               f"starting\nOSError: [Errno 19] No such device: 'ib0'" in str(exc) for exc in outcome.values()), outcome
+    assert all(
+        f"rendezvous abandoned: actor/1 exited before it; the last lines of {run.log('actor/1')}:\n"
+        f"starting\nOSError: [Errno 19] No such device: 'ib0'" in str(exc)
+        for exc in outcome.values()
+    ), outcome
     assert abandoned_by(run) == "actor/1"
 
 
@@ -142,6 +146,7 @@ def test_many_waiting_workers_stat_the_go_file_at_a_bounded_rate(tmp_path, monke
             if str(path) == arrivals:
                 listings.append(time.monotonic())
             return real(path, *args, **kwargs)
+
         return call
 
     monkeypatch.setattr(os, "stat", stat)

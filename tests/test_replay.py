@@ -1,5 +1,6 @@
 """Sum tree against brute force and sampling statistics, the prioritized replay ring and its weights,
 and n-step transitions against a plain-Python reference and a hand-worked example."""
+
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ def tree_with(priorities) -> SumTree:
 
 
 # --- SumTree ---
+
 
 @pytest.mark.parametrize("priorities", [np.arange(1.0, 9.0), np.array([0, 3, 0, 1, 5, 0, 2, 4.0])])
 def test_sum_tree_samples_proportionally(priorities):
@@ -112,6 +114,7 @@ def test_sample_is_stratified():
 
 # --- PrioritizedReplay ---
 
+
 def make_replay(capacity: int, **kwargs) -> PrioritizedReplay:
     return PrioritizedReplay(capacity, {"obs": ((2,), np.float32), "action": ((), np.int64)}, **kwargs)
 
@@ -155,9 +158,9 @@ def test_new_items_get_max_priority():
     slots = replay.add(items([0, 1]))
     assert replay._tree.priorities(slots) == pytest.approx([1.0, 1.0])  # empty tree: max defaults to 1
     replay.update_priorities(slots, np.array([-3.0, 0.5]))
-    assert replay._tree.priorities(slots) == pytest.approx([3.01 ** 0.5, 0.51 ** 0.5])
+    assert replay._tree.priorities(slots) == pytest.approx([3.01**0.5, 0.51**0.5])
     new = replay.add(items([2, 3]))
-    assert replay._tree.priorities(new) == pytest.approx([3.01 ** 0.5] * 2)
+    assert replay._tree.priorities(new) == pytest.approx([3.01**0.5] * 2)
 
 
 def test_update_priorities_changes_sampling_frequencies():
@@ -210,6 +213,7 @@ def test_sample_empty_raises_and_add_checks_fields():
 
 # --- nstep_transitions ---
 
+
 def random_sequences(rng: np.random.Generator, num_envs: int, length: int) -> dict[str, np.ndarray]:
     """Steps as auto-resetting envs record them: the step after an episode end is an invalid reset step."""
     dones = np.zeros((num_envs, length), bool)
@@ -246,7 +250,7 @@ def reference_nstep(seq: dict[str, np.ndarray], n: int, gamma: float) -> dict[st
                 continue
             ret, m = 0.0, 0
             for j in range(n):
-                ret += gamma ** j * float(seq["rewards"][e, t + j])
+                ret += gamma**j * float(seq["rewards"][e, t + j])
                 m += 1
                 if seq["dones"][e, t + j]:
                     break
@@ -254,7 +258,7 @@ def reference_nstep(seq: dict[str, np.ndarray], n: int, gamma: float) -> dict[st
             rows["actions"].append(seq["actions"][e, t])
             rows["returns"].append(ret)
             rows["next_obs"].append(seq["obs"][e, t + m])
-            rows["discounts"].append(0.0 if seq["terminated"][e, t + m - 1] else gamma ** m)
+            rows["discounts"].append(0.0 if seq["terminated"][e, t + m - 1] else gamma**m)
     return {key: np.array(value) for key, value in rows.items()}
 
 
@@ -290,14 +294,16 @@ def test_nstep_hand_worked_example():
     out = nstep_transitions(seq, n=3, gamma=0.5)
     np.testing.assert_array_equal(out["actions"], [0, 1, 2, 4, 5, 7])  # invalid 3, 6 and the last 3 emit nothing
     np.testing.assert_array_equal(out["obs"], [0, 10, 20, 40, 50, 70])
-    assert out["returns"] == pytest.approx([
-        1 + 0.5 * 2 + 0.25 * 4,  # termination at step 2 cuts the window: m = 3
-        2 + 0.5 * 4,  # m = 2
-        4,  # m = 1
-        1 + 0.5 * 2,  # truncation at step 5: m = 2
-        2,  # m = 1
-        8 + 0.5 * 1 + 0.25 * 1,  # full window
-    ])
+    assert out["returns"] == pytest.approx(
+        [
+            1 + 0.5 * 2 + 0.25 * 4,  # termination at step 2 cuts the window: m = 3
+            2 + 0.5 * 4,  # m = 2
+            4,  # m = 1
+            1 + 0.5 * 2,  # truncation at step 5: m = 2
+            2,  # m = 1
+            8 + 0.5 * 1 + 0.25 * 1,  # full window
+        ]
+    )
     np.testing.assert_array_equal(out["next_obs"], [30, 30, 30, 60, 60, 100])
     assert out["discounts"] == pytest.approx([0, 0, 0, 0.25, 0.5, 0.125])
 
@@ -306,8 +312,10 @@ def test_nstep_chunks_with_n_steps_of_overlap_cover_each_step_once():
     rng = np.random.default_rng(7)
     n, seq = 3, random_sequences(rng, num_envs=1, length=40)
     whole = nstep_transitions(seq, n, gamma=0.9)
-    parts = [nstep_transitions({k: v[:, start:start + 10 + n] for k, v in seq.items()}, n, gamma=0.9)
-             for start in range(0, 40 - n, 10)]  # the last chunk is shorter
+    parts = [
+        nstep_transitions({k: v[:, start : start + 10 + n] for k, v in seq.items()}, n, gamma=0.9)
+        for start in range(0, 40 - n, 10)
+    ]  # the last chunk is shorter
     for key in whole:
         np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), whole[key])
 

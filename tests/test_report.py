@@ -1,5 +1,6 @@
 """srl-trace report (srl_hpc/trace/report.py): a sweep's scores, estimated by rliable, from the members' files.
 The members here are written by hand (their metrics.csv), so the expected numbers are known."""
+
 import json
 
 import numpy as np
@@ -9,8 +10,10 @@ from scipy import stats
 from srl_hpc.trace import report
 from srl_hpc.trace.cli import main
 
-FINAL = {"algorithm.lr=1e-3": [480.0, 500.0, 220.0, 495.0, 470.0], "algorithm.lr=3e-4": [300.0, 350.0, 500.0, 90.0,
-                                                                                           310.0]}
+FINAL = {
+    "algorithm.lr=1e-3": [480.0, 500.0, 220.0, 495.0, 470.0],
+    "algorithm.lr=3e-4": [300.0, 350.0, 500.0, 90.0, 310.0],
+}
 
 
 def write_sweep(root, finals=FINAL, env="CartPole-v1", target=475):
@@ -20,14 +23,16 @@ def write_sweep(root, finals=FINAL, env="CartPole-v1", target=475):
         for seed, final in enumerate(values, start=1):
             run = root / config / f"seed-{seed}"
             run.mkdir(parents=True)
-            (run / "experiment.yaml").write_text(f"name: s\nseed: {seed}\nenv: {{id: {env}}}\n"
-                                                 f"stop: {{target_return: {target}}}\n")
+            (run / "experiment.yaml").write_text(
+                f"name: s\nseed: {seed}\nenv: {{id: {env}}}\nstop: {{target_return: {target}}}\n"
+            )
             rows = ["wall_time,env_frames,mean_return,eval_return"]
-            rows += [f"{i},{i * 1000},{final * i / 10},"for i in range(11)]
+            rows += [f"{i},{i * 1000},{final * i / 10}," for i in range(11)]
             (run / "metrics.csv").write_text("\n".join(rows) + "\n")
             members.append({"config": config, "overrides": [config], "seed": seed, "run_dir": str(run)})
-    (root / "sweep.json").write_text(json.dumps({"experiment": "s", "command": "srl-launch x.yaml --sweep ...",
-                                                 "members": members}))
+    (root / "sweep.json").write_text(
+        json.dumps({"experiment": "s", "command": "srl-launch x.yaml --sweep ...", "members": members})
+    )
     return root
 
 
@@ -40,8 +45,15 @@ def test_the_estimates_are_rliables_on_the_same_scores(tmp_path):
     scores = {k: np.array(v, dtype=float)[:, None] for k, v in FINAL.items()}  # 5 runs x 1 task
 
     def aggregate(x):
-        return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_median(x),
-                         metrics.aggregate_optimality_gap(x, 475)])
+        return np.array(
+            [
+                metrics.aggregate_iqm(x),
+                metrics.aggregate_mean(x),
+                metrics.aggregate_median(x),
+                metrics.aggregate_optimality_gap(x, 475),
+            ]
+        )
+
     np.random.seed(7)  # (rliable resamples from numpy's global generator)
     points, intervals = library.get_interval_estimates(scores, aggregate, reps=500)
     for name in FINAL:

@@ -1,5 +1,6 @@
 """Self-play: turn-taking games as envs of several seats, the opponents' versions chosen per game, and the
 opponents' seats never trained on."""
+
 import subprocess
 
 import h5py
@@ -140,7 +141,7 @@ def test_opponent_seats_samples_are_never_trained_on_counted_per_seat(tmp_path):
         reply["actions"] = actions
         learner_at.append(seats.learner_rows().copy())
         if group.full:
-            segments.append((group.bootstrap(reply), learner_at[-1 - group.T:-1]))
+            segments.append((group.bootstrap(reply), learner_at[-1 - group.T : -1]))
         group.advance(reply, 1)
         for _, seat, _ in group.finished_games:
             games_by_seat[seat] += 1
@@ -182,12 +183,15 @@ def test_a_fixed_player_takes_its_share_of_the_games_and_moves_instead_of_the_po
     assert pool.scores[one_ply] == [0.0, 1]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("opponents.fixed={two-ply: 0.5}", "no fixed player 'two-ply'"),
-    ("opponents.fixed={one-ply: 1.5}", "in \\(0, 1\\]"),
-    ("opponents.fixed={one-ply: 0.6, random: 0.6}", "add up to 1.2"),
-    ("opponents.rule=none", "set opponents.rule"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("opponents.fixed={two-ply: 0.5}", "no fixed player 'two-ply'"),
+        ("opponents.fixed={one-ply: 1.5}", "in \\(0, 1\\]"),
+        ("opponents.fixed={one-ply: 0.6, random: 0.6}", "add up to 1.2"),
+        ("opponents.rule=none", "set opponents.rule"),
+    ],
+)
 def test_fixed_opponents_that_cannot_work_are_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=f"opponents\\.fixed.*{message}"):
         with_overrides(config.load(EXPERIMENT), ["opponents.fixed={one-ply: 0.25}", override])
@@ -204,11 +208,14 @@ def test_elo_is_fitted_to_all_games_at_once_whatever_their_order():
     assert 300 < unbeaten < 1000
 
 
-@pytest.mark.parametrize("override, key", [
-    ("policies={a: ['player_0'], b: ['player_1']}", "policies"),
-    ("workers.trainer.snapshot_every=0", "workers.trainer.snapshot_every"),
-    ("stop.target_eval_return=0.5", "stop.target_eval_return"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("policies={a: ['player_0'], b: ['player_1']}", "policies"),
+        ("workers.trainer.snapshot_every=0", "workers.trainer.snapshot_every"),
+        ("stop.target_eval_return=0.5", "stop.target_eval_return"),
+    ],
+)
 def test_self_play_settings_that_cannot_work_are_refused_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         with_overrides(config.load(EXPERIMENT), [override])
@@ -221,12 +228,18 @@ def test_self_play_on_a_single_agent_env_is_refused_at_validate():
 
 
 @pytest.mark.e2e
-def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_and_beats_a_random_player(
-        tmp_path):
+def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_and_beats_a_random_player(tmp_path):
     run_dir = tmp_path / "run"
-    _, summary = run_local(EXPERIMENT, run_dir, "stop.wall_time=30", "workers.trainer.snapshot_every=5",
-                           "workers.actor.count=1", "workers.eval.interval=1", "workers.eval.episodes=6",
-                           "opponents.fixed={one-ply: 0.1}")
+    _, summary = run_local(
+        EXPERIMENT,
+        run_dir,
+        "stop.wall_time=30",
+        "workers.trainer.snapshot_every=5",
+        "workers.actor.count=1",
+        "workers.eval.interval=1",
+        "workers.eval.episodes=6",
+        "opponents.fixed={one-ply: 0.1}",
+    )
     assert summary["status"] == "succeeded" and summary["policy_version"] > 20
     assert_every_frame_accounted_for(summary)
     with h5py.File(run_dir / "traces" / "actor-0.h5") as f:
@@ -254,18 +267,28 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     best = db.tags()["best"]
     assert best["version"] == max((v for v in stored if isinstance(v, int)), key=stored.get)
     assert best["elo"] == pytest.approx(stored[best["version"]])
-    listing = subprocess.run([script("srl-launch"), "params", str(run_dir)], capture_output=True, text=True,
-                             timeout=60).stdout
+    listing = subprocess.run(
+        [script("srl-launch"), "params", str(run_dir)], capture_output=True, text=True, timeout=60
+    ).stdout
     assert "fixed players: random 0, one-ply" in listing, listing
     row = next(line.split() for line in listing.splitlines() if line.split()[:1] == [str(best["version"])])
     assert "best" in row[2:] and f"snapshot-{best['version']}" in row[2:], listing  # (the newest is also `latest`)
-    plots = subprocess.run([script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
-                           capture_output=True, text=True, timeout=120)
+    plots = subprocess.run(
+        [script("srl-trace"), str(run_dir), "--plot", str(tmp_path / "plots")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert plots.returncode == 0 and (tmp_path / "plots" / "ratings.png").stat().st_size > 0, plots.stderr
-    assert f"best version {best['version']} " in plots.stdout and "against the one-ply player" in plots.stdout, \
+    assert f"best version {best['version']} " in plots.stdout and "against the one-ply player" in plots.stdout, (
         plots.stdout
-    duel = subprocess.run([script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
-                          capture_output=True, text=True, timeout=120)
+    )
+    duel = subprocess.run(
+        [script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert duel.returncode == 0, duel.stderr
     won = int(duel.stdout.split("won ")[1].split()[0])
     assert won >= 70, duel.stdout  # a random policy wins about half

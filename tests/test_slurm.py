@@ -1,4 +1,5 @@
 """Against the project's real local Slurm (scripts/local_slurm.sh start): no mocked sbatch or squeue."""
+
 import csv
 import json
 import os
@@ -41,9 +42,21 @@ def wait_for_the_end(run, timeout):
 
 def test_cartpole_reaches_its_evaluation_target_as_one_heterogeneous_job(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", "workers.eval.count=1", "--set", "workers.eval.interval=5", "--set", "stop.target_return=null",
-               "--set", "stop.target_eval_return=475")
+    proc = srl(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.eval.count=1",
+        "--set",
+        "workers.eval.interval=5",
+        "--set",
+        "stop.target_return=null",
+        "--set",
+        "stop.target_eval_return=475",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
     nodes = het_nodes(job_id)
@@ -91,8 +104,9 @@ def test_a_worker_that_fails_before_the_rendezvous_ends_the_job_and_status_names
     """The other workers wait for it at a barrier of files, not inside MPI: its exit tells them to stop."""
     run_dir = tmp_path / "run"
     # the CPU build of torch cannot give the trainer a GPU: it fails while building its model
-    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", "workers.trainer.device=cuda")
+    proc = srl(
+        experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "workers.trainer.device=cuda"
+    )
     assert proc.returncode == 1
     job_id = json.loads((run_dir / "slurm.json").read_text())["job_id"]
     assert slurm_jobs.job_state(job_id)[0] == "failed"
@@ -122,11 +136,17 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
     (run / "summary.json").write_text('{"status": "succeeded"}')  # the run has ended: the guard is on watch
     job = tmp_path / "guarded.sh"
     job.write_text(GUARDED.format(out=tmp_path / "out", python=sys.executable, run=run))
-    job_id = subprocess.run(["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True,
-                            timeout=60).stdout.strip()
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", str(job)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
     try:
-        wait_until(lambda: slurm_jobs.job_state(job_id)[0] in slurm_jobs.FINISHED, 120, f"job {job_id} to end",
-                   lambda: slurm_jobs.job_state(job_id), interval=0.5)
+        wait_until(
+            lambda: slurm_jobs.job_state(job_id)[0] in slurm_jobs.FINISHED,
+            120,
+            f"job {job_id} to end",
+            lambda: slurm_jobs.job_state(job_id),
+            interval=0.5,
+        )
     finally:  # a guard that failed leaves the stand-in holding a node for 10 minutes
         subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
     out = (tmp_path / "out").read_text()
@@ -138,12 +158,22 @@ def test_the_srun_guard_ends_an_srun_left_without_a_step_and_only_then(tmp_path)
 
 def test_a_grid_sweep_of_two_values_and_three_seeds_through_submitit(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = srl(experiment(tmp_path, name="sweep", wall_time=4), "--slurm", "--sweep", "algorithm.lr=1e-3,3e-4",
-               "--seeds", "1,2,3", "--follow", "--run-dir", sweep_dir)
+    proc = srl(
+        experiment(tmp_path, name="sweep", wall_time=4),
+        "--slurm",
+        "--sweep",
+        "algorithm.lr=1e-3,3e-4",
+        "--seeds",
+        "1,2,3",
+        "--follow",
+        "--run-dir",
+        sweep_dir,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     members = json.loads((sweep_dir / "sweep.json").read_text())["members"]
     assert [(m["config"], m["seed"]) for m in members] == [
-        (f"algorithm.lr={lr}", seed) for lr in ("1e-3", "3e-4") for seed in (1, 2, 3)]
+        (f"algorithm.lr={lr}", seed) for lr in ("1e-3", "3e-4") for seed in (1, 2, 3)
+    ]
     assert len({m["job_id"].split("_")[0] for m in members}) == 1  # one job array
     for m in members:
         assert m["run_dir"] == str(sweep_dir / m["config"] / f"seed-{m['seed']}")
@@ -153,14 +183,30 @@ def test_a_grid_sweep_of_two_values_and_three_seeds_through_submitit(tmp_path):
         assert f"seed: {m['seed']}" in resolved and f"lr: {float(m['overrides'][0].split('=')[1])}" in resolved
     out = srl("status", sweep_dir).stdout  # one squeue for the six array tasks
     assert out.count("outcome: succeeded") == 6
-    assert re.findall(r"== (\S+) seed (\d): (\w+)", out) == [(m["config"], str(m["seed"]), "completed")
-                                                            for m in members]
+    assert re.findall(r"== (\S+) seed (\d): (\w+)", out) == [
+        (m["config"], str(m["seed"]), "completed") for m in members
+    ]
 
 
 def test_tune_measures_each_trial_as_a_slurm_job_and_writes_the_tuned_file(tmp_path):
     tune_dir, tuned = tmp_path / "tune", tmp_path / "tuned.yaml"
-    proc = srl("tune", experiment(tmp_path, name="tune"), "--slurm", "--keys", "workers.policy.max_batch",
-               "--seconds", "4", "--warmup", "1", "--budget", "60", "--dir", tune_dir, "-o", tuned)
+    proc = srl(
+        "tune",
+        experiment(tmp_path, name="tune"),
+        "--slurm",
+        "--keys",
+        "workers.policy.max_batch",
+        "--seconds",
+        "4",
+        "--warmup",
+        "1",
+        "--budget",
+        "60",
+        "--dir",
+        tune_dir,
+        "-o",
+        tuned,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((tune_dir / "trials.json").read_text())
     assert len(record["trials"]) >= 2 and record["where"] == "as Slurm jobs"  # the experiment twice, then others
@@ -177,11 +223,24 @@ def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submit
     sweep_dir = tmp_path / "sweep"
     # submitit's USR2 comes 45 s before the 2-minute limit (Slurm checks every 30 s); an 80 s budget of the
     # whole run's wall time is reached by a resumed attempt only
-    proc = srl(ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--seeds", "1", "--follow",
-               "--run-dir", sweep_dir,
-               "--set", 'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:02:00"}',
-               "--set", "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
-               "--set", "stop.target_return=null", "--set", "stop.wall_time=80", timeout=540)
+    proc = srl(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--slurm",
+        "--seeds",
+        "1",
+        "--follow",
+        "--run-dir",
+        sweep_dir,
+        "--set",
+        'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:02:00"}',
+        "--set",
+        "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
+        "--set",
+        "stop.target_return=null",
+        "--set",
+        "stop.wall_time=80",
+        timeout=540,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     member = Path(json.loads((sweep_dir / "sweep.json").read_text())["members"][0]["run_dir"])
     first = json.loads((member / "summary.attempt-1.json").read_text())
@@ -195,8 +254,17 @@ def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submit
 
 def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl(ROOT / "experiments" / "cartpole_dqn.yaml", "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", "stop.wall_time=15", "--set", "algorithm.learning_starts=500")
+    proc = srl(
+        ROOT / "experiments" / "cartpole_dqn.yaml",
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.wall_time=15",
+        "--set",
+        "algorithm.learning_starts=500",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     script = (run_dir / "job.sbatch").read_text()
     assert "# group buffer: buffer/0" in script and script.count("\n#SBATCH hetjob\n") == 3  # four groups
@@ -209,11 +277,23 @@ def test_apex_dqn_runs_as_one_het_job_with_a_buffer_group(tmp_path):
     assert table["buffer/0"]["node"] != table["actor/0"]["node"]  # its own het group, its own node
 
 
-@pytest.mark.parametrize("experiment, overrides, policies", [
-    ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"], []),
-    ("mpe_spread_mappo.yaml", ["workers.actor.ring_size=4", "workers.trainer.batch_segments=12", "env.kwargs.N=4",
-                               "policies={left: [agent_0, agent_1], right: [agent_2, agent_3]}",
-                               "slurm.policy.tasks_per_node=2"], ["left", "right"])])
+@pytest.mark.parametrize(
+    "experiment, overrides, policies",
+    [
+        ("cartpole_novelocity_gru_ppo.yaml", ["workers.trainer.batch_segments=32"], []),
+        (
+            "mpe_spread_mappo.yaml",
+            [
+                "workers.actor.ring_size=4",
+                "workers.trainer.batch_segments=12",
+                "env.kwargs.N=4",
+                "policies={left: [agent_0, agent_1], right: [agent_2, agent_3]}",
+                "slurm.policy.tasks_per_node=2",
+            ],
+            ["left", "right"],
+        ),
+    ],
+)
 def test_recurrent_and_multi_agent_policies_train_as_one_het_job(tmp_path, experiment, overrides, policies):
     """A GRU's state and MAPPO's agent rows cross nodes as any run's data does: trainer, policy worker and
     actors in their het groups; with two policies (MAPPO for each pair of spread's four agents), each policy's
@@ -242,10 +322,17 @@ def test_connect_four_self_play_runs_as_one_het_job_and_rates_its_versions(tmp_p
     parameter database on the run directory, which the policy worker and the rating worker read from nodes of
     their own; the lower bar of learning: snapshots rated above the random player (the local test plays one)."""
     run_dir = tmp_path / "run"
-    sets = [arg for o in ["stop.wall_time=25", "workers.trainer.snapshot_every=5", "workers.eval.interval=2",
-                          "workers.eval.episodes=6"] for arg in ("--set", o)]
-    proc = srl(ROOT / "experiments" / "connect_four_selfplay.yaml", "--slurm", "--follow", "--run-dir", run_dir,
-               *sets)
+    sets = [
+        arg
+        for o in [
+            "stop.wall_time=25",
+            "workers.trainer.snapshot_every=5",
+            "workers.eval.interval=2",
+            "workers.eval.episodes=6",
+        ]
+        for arg in ("--set", o)
+    ]
+    proc = srl(ROOT / "experiments" / "connect_four_selfplay.yaml", "--slurm", "--follow", "--run-dir", run_dir, *sets)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(set(het_nodes(json.loads((run_dir / "slurm.json").read_text())["job_id"]))) == 4
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -266,12 +353,24 @@ def test_connect_four_self_play_runs_as_one_het_job_and_rates_its_versions(tmp_p
 def requeue_run(tmp_path):
     """A CartPole job with slurm.requeue, a budget of the whole run's wall time for a stop, under way (a few
     updates trained)."""
-    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["stop.target_return=null", "stop.wall_time=30",
-                                     "slurm.requeue={signal_seconds: 60, max_requeues: 2}",
-                                     "workers.trainer.checkpoint_interval=5"])
-    wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
-               "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
+    run = launcher.submit(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        slurm=True,
+        run_dir=tmp_path / "run",
+        overrides=[
+            "stop.target_return=null",
+            "stop.wall_time=30",
+            "slurm.requeue={signal_seconds: 60, max_requeues: 2}",
+            "workers.trainer.checkpoint_interval=5",
+        ],
+    )
+    wait_until(
+        lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5,
+        120,
+        "a few trained versions in the controller log",
+        lambda: run.logs()[-3000:],
+        interval=0.5,
+    )
     return run
 
 
@@ -293,10 +392,18 @@ def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its
     # attempt, 30-70 s of the run's own time after start-up). CartPole's return target falls in 16-33 s,
     # before any signal, so the run stops on a budget of 80 s of the whole run's wall time instead, which
     # only a resumed attempt can reach (and the third at the latest).
-    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=['slurm.time="00:02:00"', "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
-                                     "stop.target_return=null", "stop.wall_time=80",
-                                     "workers.trainer.checkpoint_interval=10"])
+    run = launcher.submit(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        slurm=True,
+        run_dir=tmp_path / "run",
+        overrides=[
+            'slurm.time="00:02:00"',
+            "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
+            "stop.target_return=null",
+            "stop.wall_time=80",
+            "workers.trainer.checkpoint_interval=10",
+        ],
+    )
     assert wait_for_the_end(run, 540) == "completed"
     job_id = json.loads((run.run_dir / "slurm.json").read_text())["job_id"]
     show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60).stdout
@@ -310,12 +417,17 @@ def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its
     # line, not its last: PPO on CartPole at a constant lr of 1e-3 can collapse for a few seconds after reaching
     # 500, and once did so in the last 2 s of this run (the mean of the last 20 episodes fell from 481 to 45)
     with open(run.run_dir / "metrics.csv", newline="") as f:
-        resumed = [float(row["mean_return"]) for row in csv.DictReader(f)
-                   if float(row["wall_time"]) > first["wall_time"] and row["mean_return"]]
+        resumed = [
+            float(row["mean_return"])
+            for row in csv.DictReader(f)
+            if float(row["wall_time"]) > first["wall_time"] and row["mean_return"]
+        ]
     assert max(resumed) >= 200, resumed
     # frames trained in attempt 1 but missing from the checkpoint attempt 2 resumed from
-    version, trained = re.search(r"resumed from \S+: version (\d+), ([\d,]+) frames trained",
-                                 (run.run_dir / "logs" / "trainer-0.log").read_text()).groups()
+    version, trained = re.search(
+        r"resumed from \S+: version (\d+), ([\d,]+) frames trained",
+        (run.run_dir / "logs" / "trainer-0.log").read_text(),
+    ).groups()
     assert int(version) == first["policy_version"]
     lost = first["frames_consumed"] - int(trained.replace(",", ""))
     one_interval = first["frames_consumed"] / first["wall_time"] * 10
@@ -332,10 +444,19 @@ def test_a_job_requeued_by_scontrol_resumes(tmp_path):
 def test_a_killed_actor_is_replaced_inside_its_slurm_task_and_the_job_runs_to_its_stop(tmp_path):
     # a wall-time stop: that a run with a replaced actor still trains to CartPole's target is the local
     # test's (test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target)
-    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["monitor.status_interval=1", "stop.target_return=null", "stop.wall_time=30"])
-    wait_until(lambda: " version " in run.logs() and (run.run_dir / "workers.json").exists(), 120, "training under way",
-               lambda: run.logs()[-3000:], interval=0.5)
+    run = launcher.submit(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        slurm=True,
+        run_dir=tmp_path / "run",
+        overrides=["monitor.status_interval=1", "stop.target_return=null", "stop.wall_time=30"],
+    )
+    wait_until(
+        lambda: " version " in run.logs() and (run.run_dir / "workers.json").exists(),
+        120,
+        "training under way",
+        lambda: run.logs()[-3000:],
+        interval=0.5,
+    )
     victim = json.loads((run.run_dir / "workers.json").read_text())["actor/1"]["pid"]  # the worker, not its task
     os.kill(victim, signal.SIGKILL)  # the local Slurm's nodes are this machine
     assert wait_for_the_end(run, 400) == "completed"
@@ -351,13 +472,22 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
     rendezvous, every actor's segments trained, a clean stop with exact frame accounting."""
     # 64 actors on a node of 2 CPUs: more tasks than CPUs (--overcommit), unbound (--cpu-bind=none), as a
     # cluster's users run many light processes
-    run = launcher.submit(ROOT / "experiments" / "scale_synthetic.yaml", slurm=True, run_dir=tmp_path / "run",
-                          # a budget of frames, ~3 segments per actor (5 s at the synthetic env's 10 steps/s),
-                          # not of seconds: 12 s had left 16 actors untrained on a busy machine, where the 68
-                          # processes' start-up took most of them; the wall time only stops a run that never ends
-                          overrides=["workers.actor.count=64", "stop.env_frames=6144", "stop.wall_time=120",
-                                     "slurm.actor.tasks_per_node=64", "slurm.actor.sbatch_options=[--overcommit]",
-                                     "slurm.srun_options=[--overcommit, --cpu-bind=none]"])
+    run = launcher.submit(
+        ROOT / "experiments" / "scale_synthetic.yaml",
+        slurm=True,
+        run_dir=tmp_path / "run",
+        # a budget of frames, ~3 segments per actor (5 s at the synthetic env's 10 steps/s),
+        # not of seconds: 12 s had left 16 actors untrained on a busy machine, where the 68
+        # processes' start-up took most of them; the wall time only stops a run that never ends
+        overrides=[
+            "workers.actor.count=64",
+            "stop.env_frames=6144",
+            "stop.wall_time=120",
+            "slurm.actor.tasks_per_node=64",
+            "slurm.actor.sbatch_options=[--overcommit]",
+            "slurm.srun_options=[--overcommit, --cpu-bind=none]",
+        ],
+    )
     assert wait_for_the_end(run, 420) == "completed", run.logs()
     summary = run.summary()
     assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1

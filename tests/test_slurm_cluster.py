@@ -1,6 +1,7 @@
 """What a real cluster differs in, on the project's local Slurm whose nodes are hosts of their own (network,
 hostname, /tmp and /dev/shm; scripts/local_slurm.sh): the interface workers use, CPU binding, data-parallel
 trainers across hosts, MPI or none, containers, and a script sbatch'ed by hand."""
+
 import json
 import os
 import stat
@@ -13,6 +14,7 @@ from srl_hpc import srun_guard
 from srl_hpc.trace.reader import read_run
 
 pytestmark = pytest.mark.slurm
+
 
 def summary_of(run_dir):
     return json.loads((run_dir / "summary.json").read_text())
@@ -36,8 +38,17 @@ def test_a_hostname_that_resolves_to_loopback_is_refused_at_start_naming_slurm_n
 
 def test_two_trainers_on_two_hosts_train_in_lockstep_over_the_configured_interface(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl(experiment(tmp_path, wall_time=10), "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", "workers.trainer.count=2", "--set", "slurm.trainer.tasks_per_node=1")
+    proc = srl(
+        experiment(tmp_path, wall_time=10),
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.trainer.count=2",
+        "--set",
+        "slurm.trainer.tasks_per_node=1",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = json.loads((run_dir / "workers.json").read_text())
     assert table["trainer/0"]["node"] != table["trainer/1"]["node"]
@@ -52,8 +63,17 @@ def test_two_trainers_on_two_hosts_train_in_lockstep_over_the_configured_interfa
 
 def test_the_impala_placement_runs_inference_inside_actors_on_their_own_hosts(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl(experiment(tmp_path, wall_time=10), "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", "workers.placement=impala", "--set", "workers.policy.count=0")
+    proc = srl(
+        experiment(tmp_path, wall_time=10),
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.placement=impala",
+        "--set",
+        "workers.policy.count=0",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# group policy" not in (run_dir / "job.sbatch").read_text()
     table = json.loads((run_dir / "workers.json").read_text())
@@ -69,9 +89,23 @@ def test_slurm_mpi_none_runs_without_mpi_and_each_worker_is_bound_to_the_cpus_it
     The controller rides along on the trainer's node without CPUs of its own (srun --overcommit): the group fits
     a node of two CPUs."""
     run_dir = tmp_path / "run"
-    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir, "--set", "slurm.mpi=none",
-               "--set", "slurm.policy.cpus_per_task=2", "--set", "workers.policy.torch_threads=2",
-               "--set", "slurm.trainer.cpus_per_task=2", "--set", "workers.trainer.torch_threads=2")
+    proc = srl(
+        experiment(tmp_path),
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "slurm.mpi=none",
+        "--set",
+        "slurm.policy.cpus_per_task=2",
+        "--set",
+        "workers.policy.torch_threads=2",
+        "--set",
+        "slurm.trainer.cpus_per_task=2",
+        "--set",
+        "workers.trainer.torch_threads=2",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--mpi=none" in (run_dir / "job.sbatch").read_text()
     assert summary_of(run_dir)["status"] == "succeeded"
@@ -121,9 +155,22 @@ def test_workers_start_through_the_container_runtime_and_the_job_succeeds(tmp_pa
     (bin_dir / "apptainer").chmod(0o755 | stat.S_IXUSR)
     run_dir = tmp_path / "run"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # sbatch passes it on to the job
-    proc = subprocess.run([script("srl-launch"), str(experiment(tmp_path)), "--slurm", "--follow", "--run-dir",
-                           str(run_dir), "--set", "slurm.container={image: /images/srl.sif, binds: [/datasets]}"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            script("srl-launch"),
+            str(experiment(tmp_path)),
+            "--slurm",
+            "--follow",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "slurm.container={image: /images/srl.sif, binds: [/datasets]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = log.read_text().splitlines()
     workers = [c for c in calls if "-m srl_hpc.worker" in c]
@@ -140,11 +187,17 @@ def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
     assert proc.stdout.strip() == f"sbatch {run_dir / 'job.sbatch'}"
     text = (run_dir / "job.sbatch").read_text()
     assert "${" not in text and (run_dir / "keys").is_dir() and (run_dir / "experiment.yaml").exists()
-    job_id = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
-                            check=True, timeout=60).stdout.strip()
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
     (run_dir / "slurm.json").write_text(json.dumps({"job_id": job_id}))  # (so that the fixture cancels it if need be)
-    wait_until(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
-               lambda: srl("status", run_dir).stdout, interval=0.5)
+    wait_until(
+        lambda: (run_dir / "summary.json").exists(),
+        240,
+        "the run's summary",
+        lambda: srl("status", run_dir).stdout,
+        interval=0.5,
+    )
     assert summary_of(run_dir)["reason"].startswith("target reached")
     assert len(set(het_nodes(job_id))) == 3
     no_process_left(run_dir)
@@ -152,19 +205,36 @@ def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
 
 def test_the_srl_example_script_runs_when_sbatched_as_it_is(tmp_path):
     (tmp_path / "runs").mkdir()
-    env = {**os.environ, "EXPERIMENT": str(experiment(tmp_path)),
-           "PATH": f"{os.path.dirname(script('srl-launch'))}:{os.environ['PATH']}"}  # the job takes this PATH
-    job_id = subprocess.run(["sbatch", "--parsable", "--chdir", str(tmp_path),
-                             str(ROOT / "job_templates" / "examples" / "srl.sbatch")], capture_output=True, text=True,
-                            check=True, timeout=60, env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "EXPERIMENT": str(experiment(tmp_path)),
+        "PATH": f"{os.path.dirname(script('srl-launch'))}:{os.environ['PATH']}",
+    }  # the job takes this PATH
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "--chdir", str(tmp_path), str(ROOT / "job_templates" / "examples" / "srl.sbatch")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    ).stdout.strip()
     run_dir = tmp_path / "runs" / f"cartpole-{job_id}"
-    wait_until(lambda: (run_dir / "summary.json").exists(), 240, "the run's summary",
-               lambda: "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")), interval=0.5)
+    wait_until(
+        lambda: (run_dir / "summary.json").exists(),
+        240,
+        "the run's summary",
+        lambda: "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")),
+        interval=0.5,
+    )
     assert summary_of(run_dir)["status"] == "succeeded"
     # srun ends with its workers, or (Slurm 22.05's het-step hang) the script's srun_guard ends it: its grace
     # (srun_guard.GRACE) and two answers from Slurm after the summary
-    wait_until(lambda: "outcome: succeeded" in "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")),
-               srun_guard.GRACE + 4 * srun_guard.INTERVAL + 30, "the script's own status line", interval=0.5)
+    wait_until(
+        lambda: "outcome: succeeded" in "".join(p.read_text() for p in (tmp_path / "runs").glob("*.out")),
+        srun_guard.GRACE + 4 * srun_guard.INTERVAL + 30,
+        "the script's own status line",
+        interval=0.5,
+    )
     no_process_left(run_dir)
 
 

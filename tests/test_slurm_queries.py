@@ -1,4 +1,5 @@
 """How the launcher reads Slurm's answers and how often it asks (pure parts; the real squeue is in test_slurm)."""
+
 from launcher import slurm, slurm_jobs
 
 
@@ -37,9 +38,12 @@ def test_a_watched_job_is_asked_about_less_and_less_often_until_it_is_about_to_e
 
 # ------------------------------------------------------------------ waiting on a busy cluster (issue 30)
 
+
 def test_a_pending_job_reads_with_its_reason_and_expected_start():
-    squeue = ("40+0|PENDING|Resources|2026-12-03T10:00:00\n40+1|PENDING|None|2026-12-03T10:00:00\n"
-              "41|PENDING|JobHeldUser|N/A\n42|RUNNING|None|2026-12-03T09:00:00\n")
+    squeue = (
+        "40+0|PENDING|Resources|2026-12-03T10:00:00\n40+1|PENDING|None|2026-12-03T10:00:00\n"
+        "41|PENDING|JobHeldUser|N/A\n42|RUNNING|None|2026-12-03T09:00:00\n"
+    )
     rows = slurm_jobs.parse_rows(squeue, ["40", "41", "42"])
     het, held, running = (slurm_jobs.combine_info(rows[i]) for i in ("40", "41", "42"))
     assert het == ("pending", "PENDING", "Resources", "2026-12-03T10:00:00", "")
@@ -47,8 +51,10 @@ def test_a_pending_job_reads_with_its_reason_and_expected_start():
     assert held.line() == "PENDING (JobHeldUser), expected start unknown"  # Slurm says N/A
     assert running.line() == "RUNNING" and running[:2] == ("running", "RUNNING")  # (state, raw) as before
     assert slurm_jobs.pending_text("Priority", "Unknown") == "(Priority), expected start unknown"
-    assert slurm_jobs.pending_text("None", "2026-12-04T00:00:00") == \
-        "(no reason given), expected start 2026-12-04T00:00:00"
+    assert (
+        slurm_jobs.pending_text("None", "2026-12-04T00:00:00")
+        == "(no reason given), expected start 2026-12-04T00:00:00"
+    )
     lost = slurm_jobs.combine_info([], "squeue: slurm_load_jobs error: Unable to contact slurm controller")
     assert lost.state == "unknown" and "Unable to contact" in lost.line()
 
@@ -70,7 +76,7 @@ def test_a_pending_job_is_asked_about_at_most_once_a_minute_then_politely_once_i
     ask = slurm_jobs.Polite()
     asked = asks_over(ask, 300, now, answer=lambda t: "pending" if t < 200 else "running")
     pending = [t for t in asked if t <= 200]
-    assert pending == [0.0, 60.0, 120.0, 180.0, 240.0][:len(pending)] and len(pending) == 4
+    assert pending == [0.0, 60.0, 120.0, 180.0, 240.0][: len(pending)] and len(pending) == 4
     assert asked[4:9] == [240.0, 241.0, 243.0, 247.0, 255.0]  # running: 1, 2, 4, 8, then every 15 s
     assert all(b - a == 15.0 for a, b in zip(asked[8:], asked[9:]))
 
@@ -124,14 +130,24 @@ UNKNOWN = slurm_jobs.JobInfo("unknown", "UNKNOWN")
 
 def test_following_a_pending_job_says_its_reason_once_and_again_only_when_it_changes(monkeypatch):
     later = PENDING._replace(start="2026-12-03T10:00:00")
-    fake = FakeSlurm(monkeypatch, [PENDING], [PENDING], [later], [later], [RUNNING], [RUNNING._replace(
-        state="completed", raw="COMPLETED")])
+    fake = FakeSlurm(
+        monkeypatch,
+        [PENDING],
+        [PENDING],
+        [later],
+        [later],
+        [RUNNING],
+        [RUNNING._replace(state="completed", raw="COMPLETED")],
+    )
     said = []
     watch = slurm_jobs.Watch(lambda: ["7"], say=said.append)
     final, _ = fake.run(watch, 1000)
     assert final == "completed"
-    assert said == ["job 7 pending (Priority), expected start unknown",
-                    "job 7 pending (Priority), expected start 2026-12-03T10:00:00", "job 7 running"]
+    assert said == [
+        "job 7 pending (Priority), expected start unknown",
+        "job 7 pending (Priority), expected start 2026-12-03T10:00:00",
+        "job 7 running",
+    ]
     assert fake.looks[:5] == [0.0, 60.0, 120.0, 180.0, 240.0]  # while pending: once a minute
 
 
@@ -169,8 +185,9 @@ def test_a_job_slurm_no_longer_knows_and_no_summary_is_given_up_after_a_while_un
 def test_a_chain_is_followed_through_its_continuations_to_the_last(monkeypatch):
     done = RUNNING._replace(state="completed", raw="COMPLETED")
     waiting = PENDING._replace(reason="Dependency")
-    fake = FakeSlurm(monkeypatch, [RUNNING, waiting, waiting], [done, RUNNING, waiting], [done, done, RUNNING],
-                     [UNKNOWN, done, done])
+    fake = FakeSlurm(
+        monkeypatch, [RUNNING, waiting, waiting], [done, RUNNING, waiting], [done, done, RUNNING], [UNKNOWN, done, done]
+    )
     said = []
     final, _ = fake.run(slurm_jobs.Watch(lambda: ["1", "2", "3"], say=said.append), 600)
     assert final == "completed" and said == ["job 1 running", "job 2 running", "job 3 running"]
@@ -181,7 +198,11 @@ def test_a_chain_is_followed_through_its_continuations_to_the_last(monkeypatch):
 def test_a_continuation_waits_for_the_job_before_it_however_that_one_ended():
     assert slurm.sbatch_command("/r/job.sbatch") == ["sbatch", "--parsable", "/r/job.sbatch"]
     assert slurm.sbatch_command("/r/job.sbatch", after="41") == [
-        "sbatch", "--parsable", "--dependency=afterany:41", "/r/job.sbatch"]
+        "sbatch",
+        "--parsable",
+        "--dependency=afterany:41",
+        "/r/job.sbatch",
+    ]
 
 
 # ------------------------------------------------------------------ a job that ended badly (issue 51)
@@ -225,18 +246,22 @@ JobId=813 HetJobId=812 HetJobOffset=1 JobName=srl-cartpole_ppo
 def test_a_failed_het_job_reads_with_slurms_reason_and_exit_code_for_each_component():
     ends = slurm_jobs.parse_show_job(LAUNCH_FAILED)
     assert ends == [("812+0", "FAILED", "JobLaunchFailure", "0:1"), ("812+1", "FAILED", "JobLaunchFailure", "0:1")]
-    assert slurm_jobs.end_lines(ends) == ["Slurm: job 812+0, 812+1 FAILED, reason JobLaunchFailure, ExitCode 0:1 "
-                                     "(exit status:signal)"]
+    assert slurm_jobs.end_lines(ends) == [
+        "Slurm: job 812+0, 812+1 FAILED, reason JobLaunchFailure, ExitCode 0:1 (exit status:signal)"
+    ]
 
 
 def test_scontrol_one_line_records_of_a_timeout_and_a_cancel_without_a_reason():
-    one_line = ("JobId=90 JobName=srl-pong UserId=bob(1002) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) "
-                "Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:15 WorkDir=/home/bob/my runs/pong Power=\n"
-                "JobId=91 JobName=srl-pong JobState=CANCELLED Reason=None ExitCode=0:0 Power=\n")
+    one_line = (
+        "JobId=90 JobName=srl-pong UserId=bob(1002) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) "
+        "Requeue=0 Restarts=0 BatchFlag=1 ExitCode=0:15 WorkDir=/home/bob/my runs/pong Power=\n"
+        "JobId=91 JobName=srl-pong JobState=CANCELLED Reason=None ExitCode=0:0 Power=\n"
+    )
     ends = slurm_jobs.parse_show_job(one_line)
     assert ends == [("90", "TIMEOUT", "TimeLimit", "0:15"), ("91", "CANCELLED", "None", "0:0")]
-    assert slurm_jobs.end_lines(ends)[1] == \
-        "Slurm: job 91 CANCELLED, no reason given, ExitCode 0:0 (exit status:signal)"
+    assert (
+        slurm_jobs.end_lines(ends)[1] == "Slurm: job 91 CANCELLED, no reason given, ExitCode 0:0 (exit status:signal)"
+    )
     assert slurm_jobs.parse_show_job("slurm_load_jobs error: Invalid job id specified\n") == []
 
 
@@ -248,9 +273,11 @@ def test_where_to_look_says_when_the_batch_script_never_ran_and_names_the_logs(t
     run.logs.mkdir(parents=True)
     assert status.where_to_look(run, "812") == [
         f"{run.root}/slurm-812.out does not exist: the batch script never ran on a node (can every node see "
-        f"{run.root}?)"]
+        f"{run.root}?)"
+    ]
     run.slurm_output("812").write_text("srun: error: ...\n")
     run.log("controller/0").write_text("started\n")
     assert status.where_to_look(run, "812") == [
         f"the batch script's output: {run.root}/slurm-812.out",
-        f"the workers' logs: {run.logs}/ (1 file; srl-launch logs {run.root} --worker NAME)"]
+        f"the workers' logs: {run.logs}/ (1 file; srl-launch logs {run.root} --worker NAME)",
+    ]

@@ -1,6 +1,7 @@
 """Start-up on the local Slurm when one worker never arrives: killed before Python starts, or refused by its own
 node's open-files limit. The others stop waiting within seconds and `status` names the worker; nothing waits for
 the barrier's timeout."""
+
 import json
 import re
 
@@ -19,8 +20,16 @@ def test_a_worker_killed_before_python_starts_ends_the_job_naming_it(tmp_path):
     whose other tasks wait inside MPI_Init's fence, which the dead task never joined."""
     run_dir = tmp_path / "run"
     kill_policy = '[ "$SLURM_PROCID" != 2 ] || kill -9 $$'  # task 2 is policy/0
-    proc = srl(experiment(tmp_path), "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", f"slurm.node_setup=[{json.dumps(kill_policy)}]", timeout=180)
+    proc = srl(
+        experiment(tmp_path),
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        f"slurm.node_setup=[{json.dumps(kill_policy)}]",
+        timeout=180,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     output = "".join(p.read_text() for p in run_dir.glob("slurm-*.out"))
     assert re.search(r"start_watch: task 2 \(policy/0\) on n\d ended before the rendezvous \(Killed\)", output), output
@@ -38,8 +47,16 @@ def test_a_worker_whose_node_limits_open_files_too_low_is_refused_and_ends_the_j
     hard = needs["policy/0"] - 1
     assert all(need <= hard for name, need in needs.items() if name != "policy/0"), needs
     run_dir = tmp_path / "run"
-    proc = srl(path, "--slurm", "--follow", "--run-dir", run_dir,
-               "--set", f"slurm.node_setup=['ulimit -Sn {hard}; ulimit -Hn {hard}']", timeout=180)
+    proc = srl(
+        path,
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        f"slurm.node_setup=['ulimit -Sn {hard}; ulimit -Hn {hard}']",
+        timeout=180,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = srl("status", run_dir).stdout
     assert "worker policy/0 exited before the rendezvous" in out, out

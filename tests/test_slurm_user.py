@@ -1,6 +1,7 @@
 """As an ordinary user, as on every real cluster: the local Slurm's user `srl-user` (scripts/local_slurm.sh) submits
 from its own home with a site-wide install of srl-hpc it cannot write (`make user-install`), and its tasks run as
 that user on the nodes. What only root could do fails here first."""
+
 import json
 import os
 import pwd
@@ -40,15 +41,36 @@ def home(tmp_path):
 
 def as_user(*args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """srl-launch ARGS run by the ordinary user from `cwd`, with a login environment of its own."""
-    command = ["runuser", "-u", USER, "--", "env", "-i", f"HOME={cwd.parent}", f"USER={USER}",
-               "PATH=/usr/local/bin:/usr/bin:/bin", str(USER_VENV / "bin" / "srl-launch"), *map(str, args)]
+    command = [
+        "runuser",
+        "-u",
+        USER,
+        "--",
+        "env",
+        "-i",
+        f"HOME={cwd.parent}",
+        f"USER={USER}",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        str(USER_VENV / "bin" / "srl-launch"),
+        *map(str, args),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 @pytest.mark.parametrize("layout", ["hetjob", "jobs"])
 def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home, layout):
-    proc = as_user("cartpole_ppo.yaml", "--slurm", "--follow", "--profile", "local.yaml", "--run-dir", "run",
-                   "--set", f"slurm.layout={layout}", cwd=home)
+    proc = as_user(
+        "cartpole_ppo.yaml",
+        "--slurm",
+        "--follow",
+        "--profile",
+        "local.yaml",
+        "--run-dir",
+        "run",
+        "--set",
+        f"slurm.layout={layout}",
+        cwd=home,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     run_dir = home / "run"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -69,18 +91,32 @@ def test_the_shipped_cartpole_reaches_its_target_as_an_ordinary_user(home, layou
 def test_a_qos_too_small_for_the_run_is_refused_before_anything_is_submitted(home, layout):
     queued = ["squeue", "-h", "-u", USER, "-o", "%i"]
     before = subprocess.run(queued, capture_output=True, text=True, timeout=60).stdout.split()
-    proc = as_user("cartpole_ppo.yaml", "--slurm", "--profile", "local.yaml", "--run-dir", "run",
-                   "--set", f"slurm.layout={layout}", "--set", "slurm.qos=small", cwd=home, timeout=60)
+    proc = as_user(
+        "cartpole_ppo.yaml",
+        "--slurm",
+        "--profile",
+        "local.yaml",
+        "--run-dir",
+        "run",
+        "--set",
+        f"slurm.layout={layout}",
+        "--set",
+        "slurm.qos=small",
+        cwd=home,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "QOS 'small' runs at most 2 of your jobs at once (MaxJobsPerUser), and this run needs 3 jobs" \
-        in proc.stderr, proc.stderr
+    assert (
+        "QOS 'small' runs at most 2 of your jobs at once (MaxJobsPerUser), and this run needs 3 jobs" in proc.stderr
+    ), proc.stderr
     assert not (home / "run").exists()
     assert subprocess.run(queued, capture_output=True, text=True, timeout=60).stdout.split() == before
 
 
 def test_a_run_directory_the_user_cannot_write_is_refused_before_submission(home):
-    proc = as_user("cartpole_ppo.yaml", "--slurm", "--profile", "local.yaml", "--run-dir", "/var/lib/srl-run",
-                   cwd=home, timeout=60)
+    proc = as_user(
+        "cartpole_ppo.yaml", "--slurm", "--profile", "local.yaml", "--run-dir", "/var/lib/srl-run", cwd=home, timeout=60
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "/var/lib/srl-run" in proc.stderr and "ermission denied" in proc.stderr, proc.stderr

@@ -1,6 +1,7 @@
 """Waiting and chains against the project's real local Slurm (scripts/local_slurm.sh start): a held job's
 pending reason and expected start in `--follow` and `status`, and continuation jobs that carry a run on
 after its job was stopped (resume --chain)."""
+
 import json
 import subprocess
 
@@ -26,15 +27,28 @@ def srl(*args, timeout=120):
 
 def test_a_held_job_shows_its_reason_and_expected_start_in_follow_and_status_then_runs_to_its_end(tmp_path):
     run_dir = tmp_path / "run"
-    follow = subprocess.Popen([script("srl-launch"), ROOT / "experiments" / "cartpole_ppo.yaml", "--slurm", "--follow",
-                               "--run-dir", run_dir, *sets([*SHORT, "slurm.sbatch_options=[--hold]"])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    follow = subprocess.Popen(
+        [
+            script("srl-launch"),
+            ROOT / "experiments" / "cartpole_ppo.yaml",
+            "--slurm",
+            "--follow",
+            "--run-dir",
+            run_dir,
+            *sets([*SHORT, "slurm.sbatch_options=[--hold]"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out = Output(follow)
         job_id = out.next_matching(lambda line: line.startswith("submitted job "), 60).split()[2].rstrip(";")
         # the first look is at once: held, and Slurm has no start time for a held job
-        assert out.next_matching(lambda line: " pending (" in line, 30) == \
-            f"job {job_id} pending (JobHeldUser), expected start unknown"
+        assert (
+            out.next_matching(lambda line: " pending (" in line, 30)
+            == f"job {job_id} pending (JobHeldUser), expected start unknown"
+        )
         status = srl("status", run_dir)
         assert status.returncode == 0 and "state: pending" in status.stdout, status.stdout + status.stderr
         assert f"slurm job {job_id}: PENDING (JobHeldUser), expected start unknown" in status.stdout
@@ -54,11 +68,19 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
     """For clusters where a job may not requeue itself: the run's job is stopped (here by scancel, on a real
     cluster by its time limit), the first continuation resumes it from its checkpoint to its stop, and the
     second finds the run succeeded and exits without training."""
-    run = launcher.submit(ROOT / "experiments" / "cartpole_ppo.yaml", slurm=True, run_dir=tmp_path / "run",
-                          overrides=["stop.target_return=null", "stop.wall_time=30",
-                                     "workers.trainer.checkpoint_interval=5"])
-    wait_until(lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5, 120,
-               "a few trained versions in the controller log", lambda: run.logs()[-3000:], interval=0.5)
+    run = launcher.submit(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        slurm=True,
+        run_dir=tmp_path / "run",
+        overrides=["stop.target_return=null", "stop.wall_time=30", "workers.trainer.checkpoint_interval=5"],
+    )
+    wait_until(
+        lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5,
+        120,
+        "a few trained versions in the controller log",
+        lambda: run.logs()[-3000:],
+        interval=0.5,
+    )
     chained = srl("resume", run.run_dir, "--chain", "2")
     assert chained.returncode == 0, chained.stdout + chained.stderr
     first, second = slurm.jobs_of(RunDir(run.run_dir))[1:]

@@ -1,5 +1,6 @@
 """The start-up watch (srl_hpc.start_watch): srun's reports of dead tasks end the barrier's wait for them. Real
 files and a real barrier; srun's lines are written as srun writes them into the job's output."""
+
 import signal
 import subprocess
 import threading
@@ -14,12 +15,18 @@ NAMES = ["controller/0", "trainer/0", "policy/0", "actor/0", "actor/1"]
 
 
 def test_srun_reports_of_tasks_that_ended_badly_are_read_task_by_task():
-    text = ("srun: error: n2: task 2: Killed\n"
-            "some worker output\n"
-            "srun: error: n4: tasks 3-4,6: Exited with exit code 1\n"
-            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
-    assert start_watch.task_ends(text) == [(2, "n2", "Killed"), (3, "n4", "Exited with exit code 1"),
-                                           (4, "n4", "Exited with exit code 1"), (6, "n4", "Exited with exit code 1")]
+    text = (
+        "srun: error: n2: task 2: Killed\n"
+        "some worker output\n"
+        "srun: error: n4: tasks 3-4,6: Exited with exit code 1\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+    )
+    assert start_watch.task_ends(text) == [
+        (2, "n2", "Killed"),
+        (3, "n4", "Exited with exit code 1"),
+        (4, "n4", "Exited with exit code 1"),
+        (6, "n4", "Exited with exit code 1"),
+    ]
 
 
 def test_a_task_srun_saw_killed_before_it_arrived_ends_the_others_wait_naming_its_worker(tmp_path):
@@ -40,8 +47,11 @@ def test_a_task_srun_saw_killed_before_it_arrived_ends_the_others_wait_naming_it
         t.start()
     srun_running = threading.Event()
     srun_running.set()
-    watcher = threading.Thread(target=lambda: errors.setdefault(
-        "watch", start_watch.watch(run, NAMES, output, srun_running.is_set, interval=0.05)))
+    watcher = threading.Thread(
+        target=lambda: errors.setdefault(
+            "watch", start_watch.watch(run, NAMES, output, srun_running.is_set, interval=0.05)
+        )
+    )
     watcher.start()
     with open(output, "a") as f:
         f.write("srun: error: n2: task 2: Killed\n")
@@ -85,8 +95,12 @@ def test_an_srun_still_running_after_the_grace_is_ended_and_one_that_ends_is_lef
 
 def test_in_a_het_step_srun_numbers_each_components_tasks_from_zero_and_the_node_says_which():
     """srun's 'n2: task 0' in a het step is the first task of the component on n2: here policy/0, task 2."""
-    env = {"SLURM_HET_SIZE": "3", "SLURM_JOB_NODELIST_HET_GROUP_0": "n1", "SLURM_JOB_NODELIST_HET_GROUP_1": "n2",
-           "SLURM_JOB_NODELIST_HET_GROUP_2": "n[3-4]"}
+    env = {
+        "SLURM_HET_SIZE": "3",
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "n1",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "n2",
+        "SLURM_JOB_NODELIST_HET_GROUP_2": "n[3-4]",
+    }
     expand = {"n1": ["n1"], "n2": ["n2"], "n[3-4]": ["n3", "n4"]}.get
     groups = start_watch.het_groups([2, 1, 2], env, expand)  # controller + trainer, policy, two actors
     assert groups == [(["n1"], 0), (["n2"], 2), (["n3", "n4"], 3)]

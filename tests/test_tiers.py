@@ -1,5 +1,6 @@
 """The test tiers (setup.cfg's markers): where no Slurm answers, the Slurm tier skips and says why, or, under
 SRL_REQUIRE_SLURM=1 (make test, CI), stops the session. The Slurm commands are fakes first on PATH."""
+
 import os
 import subprocess
 import sys
@@ -31,9 +32,27 @@ def test_no_controller_no_node_up_and_no_sinfo_each_say_why(fake_bin, tmp_path, 
 
 def pytest_on(test_file, env: dict) -> subprocess.CompletedProcess:
     """pytest, with the project's settings and tests/conftest.py, on a test file outside tests/."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "setup.cfg"), "--rootdir", str(ROOT),
-                           "-p", "conftest", "-p", "no:cacheprovider", "-rs", str(test_file)],
-                          env={**env, "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "setup.cfg"),
+            "--rootdir",
+            str(ROOT),
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            str(test_file),
+        ],
+        env={**env, "PYTHONPATH": str(ROOT / "tests")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 Three real runs (about 30 s each on two cores): the env-bound and trainer-bound testing experiments,
 and one whose actor is SIGKILLed mid-run.
 """
+
 import json
 import os
 import shutil
@@ -25,8 +26,9 @@ SLOW_TRAINER = ROOT / "experiments" / "testing" / "slow_trainer.yaml"
 
 
 def launch(experiment: Path, run_dir: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([script("srl-launch"), str(experiment), "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [script("srl-launch"), str(experiment), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -46,6 +48,7 @@ def slow_trainer_run(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------------------------- constructed
+
 
 def test_percentiles_of_a_known_sample():
     stats = analysis.percentiles(np.arange(1, 101))
@@ -67,10 +70,16 @@ def trainer_worker(rows: int, wait: float, compute: float, publish: float = 0.0)
     """A trainer that repeats wait -> compute -> publish `rows` times, starting at t=100."""
     cycle = wait + compute + publish
     t = 100.0 + cycle * np.arange(1, rows + 1)
-    table = {"t": t, "wait_seconds": np.full(rows, wait), "compute_seconds": np.full(rows, compute),
-             "publish_seconds": np.full(rows, publish), "frames": np.full(rows, 1000)}
-    return WorkerTrace("trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table},
-                       handlers=("trainer",))
+    table = {
+        "t": t,
+        "wait_seconds": np.full(rows, wait),
+        "compute_seconds": np.full(rows, compute),
+        "publish_seconds": np.full(rows, publish),
+        "frames": np.full(rows, 1000),
+    }
+    return WorkerTrace(
+        "trainer/0", Path("trainer-0.h5"), {"started": 100.0}, {"train_step": table}, handlers=("trainer",)
+    )
 
 
 def test_busy_fraction_and_throughput_of_a_constructed_trainer():
@@ -90,14 +99,27 @@ def shares(kind: str, **values) -> dict:
     return out
 
 
-@pytest.mark.parametrize("actor, policy, trainer, stage", [
-    ({"stepping": 0.9, "waiting_inference": 0.05}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "env"),
-    ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.7, "waiting": 0.3}, "trainer"),
-    ({"stepping": 0.6, "waiting_inference": 0.3}, {"computing": 0.2}, {"computing": 0.95, "waiting": 0.05}, "trainer"),
-    ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "transport"),
-    ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.6, "replying": 0.2}, {"computing": 0.3}, "inference"),
-    ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.1}, {"computing": 0.3}, "transport"),
-])
+@pytest.mark.parametrize(
+    "actor, policy, trainer, stage",
+    [
+        ({"stepping": 0.9, "waiting_inference": 0.05}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "env"),
+        ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.7, "waiting": 0.3}, "trainer"),
+        (
+            {"stepping": 0.6, "waiting_inference": 0.3},
+            {"computing": 0.2},
+            {"computing": 0.95, "waiting": 0.05},
+            "trainer",
+        ),
+        ({"stepping": 0.1, "sending": 0.8}, {"computing": 0.1}, {"computing": 0.2, "waiting": 0.8}, "transport"),
+        (
+            {"stepping": 0.2, "waiting_inference": 0.7},
+            {"computing": 0.6, "replying": 0.2},
+            {"computing": 0.3},
+            "inference",
+        ),
+        ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.1}, {"computing": 0.3}, "transport"),
+    ],
+)
 def test_verdict_rule(actor, policy, trainer, stage):
     found = verdict.verdict(shares("actor", **actor), shares("policy", **policy), shares("trainer", **trainer))
     assert found.stage == stage
@@ -109,8 +131,11 @@ def test_verdict_without_actor_traces_is_unknown():
 
 
 def test_histogram_is_exact_for_small_values_and_power_of_two_beyond():
-    assert analysis.histogram([1, 2, 2]) == [{"bucket": "0", "count": 0}, {"bucket": "1", "count": 1},
-                                             {"bucket": "2", "count": 2}]
+    assert analysis.histogram([1, 2, 2]) == [
+        {"bucket": "0", "count": 0},
+        {"bucket": "1", "count": 1},
+        {"bucket": "2", "count": 2},
+    ]
     assert [h["bucket"] for h in analysis.histogram([0, 40])][-2:] == ["16-31", "32-63"]
 
 
@@ -123,8 +148,9 @@ def write_trace(path: Path, tables: dict, **attrs):
 
 
 def test_reader_cuts_a_table_to_its_shortest_field_and_notes_it(tmp_path):
-    write_trace(tmp_path / "actor-0.h5", {"episode": {"t": [1.0, 2.0, 3.0], "episode_return": [10.0, 20.0]}},
-                flushed=3.0)
+    write_trace(
+        tmp_path / "actor-0.h5", {"episode": {"t": [1.0, 2.0, 3.0], "episode_return": [10.0, 20.0]}}, flushed=3.0
+    )
     worker, problems = reader.read_file(tmp_path / "actor-0.h5")
     assert problems == []
     assert len(worker.tables["episode"]["t"]) == 2 and len(worker.tables["episode"]["episode_return"]) == 2
@@ -161,6 +187,7 @@ def test_cli_errors_on_a_missing_dir_and_a_run_without_traces(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------------------- real runs
 
+
 @pytest.mark.e2e
 def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer_run, tmp_path):
     exp = config.load(slow_trainer_run / "experiment.yaml")
@@ -168,27 +195,53 @@ def test_a_run_leaves_one_trace_per_worker_and_srl_trace_reports_it(slow_trainer
     assert sorted(p.name for p in (slow_trainer_run / "traces").iterdir()) == expected
 
     plots = tmp_path / "plots"
-    text = subprocess.run([script("srl-trace"), str(slow_trainer_run), "--plot", str(plots)],
-                          capture_output=True, text=True, timeout=60)
+    text = subprocess.run(
+        [script("srl-trace"), str(slow_trainer_run), "--plot", str(plots)], capture_output=True, text=True, timeout=60
+    )
     assert text.returncode == 0, text.stderr
-    for words in ("throughput", "latency (ms)", "trainer busy fraction", "inference batch size",
-                  "policy lag", "episode return", "VERDICT"):
+    for words in (
+        "throughput",
+        "latency (ms)",
+        "trainer busy fraction",
+        "inference batch size",
+        "policy lag",
+        "episode return",
+        "VERDICT",
+    ):
         assert words in text.stdout
     for name in ("throughput.png", "latency.png", "timeline.png", "returns.png", "distributions.png"):
         png = (plots / name).read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
 
-    data = subprocess.run([script("srl-trace"), str(slow_trainer_run), "--json"], capture_output=True, text=True,
-                          timeout=60)
+    data = subprocess.run(
+        [script("srl-trace"), str(slow_trainer_run), "--json"], capture_output=True, text=True, timeout=60
+    )
     assert data.returncode == 0, data.stderr
     summary = json.loads(data.stdout)
-    assert {"throughput", "latency", "time_shares", "trainer_busy_fraction", "batch_size", "policy_lag", "returns",
-            "verdict", "problems", "workers"} <= summary.keys()
+    assert {
+        "throughput",
+        "latency",
+        "time_shares",
+        "trainer_busy_fraction",
+        "batch_size",
+        "policy_lag",
+        "returns",
+        "verdict",
+        "problems",
+        "workers",
+    } <= summary.keys()
     assert {w["name"] for w in summary["workers"]} == set(graph.build(exp).names)
     assert summary["problems"] == []
     assert set(summary["throughput"]) == {"actor", "policy", "trainer"}
-    for stage in ("env_step", "inference_latency", "policy_queue_wait", "policy_compute", "trainer_wait",
-                  "trainer_compute", "sample_send_wait"):
+    for stage in (
+        "env_step",
+        "inference_latency",
+        "policy_queue_wait",
+        "policy_compute",
+        "trainer_wait",
+        "trainer_compute",
+        "sample_send_wait",
+    ):
         stats = summary["latency"][stage]
         assert stats["n"] > 0 and stats["p99"] >= stats["p50"], stage
 
@@ -225,9 +278,19 @@ def test_truncated_and_non_hdf5_files_are_named_and_the_rest_is_analysed(slow_en
 @pytest.mark.e2e
 def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen([script("srl-launch"), str(SLOW_ENV), "--run-dir", str(run_dir),
-                             "--set", "workers.actor.max_restarts=0"],  # not replaced: the run fails
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            script("srl-launch"),
+            str(SLOW_ENV),
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "workers.actor.max_restarts=0",
+        ],  # not replaced: the run fails
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     victim = run_dir / "traces" / "actor-0.h5"
 
     def flushed():  # a few flushes in: the first one holds a single row

@@ -1,5 +1,6 @@
 """srl-launch tune (launcher/tune.py): the search's order and rules against given measurements, the tuned file
 it writes, and a real search on CartPole."""
+
 import collections
 import json
 import re
@@ -14,8 +15,12 @@ from srl_hpc import config
 
 CARTPOLE = ROOT / "experiments" / "cartpole_ppo.yaml"
 KEYS = tuple(tune_knobs.BY_KEY)
-ROOMY = {"workers.trainer.torch_threads": 4, "workers.policy.torch_threads": 2,
-         "workers.policy.precision": False, "workers.trainer.precision": False}
+ROOMY = {
+    "workers.trainer.torch_threads": 4,
+    "workers.policy.torch_threads": 2,
+    "workers.policy.precision": False,
+    "workers.trainer.precision": False,
+}
 
 
 class Machine:
@@ -42,8 +47,11 @@ def base() -> dict:
 
 def test_the_verdict_puts_the_knobs_that_address_it_first():
     # the trainer's own precision, then what gives it cores on shared ones: a process fewer, fewer actors
-    assert tune_knobs.order("trainer", KEYS)[:3] == ["workers.trainer.precision", "workers.placement",
-                                               "workers.actor.count"]
+    assert tune_knobs.order("trainer", KEYS)[:3] == [
+        "workers.trainer.precision",
+        "workers.placement",
+        "workers.actor.count",
+    ]
     assert tune_knobs.order("transport", KEYS)[:2] == ["workers.placement", "workers.actor.inference_splits"]
     assert tune_knobs.order("unknown", KEYS) == list(KEYS)
     assert sorted(tune_knobs.order("env", KEYS)) == sorted(KEYS)  # every knob, once
@@ -58,8 +66,9 @@ def test_knobs_whose_values_all_came_well_under_the_best_are_tried_last_from_the
     # a ring of 32 is 1.5x; a placement other than srl, other actor counts or trainer threads lose 40% (so impala,
     # also tried with a ring of 32, still comes well under it)
     def fps(s):
-        worse = (s["workers.placement"] != "srl" or s["workers.actor.count"] != 2
-                 or s["workers.trainer.torch_threads"] != 1)
+        worse = (
+            s["workers.placement"] != "srl" or s["workers.actor.count"] != 2 or s["workers.trainer.torch_threads"] != 1
+        )
         return 10_000 * (1.5 if s["workers.actor.ring_size"] == 32 else 1) * (0.6 if worse else 1)
 
     machine = Machine(fps, lambda s: "trainer")
@@ -67,7 +76,7 @@ def test_knobs_whose_values_all_came_well_under_the_best_are_tried_last_from_the
     assert outcome.changes == {"workers.actor.ring_size": 32}
     kept_at = next(t.index for t in outcome.trials if t.why == f"check: trial {outcome.best.decided[0].index} again")
     tried = []  # the knobs in the order their values were first tried from the ring of 32
-    for t in outcome.trials[kept_at + 1:]:
+    for t in outcome.trials[kept_at + 1 :]:
         key = t.why.split("): ")[-1].split(" ")[0]
         if "-bound (" in t.why and not t.why.startswith("check") and key not in tried:
             tried.append(key)
@@ -93,12 +102,17 @@ def test_a_placement_brings_the_policy_worker_count_it_needs_and_the_result_vali
 def test_values_that_cannot_help_here_are_skipped():
     setting = {**base(), "workers.placement": "impala"}
     assert "only with placement srl" in tune_knobs.skip_reason(setting, "workers.policy.count", 2, ROOMY)
-    assert "CPUs" in tune_knobs.skip_reason(setting, "workers.trainer.torch_threads", 4,
-                                     {**ROOMY, "workers.trainer.torch_threads": 2})
+    assert "CPUs" in tune_knobs.skip_reason(
+        setting, "workers.trainer.torch_threads", 4, {**ROOMY, "workers.trainer.torch_threads": 2}
+    )
     assert "bf16 where the policy runs" in tune_knobs.skip_reason(setting, "workers.policy.precision", "bf16", ROOMY)
     assert "bf16 where the trainer runs" in tune_knobs.skip_reason(setting, "workers.trainer.precision", "bf16", ROOMY)
-    assert tune_knobs.skip_reason(setting, "workers.trainer.precision", "bf16",
-                            {**ROOMY, "workers.trainer.precision": True}) is None
+    assert (
+        tune_knobs.skip_reason(
+            setting, "workers.trainer.precision", "bf16", {**ROOMY, "workers.trainer.precision": True}
+        )
+        is None
+    )
     assert tune_knobs.skip_reason(setting, "workers.actor.ring_size", 32, ROOMY) is None
 
 
@@ -156,13 +170,17 @@ def test_a_fluke_that_does_not_hold_in_its_check_is_not_kept():
     assert outcome.trials[fresh.index + 1].fps == 10_000
 
 
-@pytest.mark.parametrize("first, check, kept", [
-    (10_300, 10_800, True),  # each faster, the mean 5.5% faster: kept, though its first trial alone was under 5%
-    (10_300, 10_400, False),  # each faster, the mean 3.5%: within the noise
-    (12_000, 9_900, False),  # a lucky first trial, a check slower than the best
-])
+@pytest.mark.parametrize(
+    "first, check, kept",
+    [
+        (10_300, 10_800, True),  # each faster, the mean 5.5% faster: kept, though its first trial alone was under 5%
+        (10_300, 10_400, False),  # each faster, the mean 3.5%: within the noise
+        (12_000, 9_900, False),  # a lucky first trial, a check slower than the best
+    ],
+)
 def test_a_setting_is_kept_when_both_its_trials_beat_the_best_and_their_mean_beats_it_by_the_min_gain(
-        first, check, kept):
+    first, check, kept
+):
     ring = {**base(), "workers.actor.ring_size": 32}
     key = tuple(sorted(ring.items()))
     measured = {key: [first, check]}
@@ -184,8 +202,9 @@ def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_an
     # seed runs slower by more than the noise
     impala = tune_knobs.normalized({**base(), "workers.placement": "impala"})
     speed = {"impala": 13_500, "seed": 6_000, "srl": 10_000}
-    machine = Machine(lambda s: speed[s["workers.placement"]], lambda s: "trainer",
-                      flukes={tuple(sorted(impala.items())): 9_700})
+    machine = Machine(
+        lambda s: speed[s["workers.placement"]], lambda s: "trainer", flukes={tuple(sorted(impala.items())): 9_700}
+    )
     keys = tuple(k for k in KEYS if k != "workers.actor.ring_size")  # (so impala is tried alone: no JOINT ring)
     outcome = tune.search(base(), keys, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
     assert outcome.changes["workers.placement"] == "impala"
@@ -196,7 +215,8 @@ def test_a_faster_setting_whose_one_trial_came_just_under_the_best_is_checked_an
     assert outcome.best.trials != [first, check]
     assert tune.comments(outcome)["workers.placement"] == (
         f"tune: was srl; trials {first.index}, {check.index}: 9,700, 13,500 training frames/s against the best's "
-        "10,000 between them (trainer-bound)")
+        "10,000 between them (trainer-bound)"
+    )
     # the table marks every trial of the kept settings, the earlier ones of a best measured again included
     cells = [line.split("|")[1].split() for line in tune.trial_table(outcome).splitlines()[2:]]
     marks = {int(c[0]): " ".join(c[1:]) for c in cells}
@@ -216,7 +236,8 @@ def test_a_setting_kept_while_the_best_failed_its_trial_between_says_so_in_its_c
     assert outcome.changes["workers.placement"] == "impala"
     assert [t.error for t in outcome.trials if t.error] == ["node lost"]
     assert tune.comments(outcome)["workers.placement"].endswith(
-        "training frames/s against the best's 10,000 (its trial between them failed)")
+        "training frames/s against the best's 10,000 (its trial between them failed)"
+    )
 
 
 def test_a_kept_change_is_not_undone_by_a_later_round():
@@ -275,8 +296,16 @@ def test_a_trial_that_fails_is_a_row_and_the_search_goes_on_and_what_cannot_run_
         return 1000.0
 
     machine = Machine(fps, lambda s: "env")
-    outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0,
-                          invalid=lambda s: "too big here" if s["workers.actor.ring_size"] == 32 else None)
+    outcome = tune.search(
+        base(),
+        KEYS,
+        machine,
+        ROOMY,
+        budget=10_000,
+        clock=clock_of(machine, 10),
+        say=lambda _: 0,
+        invalid=lambda s: "too big here" if s["workers.actor.ring_size"] == 32 else None,
+    )
     assert all(s["workers.actor.ring_size"] != 32 for s in machine.log)  # what cannot run is not tried
     failed = [t for t in outcome.trials if t.error]
     assert [t.error for t in failed] == ["worker actor/3 ran out of memory"]
@@ -286,8 +315,12 @@ def test_a_trial_that_fails_is_a_row_and_the_search_goes_on_and_what_cannot_run_
 
 def test_the_tuned_file_keeps_the_experiments_text_and_comments_each_change():
     source = CARTPOLE.read_text()
-    changes = {"workers.placement": "impala", "workers.policy.count": 0, "workers.actor.ring_size": 32,
-               "workers.trainer.torch_threads": 2}
+    changes = {
+        "workers.placement": "impala",
+        "workers.policy.count": 0,
+        "workers.actor.ring_size": 32,
+        "workers.trainer.torch_threads": 2,
+    }
     notes = {k: f"tune: note on {k}" for k in changes}
     text = tune.tuned_yaml(source, changes, notes, ["Tuned by a test"])
     assert text.startswith("# Tuned by a test\n# PPO on CartPole-v1")
@@ -301,14 +334,17 @@ def test_the_tuned_file_keeps_the_experiments_text_and_comments_each_change():
     assert config.loads(text).workers.policy.max_batch == 64
 
 
-@pytest.mark.parametrize("words, error", [
-    (["--keys", "workers.actor.rings"], "--keys: workers.actor.rings not among the knobs"),
-    (["--skip", "workers.precision"], "--skip: workers.precision not among the knobs"),
-    (["--keys", "workers.trainer.precision", "--skip", "workers.trainer.precision"], "leave no knob to search"),
-    (["--seconds", "5", "--warmup", "5"], "--seconds (5) must exceed --warmup (5)"),
-    (["--budget", "30"], "hold at least 3 trials"),
-    (["-o", str(CARTPOLE)], "cartpole_ppo.yaml exists; move it away or choose another --output"),
-])
+@pytest.mark.parametrize(
+    "words, error",
+    [
+        (["--keys", "workers.actor.rings"], "--keys: workers.actor.rings not among the knobs"),
+        (["--skip", "workers.precision"], "--skip: workers.precision not among the knobs"),
+        (["--keys", "workers.trainer.precision", "--skip", "workers.trainer.precision"], "leave no knob to search"),
+        (["--seconds", "5", "--warmup", "5"], "--seconds (5) must exceed --warmup (5)"),
+        (["--budget", "30"], "hold at least 3 trials"),
+        (["-o", str(CARTPOLE)], "cartpole_ppo.yaml exists; move it away or choose another --output"),
+    ],
+)
 def test_a_tune_that_cannot_work_is_refused_before_any_trial(words, error, capsys, tmp_path):
     assert main(["tune", str(CARTPOLE), "--dir", str(tmp_path / "t"), "-o", str(tmp_path / "o.yaml"), *words]) == 2
     assert error in capsys.readouterr().err
@@ -318,8 +354,24 @@ def test_a_tune_that_cannot_work_is_refused_before_any_trial(words, error, capsy
 @pytest.mark.e2e
 def test_tune_on_cartpole_measures_each_trial_and_writes_a_file_that_runs(tmp_path, capsys):
     out = tmp_path / "tuned.yaml"
-    code = main(["tune", str(CARTPOLE), "--keys", "workers.actor.count,workers.placement", "--seconds", "6",
-                 "--warmup", "2", "--budget", "60", "--dir", str(tmp_path / "t"), "-o", str(out)])
+    code = main(
+        [
+            "tune",
+            str(CARTPOLE),
+            "--keys",
+            "workers.actor.count,workers.placement",
+            "--seconds",
+            "6",
+            "--warmup",
+            "2",
+            "--budget",
+            "60",
+            "--dir",
+            str(tmp_path / "t"),
+            "-o",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     record = json.loads((tmp_path / "t" / "trials.json").read_text())
@@ -388,7 +440,9 @@ def test_impala_is_also_tried_with_the_largest_ring():
     outcome = tune.search(base(), KEYS, machine, ROOMY, budget=10_000, clock=clock_of(machine, 10), say=lambda _: 0)
     assert outcome.changes == {"workers.placement": "impala", "workers.policy.count": 0, "workers.actor.ring_size": 32}
     assert [t.why.split("): ")[1].split(", ")[0] for t in outcome.trials[2:4]] == [
-        "workers.placement srl -> impala", "workers.placement srl -> impala with workers.actor.ring_size 16 -> 32"]
+        "workers.placement srl -> impala",
+        "workers.placement srl -> impala with workers.actor.ring_size 16 -> 32",
+    ]
     assert outcome.kept[1].decided[0].index == 3  # kept by its first trial and its check
 
 
@@ -406,13 +460,22 @@ def test_values_whose_gains_come_together_are_also_tried_together():
     # the trainer's precision first (trainer-bound): alone, then with inference's
     assert [t.why.split("): ")[1].split(", ")[0] for t in outcome.trials[2:4]] == [
         "workers.trainer.precision fp32 -> bf16",
-        "workers.trainer.precision fp32 -> bf16 with workers.policy.precision fp32 -> bf16"]
+        "workers.trainer.precision fp32 -> bf16 with workers.policy.precision fp32 -> bf16",
+    ]
     assert outcome.kept[1].decided[0].index == 3  # kept by its first trial and its check
     # a companion that is not searched, or not fast where it runs, is not tried with it
     searched = tuple(k for k in KEYS if k != "workers.policy.precision")
-    assert tune_knobs.changes_of("workers.trainer.precision", base(), searched) == \
-        [{"workers.trainer.precision": "bf16"}]
+    assert tune_knobs.changes_of("workers.trainer.precision", base(), searched) == [
+        {"workers.trainer.precision": "bf16"}
+    ]
     machine = Machine(fps, lambda s: "trainer")
-    outcome = tune.search(base(), KEYS, machine, {**bf16, "workers.policy.precision": False}, budget=10_000,
-                          clock=clock_of(machine, 10), say=lambda _: 0)
+    outcome = tune.search(
+        base(),
+        KEYS,
+        machine,
+        {**bf16, "workers.policy.precision": False},
+        budget=10_000,
+        clock=clock_of(machine, 10),
+        say=lambda _: 0,
+    )
     assert all(s["workers.policy.precision"] == "fp32" for s in machine.log) and outcome.changes == {}

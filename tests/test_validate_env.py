@@ -1,5 +1,6 @@
 """`srl-launch validate` (and every command that runs or submits) builds the env's spaces once and refuses an
 algorithm that cannot train on them, or an env id that names no env, with the key and its YAML line."""
+
 import subprocess
 
 import pytest
@@ -15,8 +16,11 @@ BOX_OBS = spaces.Box(-1.0, 1.0, (4,), dtype="float32")
 
 def experiment(tmp_path, env_id, algorithm=None, name="exp.yaml"):
     """An experiment file: env.id on line 5, algorithm.name (if given) on line 7."""
-    text = f"name: t\nstop:\n  wall_time: 5\nenv:\n  id: {env_id}\nalgorithm:\n  name: {algorithm}\n" if algorithm \
+    text = (
+        f"name: t\nstop:\n  wall_time: 5\nenv:\n  id: {env_id}\nalgorithm:\n  name: {algorithm}\n"
+        if algorithm
         else f"name: t\nstop:\n  wall_time: 5\nenv:\n  id: {env_id}\n"
+    )
     if algorithm == "dqn":
         text += "workers:\n  buffer:\n    count: 1\n"
     path = tmp_path / name
@@ -33,11 +37,16 @@ def validate(capsys, *argv):
 
 # the space check itself: a pure function of (spec, observation space, action space)
 
+
 def test_dqn_refuses_box_actions_and_names_the_space():
     pendulum_actions = spaces.Box(-2.0, 2.0, (1,), dtype="float32")
     found = spaces_check.space_problems(SPECS["dqn"], BOX_OBS, pendulum_actions, algorithm="dqn", env="Pendulum-v1")
-    assert found == [("algorithm.name", "algorithm dqn needs discrete actions (Discrete); "
-                                        "Pendulum-v1 has Box(-2.0, 2.0, (1,), float32)")]
+    assert found == [
+        (
+            "algorithm.name",
+            "algorithm dqn needs discrete actions (Discrete); Pendulum-v1 has Box(-2.0, 2.0, (1,), float32)",
+        )
+    ]
 
 
 def test_each_spec_accepts_what_it_declares():
@@ -68,12 +77,15 @@ def test_a_users_algorithm_spec_is_read_like_a_shipped_one(monkeypatch):
 
 # validate: the env built once, problems named by key and line
 
+
 def test_validate_refuses_pendulum_with_dqn_naming_key_line_and_space(tmp_path, capsys):
     path = experiment(tmp_path, "Pendulum-v1", "dqn")
     code, out, err = validate(capsys, path)
     assert code == 2 and "ok" not in out
-    assert (f"{path}:7: algorithm.name: algorithm dqn needs discrete actions (Discrete); "
-            f"Pendulum-v1 has Box(-2.0, 2.0, (1,), float32)") in err
+    assert (
+        f"{path}:7: algorithm.name: algorithm dqn needs discrete actions (Discrete); "
+        f"Pendulum-v1 has Box(-2.0, 2.0, (1,), float32)"
+    ) in err
 
 
 def test_validate_refuses_an_unknown_env_id_and_suggests_close_ones(tmp_path, capsys):
@@ -94,8 +106,9 @@ def test_overrides_are_applied_before_the_check(tmp_path, capsys):
     code, _, err = validate(capsys, dqn, "--set", "env.id=Pendulum-v1")
     line = next(i for i, text in enumerate(dqn.read_text().splitlines(), 1) if text.strip() == "name: dqn")
     assert code == 2 and f"{dqn}:{line}: algorithm.name: algorithm dqn needs discrete actions" in err
-    code, _, err = validate(capsys, experiment(tmp_path, "Pendulum-v1"), "--set", "algorithm={name: dqn}",
-                            "--set", "workers.buffer.count=1")
+    code, _, err = validate(
+        capsys, experiment(tmp_path, "Pendulum-v1"), "--set", "algorithm={name: dqn}", "--set", "workers.buffer.count=1"
+    )
     assert code == 2 and "--set: algorithm.name: algorithm dqn needs discrete actions" in err  # no line of a --set
 
 
@@ -110,13 +123,16 @@ def test_a_missing_package_is_named_with_what_to_install(tmp_path, capsys, monke
     (tmp_path / "needs_mujoco.py").write_text(
         "import gymnasium\n\ndef make():\n"
         "    raise gymnasium.error.DependencyNotInstalled(\n"
-        "        'MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`')\n")
+        "        'MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     path = experiment(tmp_path, "needs_mujoco:make")
     code, _, err = validate(capsys, path)
     assert code == 2 and "Traceback" not in err
-    assert (f"{path}:5: env.id: needs_mujoco:make needs a package that is not installed: "
-            f"MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`") in err
+    assert (
+        f"{path}:5: env.id: needs_mujoco:make needs a package that is not installed: "
+        f'MuJoCo is not installed, run `pip install "gymnasium[mujoco]"`'
+    ) in err
 
 
 def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys, monkeypatch):
@@ -125,6 +141,7 @@ def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys,
 
     def started(*_args, **_kwargs):
         raise AssertionError("got past the check")
+
     monkeypatch.setattr(local, "run", started)  # were the check gone: a failure here, not a real run
     monkeypatch.setattr(slurm, "prepare", started)
     assert cli.main([str(path)]) == 2

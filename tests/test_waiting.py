@@ -1,6 +1,7 @@
 """The launcher against a busy or forgetful cluster, without one: Slurm commands that do not answer, and a
 job Slurm no longer knows (no accounting, and MinJobAge has passed). The Slurm commands are small fake
 executables put first on PATH; the real ones are test_slurm_waiting's."""
+
 import time
 
 import pytest
@@ -19,8 +20,10 @@ def forgotten(fake_bin):
 
 # ------------------------------------------------------------------------------------ a job Slurm forgot
 
-def test_follow_and_status_of_a_finished_run_whose_job_slurm_no_longer_knows_end_with_its_outcome(tmp_path, forgotten,
-                                                                                                   capsys):
+
+def test_follow_and_status_of_a_finished_run_whose_job_slurm_no_longer_knows_end_with_its_outcome(
+    tmp_path, forgotten, capsys
+):
     run = slurm_run(tmp_path)
     started = time.monotonic()
     assert run_command.follow(run, "100") == 0  # the loop ends, with the summary's outcome
@@ -48,6 +51,7 @@ def test_a_run_that_never_concluded_is_not_given_up_at_the_first_unknown(tmp_pat
 
 
 # ------------------------------------------------------------------------------- Slurm does not answer
+
 
 @pytest.mark.slow
 def test_a_slurm_command_that_does_not_answer_is_a_clear_error_naming_it(tmp_path, fake_bin, monkeypatch, capsys):

@@ -1,4 +1,5 @@
 """The wire format over a real ZMQ socket pair: arrays arrive bit-identical, no pickle."""
+
 import json
 
 import numpy as np
@@ -24,8 +25,9 @@ def roundtrip(pair, kind, meta, arrays):
     return wire.unpack(b.recv_multipart(copy=False))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.int64, np.uint8, np.uint64,
-                                   np.bool_, np.complex64])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.float16, np.int8, np.int64, np.uint8, np.uint64, np.bool_, np.complex64]
+)
 def test_dtypes(pair, dtype):
     arr = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
     got = roundtrip(pair, "x", {}, {"a": arr}).arrays["a"]
@@ -72,19 +74,22 @@ def test_missing_frames_detected():
         wire.unpack(frames[:2])
 
 
-@pytest.mark.parametrize("header, frames", [
-    (b"not json", []),
-    (b'["a", "list"]', []),
-    (b'{"k": 1, "m": {}, "a": []}', []),
-    (b'{"k": "x", "m": [], "a": []}', []),
-    (b'{"k": "x", "m": {}, "a": [["a", "|O", [1]]]}', [b"\0" * 8]),  # an object array: pickle by the back door
-    (b'{"k": "x", "m": {}, "a": [["a", "V8", [1]]]}', [b"\0" * 8]),
-    (b'{"k": "x", "m": {}, "a": [["a", "nonsense", [1]]]}', [b"\0" * 8]),
-    (b'{"k": "x", "m": {}, "a": [["a", "<f4", [-1, -2]]]}', [b"\0" * 8]),  # negative dimensions
-    (b'{"k": "x", "m": {}, "a": [["a", "<f4", [1.5]]]}', [b"\0" * 6]),
-    (b'{"k": "x", "m": {}, "a": [["a", "<f4"]]}', [b"\0" * 4]),
-    (b'{"k": "x", "m": {}, "a": [7]}', [b"\0" * 4]),
-])
+@pytest.mark.parametrize(
+    "header, frames",
+    [
+        (b"not json", []),
+        (b'["a", "list"]', []),
+        (b'{"k": 1, "m": {}, "a": []}', []),
+        (b'{"k": "x", "m": [], "a": []}', []),
+        (b'{"k": "x", "m": {}, "a": [["a", "|O", [1]]]}', [b"\0" * 8]),  # an object array: pickle by the back door
+        (b'{"k": "x", "m": {}, "a": [["a", "V8", [1]]]}', [b"\0" * 8]),
+        (b'{"k": "x", "m": {}, "a": [["a", "nonsense", [1]]]}', [b"\0" * 8]),
+        (b'{"k": "x", "m": {}, "a": [["a", "<f4", [-1, -2]]]}', [b"\0" * 8]),  # negative dimensions
+        (b'{"k": "x", "m": {}, "a": [["a", "<f4", [1.5]]]}', [b"\0" * 6]),
+        (b'{"k": "x", "m": {}, "a": [["a", "<f4"]]}', [b"\0" * 4]),
+        (b'{"k": "x", "m": {}, "a": [7]}', [b"\0" * 4]),
+    ],
+)
 def test_a_malformed_message_is_a_wire_error_and_nothing_else(header, frames):
     with pytest.raises(wire.WireError):
         wire.unpack([header, *frames])
@@ -98,19 +103,36 @@ def test_fuzzed_frames_either_unpack_or_are_a_wire_error():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    spec = st.lists(st.one_of(st.text(max_size=4), st.integers(-3, 3), st.lists(st.integers(-2, 8), max_size=3),
-                              st.sampled_from(["<f4", "|u1", "|O", "<i8", "|b1", "<c8", "V4", "S3"])), max_size=4)
-    header = st.fixed_dictionaries({"k": st.one_of(st.text(max_size=3), st.integers()),
-                                    "m": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-                                                   st.lists(st.integers(), max_size=2)),
-                                    "a": st.lists(spec, max_size=3)})
-    fuzzed = st.tuples(st.one_of(header.map(lambda h: json.dumps(h).encode()), st.binary(max_size=40)),
-                       st.lists(st.binary(max_size=40), max_size=3)).map(lambda c: [c[0], *c[1]])
-    array = st.tuples(st.sampled_from(["<f4", "<f8", "|u1", "<i8", "|b1", "<c8", "<u2"]),
-                      st.lists(st.integers(0, 3), max_size=3)).map(
-        lambda c: (np.arange(int(np.prod(c[1])), dtype=np.int64) % 3).astype(c[0]).reshape(c[1]))
-    valid = st.tuples(st.text(min_size=1, max_size=8), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
-                      st.dictionaries(st.text(min_size=1, max_size=4), array, max_size=3))
+    spec = st.lists(
+        st.one_of(
+            st.text(max_size=4),
+            st.integers(-3, 3),
+            st.lists(st.integers(-2, 8), max_size=3),
+            st.sampled_from(["<f4", "|u1", "|O", "<i8", "|b1", "<c8", "V4", "S3"]),
+        ),
+        max_size=4,
+    )
+    header = st.fixed_dictionaries(
+        {
+            "k": st.one_of(st.text(max_size=3), st.integers()),
+            "m": st.one_of(
+                st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.lists(st.integers(), max_size=2)
+            ),
+            "a": st.lists(spec, max_size=3),
+        }
+    )
+    fuzzed = st.tuples(
+        st.one_of(header.map(lambda h: json.dumps(h).encode()), st.binary(max_size=40)),
+        st.lists(st.binary(max_size=40), max_size=3),
+    ).map(lambda c: [c[0], *c[1]])
+    array = st.tuples(
+        st.sampled_from(["<f4", "<f8", "|u1", "<i8", "|b1", "<c8", "<u2"]), st.lists(st.integers(0, 3), max_size=3)
+    ).map(lambda c: (np.arange(int(np.prod(c[1])), dtype=np.int64) % 3).astype(c[0]).reshape(c[1]))
+    valid = st.tuples(
+        st.text(min_size=1, max_size=8),
+        st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+        st.dictionaries(st.text(min_size=1, max_size=4), array, max_size=3),
+    )
     outcomes = {"valid accepted": 0, "fuzzed accepted": 0, "fuzzed refused": 0}
 
     @settings(max_examples=2000, deadline=None, database=None)

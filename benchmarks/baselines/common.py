@@ -5,6 +5,7 @@ Every runner takes the same matched settings (`add_matched_args`), records progr
 (`emit`) whose figures come from `rates`: the steady part of the run, i.e. samples taken after the
 first `--warmup` seconds of the timed window, up to its end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,21 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--minibatch-size", type=int, default=512, help="agent steps per SGD minibatch")
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64], help="MLP widths (cartpole, halfcheetah)")
-    p.add_argument("--separate-critic", action="store_true",
-                   help="the value head over a torso of its own (default: one torso shared with the policy)")
-    p.add_argument("--normalize-observations", action="store_true",
-                   help="normalise observations by running mean/std (each runner says by what)")
-    p.add_argument("--scale-rewards", action="store_true",
-                   help="scale rewards by a running std of the discounted return (each runner says by what)")
+    p.add_argument(
+        "--separate-critic",
+        action="store_true",
+        help="the value head over a torso of its own (default: one torso shared with the policy)",
+    )
+    p.add_argument(
+        "--normalize-observations",
+        action="store_true",
+        help="normalise observations by running mean/std (each runner says by what)",
+    )
+    p.add_argument(
+        "--scale-rewards",
+        action="store_true",
+        help="scale rewards by a running std of the discounted return (each runner says by what)",
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--gae-lambda", type=float, default=0.95)
@@ -47,9 +57,12 @@ def add_matched_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--work-dir", help="logs and the system's own output go here (default: a new temporary directory)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--target-return", type=float,
-                   help="time to target: stop as soon as the mean return of the last --return-window episodes "
-                        "reaches this (--seconds is then the budget) and report how long it took")
+    p.add_argument(
+        "--target-return",
+        type=float,
+        help="time to target: stop as soon as the mean return of the last --return-window episodes "
+        "reaches this (--seconds is then the budget) and report how long it took",
+    )
     p.add_argument("--return-window", type=int, default=20)
 
 
@@ -70,8 +83,12 @@ def rates(samples: list[tuple[float, int, int]], t0: float, warmup: float, end: 
         return {"training_fps": None, "sampling_fps": None, "frames": 0, "seconds": 0.0, "window": "no samples"}
     (ta, ca, sa), (tb, cb, sb) = part[0], part[-1]
     dt = tb - ta
-    out = {"training_fps": round((cb - ca) * skip / dt, 1), "frames": (cb - ca) * skip, "seconds": round(dt, 2),
-           "window": f"{what}: {ta - t0:.1f}s..{tb - t0:.1f}s after start, {len(part)} samples"}
+    out = {
+        "training_fps": round((cb - ca) * skip / dt, 1),
+        "frames": (cb - ca) * skip,
+        "seconds": round(dt, 2),
+        "window": f"{what}: {ta - t0:.1f}s..{tb - t0:.1f}s after start, {len(part)} samples",
+    }
     out["sampling_fps"] = round((sb - sa) * skip / dt, 1) if sb is not None and sa is not None else None
     return out
 
@@ -85,8 +102,11 @@ def reached(progress: list[tuple[float, int, float | None, int]], t0: float, tar
             continue
         best = mean if best is None else max(best, mean)
         if mean >= target:
-            return {"seconds_to_target": round(t - t0, 2), "steps_to_target": steps,
-                    "mean_return_at_target": round(mean, 1)}
+            return {
+                "seconds_to_target": round(t - t0, 2),
+                "steps_to_target": steps,
+                "mean_return_at_target": round(mean, 1),
+            }
     return {"seconds_to_target": None, "steps_to_target": None, "best_mean_return": best}
 
 

@@ -49,6 +49,7 @@ minibatches of 64 per 2,048-step iteration: about 1.1 s an iteration on the 2-co
 runs (45-52 of them in a 60 s window, 2026-12-03), but 10-25 s when it shares the cores, and a window that
 holds only a few iterations gives a coarse figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,16 +71,19 @@ def make_pong(env_config=None):
     import ale_py
     import gymnasium as gym
     import numpy as np
+
     gym.register_envs(ale_py)
     env = gym.make("ALE/Pong-v5", frameskip=1)  # v5: sticky actions 0.25
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                          terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False
+    )
     env = gym.wrappers.FrameStackObservation(env, 4)  # (4, 84, 84)
     # RLlib's CNN wants channels last and float input (its conv stack does not cast uint8), as its own
     # Atari wrapper produces: (84, 84, 4) float32 in [0, 1]
     space = gym.spaces.Box(0.0, 1.0, (84, 84, 4), np.float32)
     return gym.wrappers.TransformObservation(
-        env, lambda o: np.moveaxis(o, 0, -1).astype(np.float32) * np.float32(1 / 255), space)
+        env, lambda o: np.moveaxis(o, 0, -1).astype(np.float32) * np.float32(1 / 255), space
+    )
 
 
 def make_halfcheetah(env_config=None):
@@ -88,6 +92,7 @@ def make_halfcheetah(env_config=None):
     RLlib's episode returns are then of the scaled rewards; RecordEpisodeStatistics beneath the scaling puts
     the env's own return in the last step's info, which RawReturn reports."""
     import gymnasium as gym
+
     env = gym.make("HalfCheetah-v5")
     if (env_config or {}).get("scale_rewards"):
         env = gym.wrappers.NormalizeReward(gym.wrappers.RecordEpisodeStatistics(env), gamma=env_config["gamma"])
@@ -107,6 +112,7 @@ def raw_return_callback(window: int):
             info = episode.get_infos(-1)
             if metrics_logger is not None and "episode" in info:
                 metrics_logger.log_value(RAW_RETURN, float(info["episode"]["r"]), window=window)
+
     return RawReturn
 
 
@@ -114,6 +120,7 @@ def obs_filter(*_args, **_kwargs):
     """The env-to-module connector that normalises observations (RLlib's running mean/std filter, its
     statistics merged across env runners after each iteration)."""
     from ray.rllib.connectors.env_to_module import MeanStdFilter
+
     return MeanStdFilter()
 
 
@@ -146,44 +153,74 @@ def main(argv=None) -> int:
 
     t_launch = time.time()
     # one CPU per env runner plus the driver's learner; the machine may have fewer cores (oversubscribed)
-    ray.init(num_cpus=args.num_workers + 1, include_dashboard=False, log_to_driver=False,
-             configure_logging=True, logging_level="ERROR")
+    ray.init(
+        num_cpus=args.num_workers + 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=True,
+        logging_level="ERROR",
+    )
     algo = None
     try:
         env_config = {}
         if args.env == "cartpole":
             env = "CartPole-v1"
-            model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh",
-                                       vf_share_layers=not args.separate_critic)
+            model = DefaultModelConfig(
+                fcnet_hiddens=list(args.hidden), fcnet_activation="tanh", vf_share_layers=not args.separate_critic
+            )
         elif args.env == "halfcheetah":
             env = "sbs_halfcheetah"
             register_env(env, make_halfcheetah)
             env_config = {"scale_rewards": args.scale_rewards, "gamma": args.gamma}
             # free_log_std: a state-independent log-std (as ours and Sample Factory's adaptive_stddev=False)
-            model = DefaultModelConfig(fcnet_hiddens=list(args.hidden), fcnet_activation="tanh",
-                                       vf_share_layers=not args.separate_critic, free_log_std=True)
+            model = DefaultModelConfig(
+                fcnet_hiddens=list(args.hidden),
+                fcnet_activation="tanh",
+                vf_share_layers=not args.separate_critic,
+                free_log_std=True,
+            )
         else:
             env = "sbs_pong"
             register_env(env, make_pong)
             model = DefaultModelConfig(
-                conv_filters=[[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]], conv_activation="relu",
-                head_fcnet_hiddens=[512], head_fcnet_activation="relu", vf_share_layers=not args.separate_critic)
+                conv_filters=[[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]],
+                conv_activation="relu",
+                head_fcnet_hiddens=[512],
+                head_fcnet_activation="relu",
+                vf_share_layers=not args.separate_critic,
+            )
         scaled = args.env == "halfcheetah" and args.scale_rewards  # RLlib's own returns are of scaled rewards
         config = (
             PPOConfig()
             .environment(env, env_config=env_config)
             .framework("torch")
-            .env_runners(num_env_runners=args.num_workers, num_envs_per_env_runner=args.envs_per_worker,
-                         rollout_fragment_length=args.rollout, num_cpus_per_env_runner=1,
-                         **({"env_to_module_connector": obs_filter} if args.normalize_observations else {}))
+            .env_runners(
+                num_env_runners=args.num_workers,
+                num_envs_per_env_runner=args.envs_per_worker,
+                rollout_fragment_length=args.rollout,
+                num_cpus_per_env_runner=1,
+                **({"env_to_module_connector": obs_filter} if args.normalize_observations else {}),
+            )
             .learners(num_learners=0)
-            .training(train_batch_size_per_learner=args.batch_size, minibatch_size=args.minibatch_size,
-                      num_epochs=args.epochs, lr=args.lr, gamma=args.gamma, lambda_=args.gae_lambda,
-                      clip_param=args.clip, entropy_coeff=args.entropy_coef, vf_loss_coeff=args.value_coef,
-                      grad_clip=args.max_grad_norm, use_kl_loss=False)
+            .training(
+                train_batch_size_per_learner=args.batch_size,
+                minibatch_size=args.minibatch_size,
+                num_epochs=args.epochs,
+                lr=args.lr,
+                gamma=args.gamma,
+                lambda_=args.gae_lambda,
+                clip_param=args.clip,
+                entropy_coeff=args.entropy_coef,
+                vf_loss_coeff=args.value_coef,
+                grad_clip=args.max_grad_norm,
+                use_kl_loss=False,
+            )
             .rl_module(model_config=model)
-            .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=0,
-                       metrics_num_episodes_for_smoothing=args.return_window)  # the mean return's window
+            .reporting(
+                min_time_s_per_iteration=0,
+                min_sample_timesteps_per_iteration=0,
+                metrics_num_episodes_for_smoothing=args.return_window,
+            )  # the mean return's window
             .debugging(seed=args.seed)
             .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=False)  # fail loudly
         )
@@ -204,10 +241,19 @@ def main(argv=None) -> int:
                 raise SystemExit(f"no num_env_steps_sampled_lifetime in RLlib's result; keys: {sorted(result)}")
             samples.append((now, int(sampled), int(sampled)))
             runners = result.get("env_runners") or {}
-            progress.append((now, int(sampled), runners.get(RAW_RETURN if scaled else "episode_return_mean"),
-                             min(int(runners.get("num_episodes_lifetime") or 0), args.return_window)))
-            if args.target_return is not None and common.reached(
-                    progress, t0, args.target_return, args.return_window)["seconds_to_target"] is not None:
+            progress.append(
+                (
+                    now,
+                    int(sampled),
+                    runners.get(RAW_RETURN if scaled else "episode_return_mean"),
+                    min(int(runners.get("num_episodes_lifetime") or 0), args.return_window),
+                )
+            )
+            if (
+                args.target_return is not None
+                and common.reached(progress, t0, args.target_return, args.return_window)["seconds_to_target"]
+                is not None
+            ):
                 break
             timers = result.get("timers") or {}
             if "env_runner_sampling_timer" in timers:
@@ -231,20 +277,30 @@ def main(argv=None) -> int:
         per_iter = (samples[-1][2] - samples[0][2]) / (len(samples) - 1) if samples[0][2] is not None else None
         if per_iter:
             r["sampling_phase_fps"] = round(per_iter * skip / phase[-1], 1)
-    notes = (f"PPO (sync: sample then train on it), lifetime num_env_steps_sampled_lifetime after each algo.train(), "
-             f"{r.pop('window')}, {len(samples)} iterations; build {t0 - t_launch:.1f}s not counted")
+    notes = (
+        f"PPO (sync: sample then train on it), lifetime num_env_steps_sampled_lifetime after each algo.train(), "
+        f"{r.pop('window')}, {len(samples)} iterations; build {t0 - t_launch:.1f}s not counted"
+    )
     if args.env == "pong":
-        notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
-                  "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs")
+        notes += (
+            "; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours, "
+            "not RLlib's 64x64 wrapper), NatureCNN convs + separate 512 heads for pi and vf, float32 obs"
+        )
     if args.env == "halfcheetah":
-        notes += ("; HalfCheetah-v5, MLP fcnet_hiddens %s tanh, vf_share_layers=%s, free_log_std=True, "  # noqa: UP031
-                  "normalize_actions (clipped to the bounds)%s%s" % (
-                      args.hidden, not args.separate_critic,
-                      ", MeanStdFilter connector" if args.normalize_observations else "",
-                      ", NormalizeReward(gamma) per env" if args.scale_rewards else ""))
+        notes += (
+            "; HalfCheetah-v5, MLP fcnet_hiddens %s tanh, vf_share_layers=%s, free_log_std=True, "  # noqa: UP031
+            "normalize_actions (clipped to the bounds)%s%s"
+            % (
+                args.hidden,
+                not args.separate_critic,
+                ", MeanStdFilter connector" if args.normalize_observations else "",
+                ", NormalizeReward(gamma) per env" if args.scale_rewards else "",
+            )
+        )
     if args.target_return is not None:
-        r.update(common.reached(progress, t0, args.target_return, args.return_window),
-                 startup_s=round(t0 - t_launch, 1))
+        r.update(
+            common.reached(progress, t0, args.target_return, args.return_window), startup_s=round(t0 - t_launch, 1)
+        )
     common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "work_dir": str(work)})
     return 0
 

@@ -44,6 +44,7 @@ ours clips at clip_coef. A frame is an agent step. The rollout is 64, not 256: S
 are whole trajectories, so its rollout may not exceed the minibatch (64); see sf_rollout(). The batch stays
 2048 agent steps (32 trajectories of 64), trained on for 10 epochs of 32 minibatches of 64.
 """
+
 from __future__ import annotations
 
 # Sample Factory's Atari path never imports ale_py, and without it gymnasium 0.29 does not know "ALE/...".
@@ -70,8 +71,10 @@ SYSTEM = "sample_factory"
 
 # ----------------------------------------------------------------------------------------- the child
 
+
 def make_env(full_env_name, cfg=None, env_config=None, render_mode=None):
     import gymnasium as gym
+
     if full_env_name == "sbs_cartpole":
         return gym.make("CartPole-v1", render_mode=render_mode)
     if full_env_name == "sbs_halfcheetah":  # gymnasium 0.29.1 has -v4; -v5 (gymnasium 1.x) has the same dynamics
@@ -80,9 +83,17 @@ def make_env(full_env_name, cfg=None, env_config=None, render_mode=None):
         return gym.wrappers.ClipAction(gym.make(env_id, render_mode=render_mode))
     if full_env_name == "sbs_pong":
         from sample_factory.envs.env_wrappers import NumpyObsWrapper
+
         env = gym.make("ALE/Pong-v5", frameskip=1, render_mode=render_mode)  # v5: sticky actions 0.25
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                              terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+        env = gym.wrappers.AtariPreprocessing(
+            env,
+            noop_max=30,
+            frame_skip=4,
+            screen_size=84,
+            terminal_on_life_loss=False,
+            grayscale_obs=True,
+            scale_obs=False,
+        )
         env = gym.wrappers.FrameStack(env, 4)  # (4, 84, 84) uint8, channels first as Sample Factory wants
         return NumpyObsWrapper(env)
     raise ValueError(full_env_name)
@@ -98,31 +109,67 @@ def sf_rollout(args) -> int:
 def sf_argv(args, train_dir: str) -> list[str]:
     n_mb = args.batch_size // args.minibatch_size
     argv = [
-        "--algo=APPO", f"--env=sbs_{args.env}", f"--experiment=sbs_{args.env}_{os.getpid()}",
+        "--algo=APPO",
+        f"--env=sbs_{args.env}",
+        f"--experiment=sbs_{args.env}_{os.getpid()}",
         f"--train_dir={train_dir}",
-        "--device=cpu", f"--async_rl={not args.sync}", "--serial_mode=False", "--restart_behavior=overwrite",
-        f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.envs_per_worker}",
-        f"--worker_num_splits={2 if args.envs_per_worker % 2 == 0 else 1}", "--policy_workers_per_policy=1",
-        f"--rollout={sf_rollout(args)}", "--recurrence=1", "--use_rnn=False", "--with_vtrace=False",
-        f"--batch_size={args.minibatch_size}", f"--num_batches_per_epoch={n_mb}", f"--num_epochs={args.epochs}",
-        "--shuffle_minibatches=True", f"--learning_rate={args.lr}", "--lr_schedule=constant",
-        f"--gamma={args.gamma}", f"--gae_lambda={args.gae_lambda}", f"--ppo_clip_ratio={args.clip}",
-        f"--exploration_loss_coeff={args.entropy_coef}", f"--value_loss_coeff={args.value_coef}",
-        f"--max_grad_norm={args.max_grad_norm}", f"--normalize_input={args.normalize_observations}",
+        "--device=cpu",
+        f"--async_rl={not args.sync}",
+        "--serial_mode=False",
+        "--restart_behavior=overwrite",
+        f"--num_workers={args.num_workers}",
+        f"--num_envs_per_worker={args.envs_per_worker}",
+        f"--worker_num_splits={2 if args.envs_per_worker % 2 == 0 else 1}",
+        "--policy_workers_per_policy=1",
+        f"--rollout={sf_rollout(args)}",
+        "--recurrence=1",
+        "--use_rnn=False",
+        "--with_vtrace=False",
+        f"--batch_size={args.minibatch_size}",
+        f"--num_batches_per_epoch={n_mb}",
+        f"--num_epochs={args.epochs}",
+        "--shuffle_minibatches=True",
+        f"--learning_rate={args.lr}",
+        "--lr_schedule=constant",
+        f"--gamma={args.gamma}",
+        f"--gae_lambda={args.gae_lambda}",
+        f"--ppo_clip_ratio={args.clip}",
+        f"--exploration_loss_coeff={args.entropy_coef}",
+        f"--value_loss_coeff={args.value_coef}",
+        f"--max_grad_norm={args.max_grad_norm}",
+        f"--normalize_input={args.normalize_observations}",
         f"--normalize_returns={args.scale_rewards}",
-        f"--actor_critic_share_weights={not args.separate_critic}", "--summaries_use_frameskip=False",
+        f"--actor_critic_share_weights={not args.separate_critic}",
+        "--summaries_use_frameskip=False",
         "--decorrelate_experience_max_seconds=0",
-        "--save_every_sec=1000000", "--save_best_every_sec=1000000", "--with_wandb=False",
-        f"--seed={args.seed}", f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
+        "--save_every_sec=1000000",
+        "--save_best_every_sec=1000000",
+        "--with_wandb=False",
+        f"--seed={args.seed}",
+        f"--stats_avg={args.return_window}",  # the mean return is over that many episodes
     ]
     if args.env == "cartpole":
         argv += ["--encoder_mlp_layers", *map(str, args.hidden), "--nonlinearity=tanh", "--obs_scale=1.0"]
     elif args.env == "halfcheetah":  # as sf_examples/mujoco: a state-independent log-std, torch's default init
-        argv += ["--encoder_mlp_layers", *map(str, args.hidden), "--nonlinearity=tanh", "--obs_scale=1.0",
-                 "--adaptive_stddev=False", "--policy_initialization=torch_default", "--continuous_tanh_scale=0"]
+        argv += [
+            "--encoder_mlp_layers",
+            *map(str, args.hidden),
+            "--nonlinearity=tanh",
+            "--obs_scale=1.0",
+            "--adaptive_stddev=False",
+            "--policy_initialization=torch_default",
+            "--continuous_tanh_scale=0",
+        ]
     else:
-        argv += ["--encoder_conv_architecture=convnet_atari", "--encoder_conv_mlp_layers", "512",
-                 "--nonlinearity=relu", "--obs_scale=255.0", "--env_frameskip=1", "--env_framestack=4"]
+        argv += [
+            "--encoder_conv_architecture=convnet_atari",
+            "--encoder_conv_mlp_layers",
+            "512",
+            "--nonlinearity=relu",
+            "--obs_scale=255.0",
+            "--env_frameskip=1",
+            "--env_framestack=4",
+        ]
     return argv
 
 
@@ -147,10 +194,18 @@ def child(args) -> int:
 
         def on_training_step(self, runner, training_iteration_since_resume):
             returns = runner.policy_avg_stats.get("reward", [()])[0]  # the last --stats_avg episodes' returns
-            self.f.write(json.dumps({"t": time.time(), "trained": int(sum(runner.env_steps.values())),
-                                     "sampled": int(sum(runner.samples_collected)),
-                                     "mean_return": float(sum(returns) / len(returns)) if returns else None,
-                                     "episodes": len(returns)}) + "\n")
+            self.f.write(
+                json.dumps(
+                    {
+                        "t": time.time(),
+                        "trained": int(sum(runner.env_steps.values())),
+                        "sampled": int(sum(runner.samples_collected)),
+                        "mean_return": float(sum(returns) / len(returns)) if returns else None,
+                        "episodes": len(returns),
+                    }
+                )
+                + "\n"
+            )
 
     cfg, runner = make_runner(cfg)
     runner.register_observer(Probe(args.samples))
@@ -161,6 +216,7 @@ def child(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------- the parent
+
 
 def read_samples(path: Path):
     """(start time, [(time, trained, sampled)], [(time, trained, mean return, episodes in it)])"""
@@ -186,13 +242,21 @@ def parent(args) -> int:
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="sbs-sf-"))
     work.mkdir(parents=True, exist_ok=True)
     samples_path, log_path = work / "samples.jsonl", work / "sf.log"
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--samples", str(samples_path),
-           "--train-dir", str(work / "train_dir")] + args.forward
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--samples",
+        str(samples_path),
+        "--train-dir",
+        str(work / "train_dir"),
+    ] + args.forward
     common.log(f"sample_factory: starting ({args.env}, {args.seconds:g}s), log {log_path}")
     t_launch = time.time()
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     pgid = proc.pid
     start = None
     try:
@@ -209,8 +273,10 @@ def parent(args) -> int:
                 time.sleep(min(0.5, max(0.0, end - time.time())))
                 if args.target_return is not None:
                     progress = read_samples(samples_path)[2]
-                    if common.reached(progress, start, args.target_return,
-                                      args.return_window)["seconds_to_target"] is not None:
+                    if (
+                        common.reached(progress, start, args.target_return, args.return_window)["seconds_to_target"]
+                        is not None
+                    ):
                         break
         end = time.time()
     finally:
@@ -219,27 +285,46 @@ def parent(args) -> int:
     tail = log_path.read_text(errors="replace")[-3000:]
     if start is None or not samples:
         common.log(f"sample_factory: no training progress recorded; log tail:\n{tail}")
-        common.emit({"system": SYSTEM, "env": args.env, "training_fps": None, "sampling_fps": None, "frames": 0,
-                     "seconds": 0, "error": "no training progress (see log)", "log": str(log_path)})
+        common.emit(
+            {
+                "system": SYSTEM,
+                "env": args.env,
+                "training_fps": None,
+                "sampling_fps": None,
+                "frames": 0,
+                "seconds": 0,
+                "error": "no training progress (see log)",
+                "log": str(log_path),
+            }
+        )
         return 1
     r = common.rates(samples, start, args.warmup, end, common.FRAME_SKIP[args.env])
     mode = "sync PPO" if args.sync else "APPO async"
-    notes = (f"{mode}, no V-trace/RNN" + ("" if args.normalize_observations else "/normalisation")
-             + "; learner env-step counter sampled after each training "
-             f"iteration, {r.pop('window')}; sampling = inference workers' observation counter; "
-             f"start-up {start - t_launch:.1f}s not counted; {how}")
+    notes = (
+        f"{mode}, no V-trace/RNN"
+        + ("" if args.normalize_observations else "/normalisation")
+        + "; learner env-step counter sampled after each training "
+        f"iteration, {r.pop('window')}; sampling = inference workers' observation counter; "
+        f"start-up {start - t_launch:.1f}s not counted; {how}"
+    )
     if sf_rollout(args) != args.rollout:
         notes += f"; rollout {sf_rollout(args)} instead of {args.rollout} (its minibatches are whole trajectories)"
     if args.env == "halfcheetah":
-        notes += (f"; HalfCheetah-v4 + ClipAction, MLP {args.hidden} tanh, share_weights={not args.separate_critic}, "
-                  f"adaptive_stddev=False, normalize_input={args.normalize_observations}, "
-                  f"normalize_returns={args.scale_rewards}")
+        notes += (
+            f"; HalfCheetah-v4 + ClipAction, MLP {args.hidden} tanh, share_weights={not args.separate_critic}, "
+            f"adaptive_stddev=False, normalize_input={args.normalize_observations}, "
+            f"normalize_returns={args.scale_rewards}"
+        )
     if args.env == "pong":
-        notes += ("; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), "
-                  "convnet_atari+fc512")
+        notes += (
+            "; ALE/Pong-v5 + AtariPreprocessing(84x84 gray, skip 4 max-pool) + stack 4 (same as ours), "
+            "convnet_atari+fc512"
+        )
     if args.target_return is not None:
-        r.update(common.reached(progress, start, args.target_return, args.return_window),
-                 startup_s=round(start - t_launch, 1))
+        r.update(
+            common.reached(progress, start, args.target_return, args.return_window),
+            startup_s=round(start - t_launch, 1),
+        )
     common.emit({"system": SYSTEM, "env": args.env, "seed": args.seed, **r, "notes": notes, "log": str(log_path)})
     return 0
 

@@ -1,4 +1,5 @@
 """`srl-launch cancel RUN`: stop a run or a sweep, here or on Slurm; checkpoints are kept."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """What the subcommands of srl-launch share: the usage text, the experiment as the options make it, the
 usage error."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,6 @@ srl-launch --version                        the installed version
 srl-launch COMMAND --help                   a command's options"""
 
 
-
 class UsageError(ValueError):
     pass
 
@@ -58,8 +58,9 @@ def parse(p: argparse.ArgumentParser, argv, many: bool = False) -> argparse.Name
     if many:
         args.experiments = files
     elif len(files) > 1:
-        raise UsageError(f"{str(files[1])!r} is neither KEY=VALUE nor an option ({p.prog} takes one experiment "
-                         f"file: {files[0]})")
+        raise UsageError(
+            f"{str(files[1])!r} is neither KEY=VALUE nor an option ({p.prog} takes one experiment file: {files[0]})"
+        )
     else:
         args.experiment = files[0]
     return args
@@ -77,8 +78,9 @@ def add_overrides(p: argparse.ArgumentParser) -> None:
     """KEY=VALUE words, --seed and --set, meaning what they mean for a run."""
     overrides.add(p)
     p.add_argument("--seed", type=int, help="override the experiment's seed")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, as when running (repeatable)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, as when running (repeatable)"
+    )
     add_profile_option(p)
 
 
@@ -99,8 +101,9 @@ def unsubmitted_request(exp, args, command: str):
     """(run directory, the request `--slurm` would submit for it) without submitting it (`--dry-run`,
     `prepare`): checked against the cluster where one answers, else with a note on stderr saying so."""
     run_dir = runs.resolve(exp, args.run_dir)
-    request = slurm.prepare(config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command,
-                            require_cluster=False)
+    request = slurm.prepare(
+        config.replace(exp, run_dir=str(run_dir)), run_dir, sys.executable, command, require_cluster=False
+    )
     if request.checked:
         print(f"# note: not checked against a cluster ({request.checked})", file=sys.stderr)
     return run_dir, request

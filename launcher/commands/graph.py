@@ -1,4 +1,5 @@
 """`srl-launch graph EXPERIMENT.yaml...`: the workers, their handlers, het groups and streams."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,9 @@ from srl_hpc import graph as wiring
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="srl-launch graph",
-                                description="Print an experiment's workers, task handlers, het groups and streams.")
+    p = argparse.ArgumentParser(
+        prog="srl-launch graph", description="Print an experiment's workers, task handlers, het groups and streams."
+    )
     p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
     common.add_overrides(p)
     return p

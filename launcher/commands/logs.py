@@ -1,4 +1,5 @@
 """`srl-launch logs RUN [--worker W] [-f]`: one worker's log, printed or followed."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ def main(argv) -> int:
     log = args.run_dir.log(args.worker)
     if not args.follow:
         if not log.exists():
-            raise common.UsageError(f"no log for {args.worker} in {args.run_dir.logs} (workers: "
-                                    f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})")
+            raise common.UsageError(
+                f"no log for {args.worker} in {args.run_dir.logs} (workers: "
+                f"{', '.join(sorted(x.stem for x in args.run_dir.logs.glob('*.log')))})"
+            )
         print(log.read_text(errors="replace"), end="")
         return 0
     status.tail_forever(log, stop=_finished(args.run_dir))

@@ -1,4 +1,5 @@
 """`srl-launch resume RUN`: continue a stopped run from its checkpoint, now or as queued continuations."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,15 +13,27 @@ from srl_hpc.rundir import RunDir
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="srl-launch resume", description="Continue a stopped run from its checkpoint, "
-                                "in the same run directory (counters, metrics.csv and stop conditions continue).")
+    p = argparse.ArgumentParser(
+        prog="srl-launch resume",
+        description="Continue a stopped run from its checkpoint, "
+        "in the same run directory (counters, metrics.csv and stop conditions continue).",
+    )
     p.add_argument("run_dir", type=RunDir)
     p.add_argument("--follow", action="store_true", help="a Slurm run: stream progress, exit with the run's result")
-    p.add_argument("--after", metavar="JOBID", help="a Slurm run: queue the continuation to start once job JOBID "
-                   "has ended, however it ended (--dependency=afterany); default with --chain: the run's job "
-                   "while it is pending or running")
-    p.add_argument("--chain", type=int, metavar="K", help="a Slurm run: queue K continuation jobs, each after the "
-                   "one before (for clusters that forbid requeue); a run that has ended by itself is not continued")
+    p.add_argument(
+        "--after",
+        metavar="JOBID",
+        help="a Slurm run: queue the continuation to start once job JOBID "
+        "has ended, however it ended (--dependency=afterany); default with --chain: the run's job "
+        "while it is pending or running",
+    )
+    p.add_argument(
+        "--chain",
+        type=int,
+        metavar="K",
+        help="a Slurm run: queue K continuation jobs, each after the "
+        "one before (for clusters that forbid requeue); a run that has ended by itself is not continued",
+    )
     return p
 
 
@@ -37,11 +50,15 @@ def main(argv) -> int:
     if run.slurm.exists():
         job_id, info = slurm_jobs.run_job(run)
         if (slurm_jobs.live(info) or info.error) and slurm.group_jobs(run):
-            raise common.UsageError(f"job {job_id} of {run.root} (slurm.layout: jobs) is {info.line()}; cancel the run "
-                                    f"first: srl-launch cancel {run.root}")
+            raise common.UsageError(
+                f"job {job_id} of {run.root} (slurm.layout: jobs) is {info.line()}; cancel the run "
+                f"first: srl-launch cancel {run.root}"
+            )
         if slurm_jobs.live(info) or info.error:
-            raise common.UsageError(f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
-                                    f"continuation after it: --after {job_id}")
+            raise common.UsageError(
+                f"job {job_id} of {run.root} is {info.line()}; cancel it first, or queue the "
+                f"continuation after it: --after {job_id}"
+            )
     elif local.launcher_pid(run) is not None:
         raise common.UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
     exp, run = runs.reopen(run.root)

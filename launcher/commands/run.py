@@ -1,5 +1,6 @@
 """`srl-launch [run] EXPERIMENT.yaml`: run here, submit to Slurm (one job, or a sweep through submitit), or
 print the request (--dry-run); --follow streams the job's progress."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,13 +24,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="with --slurm: stream progress, exit with the run's result")
     p.add_argument("--seed", type=int, help="override the experiment's seed")
     p.add_argument("--seeds", help="comma-separated seeds: one run per seed (a submitit job array with --slurm)")
-    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a sweep over these values of KEY (repeatable: every combination), times --seeds; each "
-                        "member is its own run directory, SWEEP/KEY=V/seed-N")
-    p.add_argument("--sweep-set", action="append", default=[], metavar="'K1=V1 K2=V2'",
-                   help="one configuration of a sweep given as a list (repeatable), times --seeds")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a sweep over these values of KEY (repeatable: every combination), times --seeds; each "
+        "member is its own run directory, SWEEP/KEY=V/seed-N",
+    )
+    p.add_argument(
+        "--sweep-set",
+        action="append",
+        default=[],
+        metavar="'K1=V1 K2=V2'",
+        help="one configuration of a sweep given as a list (repeatable), times --seeds",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field, e.g. --set workers.actor.ring_size=16 (repeatable)",
+    )
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: runs/<name>-<time>)")
     add_profile_option(p)
     return p
@@ -57,8 +73,10 @@ def main(argv) -> int:
     exp, run = runs.create(exp, run_dir)
     job_id = slurm.submit(request, run, command)
     print(f"submitted {jobs_text(run, job_id)}; run directory {run.root}")
-    print(f"  follow: srl-launch logs {run.root} -f    state: srl-launch status {run.root}    "
-          f"stop: srl-launch cancel {run.root}")
+    print(
+        f"  follow: srl-launch logs {run.root} -f    state: srl-launch status {run.root}    "
+        f"stop: srl-launch cancel {run.root}"
+    )
     if not args.follow:
         return 0
     return follow(run, job_id)
@@ -67,8 +85,10 @@ def main(argv) -> int:
 def _dry_run(exp, args, command) -> int:
     """The very request `--slurm` would submit (slurm.prepare), printed instead of sent."""
     if _sweep_points(exp, args):
-        raise common.UsageError("--dry-run shows the hetjob script; sweeps (--seeds, --sweep, slurm.sweep's grid, sets "
-                                "or seeds) go through submitit")
+        raise common.UsageError(
+            "--dry-run shows the hetjob script; sweeps (--seeds, --sweep, slurm.sweep's grid, sets "
+            "or seeds) go through submitit"
+        )
     _, request = common.unsubmitted_request(exp, args, command)
     print(request.script, end="")
     return 0

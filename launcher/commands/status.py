@@ -1,4 +1,5 @@
 """`srl-launch status RUN`: the state and outcome of a run or of every member of a sweep."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,11 @@ def main(argv) -> int:
             elif run.summary.exists() or run.launcher_pid.exists():
                 state, report = status.describe(run)
             else:
-                state, report = ("pending", "waits for the members before it") if sweeping else \
-                    ("not run", "the local sweep ended before this member started")
+                state, report = (
+                    ("pending", "waits for the members before it")
+                    if sweeping
+                    else ("not run", "the local sweep ended before this member started")
+                )
             print(f"== {sweep.label(member)}: {state}\n{report}\n")
             codes.append(_state_code(state))
         return max(codes, default=0)

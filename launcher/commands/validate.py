@@ -1,4 +1,5 @@
 """`srl-launch validate EXPERIMENT.yaml...`: check files and the algorithm against the env's spaces."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,11 @@ from launcher.commands import common
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="srl-launch validate",
-                                description="Check an experiment file, and its algorithm against the env's spaces "
-                                            "(built once here); run nothing.")
+    p = argparse.ArgumentParser(
+        prog="srl-launch validate",
+        description="Check an experiment file, and its algorithm against the env's spaces "
+        "(built once here); run nothing.",
+    )
     p.add_argument("experiments", type=Path, nargs="+", metavar="experiment")
     common.add_overrides(p)
     return p

@@ -14,6 +14,7 @@ the state that rebuilt: the current network's state, not the one the actors acte
 Hyper-parameters (srl_hpc.config.algorithms.DQNConfig): gamma, n_step, lr, batch_size, double, dueling,
 target_update_interval, max_grad_norm, priority_alpha/beta, epsilon/epsilon_alpha, max_replay_ratio, burn_in.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,9 @@ def q_and_state(model: nn.Module, obs: torch.Tensor, hidden: tuple) -> tuple[tor
     return q.float(), {HIDDEN: state.float()}
 
 
-def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator,
-        *hidden) -> dict[str, torch.Tensor]:
+def act(
+    model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator, *hidden
+) -> dict[str, torch.Tensor]:
     """Epsilon-greedy on the action values: each row explores with its actor's epsilon (the Ape-X schedule)."""
     q, state = q_and_state(model, obs, hidden)
     greedy = q.argmax(-1)
@@ -75,8 +77,9 @@ class DQN:
     act = staticmethod(act)
     greedy = staticmethod(greedy)
 
-    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False,
-                 total_frames: int | None = None):
+    def __init__(
+        self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None
+    ):
         self.model = model  # the trainer may swap in its DDP wrapper
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.cfg = cfg
@@ -90,8 +93,10 @@ class DQN:
         recurrent model) get their n-step targets' parts here, in numpy, off the update's path."""
         if HIDDEN in batch:
             return self.prepare_sequences(batch)
-        return {k: torch.from_numpy(np.ascontiguousarray(batch[k]))
-                for k in ("obs", "actions", "returns", "next_obs", "discounts", "weights")}
+        return {
+            k: torch.from_numpy(np.ascontiguousarray(batch[k]))
+            for k in ("obs", "actions", "returns", "next_obs", "discounts", "weights")
+        }
 
     def prepare_sequences(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Sequences (N, L): burn-in (`burn_in` steps), trained steps, n_step lookahead. Per trained step:
@@ -103,10 +108,17 @@ class DQN:
         valid = batch["valid"]
         resets = np.zeros_like(valid)
         resets[:, 1:] = ~valid[:, :-1]  # the step after an auto-reset is an episode's first: actors zero its state
-        out = {"obs": batch["obs"], "actions": batch["actions"][:, burn_in:burn_in + count].astype(np.int64),
-               "returns": returns, "bootstrap": np.arange(count)[None, :] + steps, "discounts": discounts,
-               "valid": valid[:, burn_in:burn_in + count], "resets": resets, HIDDEN: batch[HIDDEN],
-               "weights": batch["weights"]}
+        out = {
+            "obs": batch["obs"],
+            "actions": batch["actions"][:, burn_in : burn_in + count].astype(np.int64),
+            "returns": returns,
+            "bootstrap": np.arange(count)[None, :] + steps,
+            "discounts": discounts,
+            "valid": valid[:, burn_in : burn_in + count],
+            "resets": resets,
+            HIDDEN: batch[HIDDEN],
+            "weights": batch["weights"],
+        }
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
 
     def update(self, batch: dict[str, torch.Tensor], frames_done: int) -> tuple[dict[str, float], dict]:
@@ -117,8 +129,9 @@ class DQN:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
             q = self.model(batch["obs"]).float()
         q_taken = q.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        targets = td_targets(self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"],
-                             cfg.double)
+        targets = td_targets(
+            self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"], cfg.double
+        )
         return self._step(q_taken, targets, batch["weights"])
 
     def sequence_update(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], dict]:
@@ -150,8 +163,12 @@ class DQN:
         size = td.detach().abs()
         mean = size.sum(1) / valid.sum(1).clamp(min=1)
         priorities = PRIORITY_MAX_SHARE * size.max(1).values + (1 - PRIORITY_MAX_SHARE) * mean
-        stats = {"loss": loss.item(), "q_mean": (q_taken.detach() * valid).sum().item() / max(1.0, valid.sum().item()),
-                 "td_abs_mean": mean.mean().item(), "grad_norm": float(grad_norm)}
+        stats = {
+            "loss": loss.item(),
+            "q_mean": (q_taken.detach() * valid).sum().item() / max(1.0, valid.sum().item()),
+            "td_abs_mean": mean.mean().item(),
+            "grad_norm": float(grad_norm),
+        }
         return stats, {"priorities": priorities.cpu().numpy()}
 
     def _descend(self, loss: torch.Tensor) -> float:
@@ -165,13 +182,18 @@ class DQN:
             self.target.load_state_dict(_unwrapped(self.model).state_dict())
         return float(grad_norm)
 
-    def _step(self, q_taken: torch.Tensor, targets: torch.Tensor,
-              weights: torch.Tensor) -> tuple[dict[str, float], dict]:
+    def _step(
+        self, q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+    ) -> tuple[dict[str, float], dict]:
         """The gradient step on the Huber loss, and the new priorities."""
         loss, td = dqn_loss(q_taken, targets, weights)
         grad_norm = self._descend(loss)
-        stats = {"loss": loss.item(), "q_mean": q_taken.detach().mean().item(), "td_abs_mean": td.abs().mean().item(),
-                 "grad_norm": float(grad_norm)}
+        stats = {
+            "loss": loss.item(),
+            "q_mean": q_taken.detach().mean().item(),
+            "td_abs_mean": td.abs().mean().item(),
+            "grad_norm": float(grad_norm),
+        }
         return stats, {"priorities": td.abs().cpu().numpy()}
 
     def state_dict(self) -> dict:

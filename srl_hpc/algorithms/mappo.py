@@ -13,6 +13,7 @@ objective, the epochs of minibatches. What this file adds is where the critic's 
 segment's rows, whole envs of `agents` rows each), and `evaluate` passes it to the model, since a
 minibatch mixes rows of many envs.
 """
+
 from __future__ import annotations
 
 import numpy as np

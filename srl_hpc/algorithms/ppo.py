@@ -13,6 +13,7 @@ observation statistics updated once per batch before its SGD steps (they live in
 published with the weights), rewards scaled by the running deviation of the discounted return, and the
 clipped value loss.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,9 @@ from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.models.normalization import ReturnScale, collecting, moments
 
 
-def act(model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator,
-        *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
+def act(
+    model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator, *hidden: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
     policy's, recorded in segments); a recurrent model takes each row's state and returns the next."""
     params, values, *state = model(obs, *hidden)
@@ -74,8 +76,13 @@ def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, cli
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
-    return {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy.mean(),
-            "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+    return {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy.mean(),
+        "approx_kl": approx_kl,
+        "clip_fraction": clip_fraction,
+    }
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
@@ -89,8 +96,9 @@ class PPO:
     act = staticmethod(act)
     greedy = staticmethod(greedy)
 
-    def __init__(self, model: nn.Module, cfg, device: torch.device, bf16: bool = False,
-                 total_frames: int | None = None):
+    def __init__(
+        self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None
+    ):
         self.model = model  # the trainer may swap in its DDP wrapper
         self.cfg = cfg
         self.total_frames = total_frames  # the horizon for learning-rate annealing
@@ -117,9 +125,17 @@ class PPO:
             valid = seg["valid"]
             resets = np.zeros_like(valid)
             resets[:, 1:] = ~valid[:, :-1]  # the step after an auto-reset is an episode's first: actors zero its state
-            seqs = {**self.inputs(seg), "actions": seg["actions"], "logp": seg["logp"].astype(np.float32),
-                    "advantages": adv, "returns": ret, "values": np.asarray(seg["values"], np.float32),
-                    "valid": valid, "resets": resets, HIDDEN: seg[HIDDEN]}
+            seqs = {
+                **self.inputs(seg),
+                "actions": seg["actions"],
+                "logp": seg["logp"].astype(np.float32),
+                "advantages": adv,
+                "returns": ret,
+                "values": np.asarray(seg["values"], np.float32),
+                "valid": valid,
+                "resets": resets,
+                HIDDEN: seg[HIDDEN],
+            }
             return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in seqs.items()} | scale
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in self.inputs(seg).items()}
         flat |= {
@@ -160,7 +176,7 @@ class PPO:
         for _ in range(cfg.epochs):
             order = torch.randperm(n, device=self.device)
             for start in range(0, mb_size * cfg.minibatches, mb_size):
-                mb = {k: v[order[start:start + mb_size]] for k, v in batch.items()}
+                mb = {k: v[order[start : start + mb_size]] for k, v in batch.items()}
                 with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
                     params, values = self.evaluate(mb)
                 if recurrent:  # the valid steps of the unrolled segments
@@ -172,10 +188,19 @@ class PPO:
                 if cfg.normalize_advantages and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 dist = self.action_dist(params)
-                losses = ppo_losses(dist.log_prob(mb["actions"]), mb["logp"], adv, values, mb["returns"],
-                                    dist.entropy(), cfg.clip_coef, mb["values"] if cfg.clip_value_loss else None)
-                loss = (losses["policy_loss"] + cfg.value_coef * losses["value_loss"]
-                        - cfg.entropy_coef * losses["entropy"])
+                losses = ppo_losses(
+                    dist.log_prob(mb["actions"]),
+                    mb["logp"],
+                    adv,
+                    values,
+                    mb["returns"],
+                    dist.entropy(),
+                    cfg.clip_coef,
+                    mb["values"] if cfg.clip_value_loss else None,
+                )
+                loss = (
+                    losses["policy_loss"] + cfg.value_coef * losses["value_loss"] - cfg.entropy_coef * losses["entropy"]
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)

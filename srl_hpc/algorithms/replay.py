@@ -6,6 +6,7 @@ keeps a fixed-size ring of transitions with their priorities; `nstep_transitions
 sequences that actors send into n-step transitions. Everything is vectorised numpy, with no torch, so the
 buffer can live in any worker process.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,7 @@ class SumTree:
     @property
     def max_priority(self) -> float:
         """The largest priority, or 1.0 while every priority is 0."""
-        largest = float(self._tree[self._size:self._size + self.capacity].max())
+        largest = float(self._tree[self._size : self._size + self.capacity].max())
         return largest if largest > 0 else 1.0
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
@@ -94,8 +95,14 @@ class PrioritizedReplay:
     Importance weights (N * P(i)) ** -beta correct the bias that non-uniform sampling adds to the updates.
     """
 
-    def __init__(self, capacity: int, fields: dict[str, tuple[tuple[int, ...], np.dtype | str]],
-                 alpha: float = 0.6, eps: float = 1e-6, seed: int = 0):
+    def __init__(
+        self,
+        capacity: int,
+        fields: dict[str, tuple[tuple[int, ...], np.dtype | str]],
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        seed: int = 0,
+    ):
         self.capacity = capacity
         self.alpha = alpha
         self.eps = eps
@@ -121,12 +128,11 @@ class PrioritizedReplay:
         k = len(next(iter(items.values())))
         for name, array in items.items():
             if np.shape(array) != (k, *self._shapes[name]):
-                raise ValueError(f"field {name!r}: expected shape {(k, *self._shapes[name])}, "
-                                 f"got {np.shape(array)}")
+                raise ValueError(f"field {name!r}: expected shape {(k, *self._shapes[name])}, got {np.shape(array)}")
         kept = min(k, self.capacity)
         slots = (self._cursor + k - kept + np.arange(kept)) % self.capacity
         for name, array in items.items():
-            self._storage[name][slots] = np.asarray(array)[k - kept:]
+            self._storage[name][slots] = np.asarray(array)[k - kept :]
         self._tree.update(slots, np.full(kept, self._tree.max_priority))
         self._cursor = (self._cursor + k) % self.capacity
         self._size = min(self._size + k, self.capacity)
@@ -177,8 +183,9 @@ def nstep_transitions(seq: dict[str, np.ndarray], n: int, gamma: float) -> dict[
     }
 
 
-def nstep_returns(seq: dict[str, np.ndarray], n: int, gamma: float, start: int, count: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nstep_returns(
+    seq: dict[str, np.ndarray], n: int, gamma: float, start: int, count: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the steps start .. start+count-1 of (E, L) sequences (L >= start + count + n): the n-step return of
     each, the number of steps m it sums (n, or fewer up to and including the first episode end) and its
     bootstrap discount (gamma ** m, or 0 when the episode terminated at step t + m - 1): the target is
@@ -193,9 +200,9 @@ def nstep_returns(seq: dict[str, np.ndarray], n: int, gamma: float, start: int, 
     running = np.ones((num_envs, count), bool)  # no episode end yet in [t, t + j)
     for j in range(n):
         window = slice(start + j, start + j + count)
-        returns += running * gamma ** j * rewards[:, window]
+        returns += running * gamma**j * rewards[:, window]
         steps += running
         running &= ~dones[:, window]
     last = start + np.arange(count)[None, :] + steps - 1
     terminated = np.asarray(seq["terminated"], bool)[np.arange(num_envs)[:, None], last]
-    return returns.astype(np.float32), steps, np.where(terminated, 0.0, gamma ** steps).astype(np.float32)
+    return returns.astype(np.float32), steps, np.where(terminated, 0.0, gamma**steps).astype(np.float32)

@@ -10,6 +10,7 @@ their actor's epsilon, buffer workers keep prioritised replay of n-step transiti
 step with all its agents (srl_hpc.handlers.buffer.team_steps: obs (B, agents, ...), actions (B, agents)),
 and the target network, double Q-learning and the Huber loss are DQN's. What this file adds is the sum.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,6 +40,7 @@ class VDN(DQN):
         """One gradient step on the team's TD error. Returns (diagnostics, new priorities per team transition)."""
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16):
             q_taken = team_q(self.model, batch["obs"], batch["actions"])
-        targets = team_targets(self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"],
-                               self.cfg.double)
+        targets = team_targets(
+            self.model, self.target, batch["next_obs"], batch["returns"], batch["discounts"], self.cfg.double
+        )
         return self._step(q_taken, targets, batch["weights"])

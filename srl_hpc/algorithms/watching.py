@@ -1,5 +1,6 @@
 """How a trained policy is watched, the same way by evaluation workers, rating workers and `srl-launch enjoy`:
 either the algorithm's greedy() or its act() as its least exploring actor would choose."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,8 +20,10 @@ def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
     if not greedy:
         return implementation.act, algorithm.explore(cfg, actors - 1, actors)
     if not hasattr(implementation, "greedy"):
-        raise ValueError(f"algorithm {cfg.name!r} has no greedy(model, obs): evaluate it with its own act() "
-                         "(workers.eval.greedy: false, or srl-launch enjoy without --greedy)")
+        raise ValueError(
+            f"algorithm {cfg.name!r} has no greedy(model, obs): evaluate it with its own act() "
+            "(workers.eval.greedy: false, or srl-launch enjoy without --greedy)"
+        )
     return (lambda model, obs, _explore, _generator, *hidden: implementation.greedy(model, obs, *hidden)), {}
 
 
@@ -32,9 +35,11 @@ def policy_function(exp, greedy: bool, contract: Contract, seed: int | None = No
     generator = torch.Generator().manual_seed(exp.seed if seed is None else seed)
 
     def choose(model, obs, hidden):
-        batch = contract.obs.pack({k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict)
-                                  else np.asarray(obs)[None])
+        batch = contract.obs.pack(
+            {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[None]
+        )
         out = act(model, torch.from_numpy(batch), explore, generator, *(() if hidden is None else (hidden,)))
         action = contract.action.to_env(out["actions"].numpy())[0]
         return (action.item() if action.ndim == 0 else action), out.get(HIDDEN)
+
     return choose

@@ -1,5 +1,6 @@
 """The `algorithm` section: one frozen dataclass per shipped algorithm, chosen by its `name` key, with the
 algorithm's hyper-parameters (its implementation: srl_hpc/algorithms/<name>.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from srl_hpc.config.checks import check_counts, check_non_negative, check_positi
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO (clipped surrogate, GAE): srl_hpc/algorithms/ppo.py. Actors send segments to the trainers."""
+
     name: Literal["ppo"] = "ppo"  # selects PPO; `--set algorithm.name=X` switches to X's defaults
     gamma: float = 0.99  # discount per agent step, in GAE and in the discounted returns scale_rewards divides by
     gae_lambda: float = 0.95  # GAE's lambda: 1 gives Monte-Carlo returns (less bias), 0 one-step TD (less variance)
@@ -46,6 +48,7 @@ class PPOConfig:
 class DQNConfig:
     """Ape-X DQN: srl_hpc/algorithms/dqn.py. Actors send segments to buffer workers (prioritised replay,
     n-step returns); buffers send sampled batches to the trainers, trainers send TD-error priorities back."""
+
     name: Literal["dqn"] = "dqn"  # selects Ape-X DQN; `--set algorithm.name=X` switches to X's defaults
     gamma: float = 0.99  # discount per agent step, in the n-step returns and their bootstrap
     n_step: int = 3  # steps of reward summed before bootstrapping from the target network (< segment_length)
@@ -74,8 +77,9 @@ class DQNConfig:
         if self.epsilon_alpha < 0:
             problems.append(("epsilon_alpha", f"must be >= 0, got {self.epsilon_alpha}"))
         if self.learning_starts < self.batch_size:
-            problems.append(("learning_starts",
-                             f"must be >= batch_size ({self.batch_size}), got {self.learning_starts}"))
+            problems.append(
+                ("learning_starts", f"must be >= batch_size ({self.batch_size}), got {self.learning_starts}")
+            )
         if self.learning_starts > self.replay_capacity:
             problems.append(("learning_starts", f"must be <= replay_capacity ({self.replay_capacity})"))
         return problems
@@ -89,6 +93,7 @@ class DQNConfig:
 class MAPPOConfig(PPOConfig):
     """MAPPO (srl_hpc/algorithms/mappo.py): PPO's objective and settings, one policy for every agent of a
     multi-agent env, its value over the env's global state (every agent's observation)."""
+
     name: Literal["mappo"] = "mappo"  # selects MAPPO; `--set algorithm.name=X` switches to X's defaults
 
     def check(self) -> list[tuple[str, str]]:
@@ -102,6 +107,7 @@ class MAPPOConfig(PPOConfig):
 class VDNConfig(DQNConfig):
     """VDN (srl_hpc/algorithms/vdn.py): Ape-X DQN's replay, settings and exploration, with the team's value
     the sum of its agents' (a multi-agent env whose agents all play every step)."""
+
     name: Literal["vdn"] = "vdn"  # selects VDN; `--set algorithm.name=X` switches to X's defaults
 
 

@@ -1,4 +1,5 @@
 """The checks the schema's sections share: each returns (field, problem) pairs for the loader to place."""
+
 from __future__ import annotations
 
 

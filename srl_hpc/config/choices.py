@@ -1,5 +1,6 @@
 """The keys that take one of a few values, as `Literal` types: the loader checks a value against the type
 itself, so each list of allowed values exists once, here."""
+
 from __future__ import annotations
 
 from typing import Literal

@@ -1,5 +1,6 @@
 """YAML -> a validated Experiment. Every problem of a file is collected and reported together, each naming
 its key path and YAML line, before any process starts. Unknown keys are errors."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,13 +23,15 @@ class ConfigError(ValueError):
 
     def __init__(self, source: str, problems: list[tuple[str, int | None, str]]):
         self.source = source
-        self.problems = sorted(problems, key=lambda p: (p[1] is None, _file(p[1], source) != source,
-                                                        _file(p[1], source), p[1] or 0))
+        self.problems = sorted(
+            problems, key=lambda p: (p[1] is None, _file(p[1], source) != source, _file(p[1], source), p[1] or 0)
+        )
 
         def where(line):
             if line is None and source.startswith(("--", "$")):
                 return source
             return f"{_file(line, source)}:{line if line else '?'}"
+
         lines = [f"{where(line)}: {path or '<top>'}: {msg}" for path, line, msg in self.problems]
         super().__init__(f"{len(problems)} problem(s) in {source}:\n" + "\n".join(lines))
 
@@ -73,8 +76,11 @@ def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
     problems: list[tuple[str, int | None, str]] = []
     lines: dict[str, int] = {}
     value = _to_python(node, "", lines, problems)
-    return (value, {key: Line(line, source) for key, line in lines.items()},
-            [(key, Line(line, source), msg) for key, line, msg in problems])
+    return (
+        value,
+        {key: Line(line, source) for key, line in lines.items()},
+        [(key, Line(line, source), msg) for key, line, msg in problems],
+    )
 
 
 def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = ()) -> Experiment:
@@ -110,8 +116,11 @@ def _layers(path: Path, text: str, chain: tuple[Path, ...], problems: list) -> t
     problems += found
     entries = value.pop("defaults", [])
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise ConfigError(str(path), problems + [("defaults", lines["defaults"], "must be a list of profile files "
-                                                                                  "(paths relative to this file)")])
+        raise ConfigError(
+            str(path),
+            problems
+            + [("defaults", lines["defaults"], "must be a list of profile files (paths relative to this file)")],
+        )
     base: Layer = ({}, {})
     for i, entry in enumerate(entries):
         key, profile = f"defaults[{i}]", path.parent / Path(entry).expanduser()
@@ -150,6 +159,7 @@ def key_lines(path: str | Path, profiles: Sequence[str | Path] = ()) -> dict[str
 
 def to_dict(exp: Experiment) -> dict:
     """Plain data (lists, dicts, scalars) for writing the resolved config back as YAML."""
+
     def plain(v):
         if dataclasses.is_dataclass(v):
             return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
@@ -158,6 +168,7 @@ def to_dict(exp: Experiment) -> dict:
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
+
     return plain(exp)
 
 
@@ -343,10 +354,19 @@ def _user_algorithm(name, path, lines, problems):
     except ValueError as e:
         problems.append((path, lines.get(path), str(e)))
         return None
-    if not (dataclasses.is_dataclass(cls) and isinstance(getattr(cls, "spec", None), AlgorithmSpec)
-            and "name" in {f.name for f in dataclasses.fields(cls)}):
-        problems.append((path, lines.get(path), f"{name!r} must be a dataclass with a `name` field and a class "
-                                                f"attribute `spec` (an srl_hpc.algorithm_spec.AlgorithmSpec)"))
+    if not (
+        dataclasses.is_dataclass(cls)
+        and isinstance(getattr(cls, "spec", None), AlgorithmSpec)
+        and "name" in {f.name for f in dataclasses.fields(cls)}
+    ):
+        problems.append(
+            (
+                path,
+                lines.get(path),
+                f"{name!r} must be a dataclass with a `name` field and a class "
+                f"attribute `spec` (an srl_hpc.algorithm_spec.AlgorithmSpec)",
+            )
+        )
         return None
     return cls
 
@@ -365,5 +385,12 @@ def _collect_checks(obj, path, lines, problems):
 
 
 def _kind(value) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)

@@ -10,6 +10,7 @@ algorithm (chosen by `name`), and a section type that several fields of one pare
 groups) is one table, `slurm.<group>`.
 tests/test_reference.py fails when docs/reference.md is not what render() returns.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,20 +43,27 @@ class Section:
 def render() -> str:
     """docs/reference.md: every key of an experiment file, one table per section."""
     sections = _sections(Experiment, "", "Top level")
-    out = ["# Configuration reference", "",
-           f"Generated from the schema (`srl_hpc/config/`) by `{COMMAND}`; do not edit by hand "
-           "(`tests/test_reference.py` fails when this page is stale).", "",
-           "Every key of an experiment file (`srl-launch EXP.yaml`), by its dotted path: write it nested in the "
-           "YAML file, or as `--set workers.actor.ring_size=16` on the command line. A section (a mapping) "
-           "left out takes the defaults of its keys; `null` leaves an optional section out. Types: `str`, "
-           "`int`, `float`, `bool`, a list, a mapping; where a key takes one of a few values, they are listed.", "",
-           "Sections: " + ", ".join(f"[{s.title}](#{_slug(s.title)})" for s in sections) + ".", ""]
+    out = [
+        "# Configuration reference",
+        "",
+        f"Generated from the schema (`srl_hpc/config/`) by `{COMMAND}`; do not edit by hand "
+        "(`tests/test_reference.py` fails when this page is stale).",
+        "",
+        "Every key of an experiment file (`srl-launch EXP.yaml`), by its dotted path: write it nested in the "
+        "YAML file, or as `--set workers.actor.ring_size=16` on the command line. A section (a mapping) "
+        "left out takes the defaults of its keys; `null` leaves an optional section out. Types: `str`, "
+        "`int`, `float`, `bool`, a list, a mapping; where a key takes one of a few values, they are listed.",
+        "",
+        "Sections: " + ", ".join(f"[{s.title}](#{_slug(s.title)})" for s in sections) + ".",
+        "",
+    ]
     for section in sections:
         out += _render_section(section)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
 # ------------------------------------------------------------------------------------------- the walk
+
 
 def _sections(cls: type, path: str, title: str, groups: tuple[str, ...] = ()) -> list[Section]:
     """This section, then the sections of its fields, depth first in field order."""
@@ -116,13 +124,15 @@ def _join(path: str, name: str) -> str:
 
 # ---------------------------------------------------------------------------------------- the tables
 
+
 def _render_section(section: Section) -> list[str]:
     cls = section.cls
     out = [f"## {section.title}", ""]
     intro = _docstring(cls)
     if section.groups:
-        intro = (intro + " " if intro else "") + f"`{GROUP}` is one of " + \
-            ", ".join(f"`{g}`" for g in section.groups) + "."
+        intro = (
+            (intro + " " if intro else "") + f"`{GROUP}` is one of " + ", ".join(f"`{g}`" for g in section.groups) + "."
+        )
     if intro:
         out += [_escape(intro), ""]
     out += ["| key | type | default | allowed values | description |", "|---|---|---|---|---|"]
@@ -133,15 +143,21 @@ def _render_section(section: Section) -> list[str]:
         if subs and subs[0] in shared:
             link = f"[{subs[0].__name__}](#{_slug(_title(_join(section.path, GROUP)))})"
         elif len(subs) > 1:
-            link = ", ".join(f"[{_variant_name(s)}](#{_slug(_title(_join(section.path, f.name), _variant_name(s)))})"
-                             for s in subs)
+            link = ", ".join(
+                f"[{_variant_name(s)}](#{_slug(_title(_join(section.path, f.name), _variant_name(s)))})" for s in subs
+            )
             link = f"one of {link}, by `{_join(section.path, f.name)}.name`"
         elif subs:
             link = f"[{subs[0].__name__}](#{_slug(_title(_join(section.path, f.name)))})"
         else:
             link = None
-        cells = [f"`{_join(section.path, f.name)}`", _type_name(tp, link), _default(f, subs), _allowed(tp),
-                 _escape(field_docs(cls).get(f.name, ""))]
+        cells = [
+            f"`{_join(section.path, f.name)}`",
+            _type_name(tp, link),
+            _default(f, subs),
+            _allowed(tp),
+            _escape(field_docs(cls).get(f.name, "")),
+        ]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -171,7 +187,7 @@ def _allowed(tp) -> str:
         literals = [a for a in args if typing.get_origin(a) is Literal]
         if len([a for a in args if a is not type(None)]) > 1 and all(dataclasses.is_dataclass(a) for a in args):
             names = ", ".join(f"`{_value(_variant_name(a))}`" for a in args)
-            return f"{names} (by `name`), or a user's `\"package.module:Config\"`"
+            return f'{names} (by `name`), or a user\'s `"package.module:Config"`'
         return _allowed(literals[0]) if literals else ""
     if origin is Literal:
         return ", ".join(f"`{_value(a)}`" for a in args)
@@ -186,8 +202,11 @@ def _default(f: dataclasses.Field, subs: list[type]) -> str:
     else:
         return "required"
     if dataclasses.is_dataclass(value):
-        changed = {k.name: getattr(value, k.name) for k in dataclasses.fields(value)
-                   if k.default is not dataclasses.MISSING and getattr(value, k.name) != k.default}
+        changed = {
+            k.name: getattr(value, k.name)
+            for k in dataclasses.fields(value)
+            if k.default is not dataclasses.MISSING and getattr(value, k.name) != k.default
+        }
         if len(subs) > 1:  # a union: which member by its name
             changed = {"name": value.name, **changed}
         return f"`{_value(changed)}`" if changed else "the section's defaults"
@@ -230,6 +249,7 @@ def _escape(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ the schema's prose
+
 
 def _docstring(cls: type) -> str:
     """The class's own docstring (not the signature dataclasses makes up when it has none), as one paragraph."""
@@ -275,9 +295,12 @@ def undocumented() -> list[str]:
     missing = []
     for section in _sections(Experiment, "", "Top level"):
         docs = field_docs(section.cls)
-        missing += [_join(section.path, f.name) + ("" if not _is_union_member(section) else
-                                                   f" ({section.title.split(': ')[-1]})")
-                    for f in dataclasses.fields(section.cls) if not docs[f.name]]
+        missing += [
+            _join(section.path, f.name)
+            + ("" if not _is_union_member(section) else f" ({section.title.split(': ')[-1]})")
+            for f in dataclasses.fields(section.cls)
+            if not docs[f.name]
+        ]
     return missing
 
 
@@ -287,6 +310,7 @@ def _is_union_member(section: Section) -> bool:
 
 if __name__ == "__main__":
     import sys
+
     if sys.argv[1:] == ["--undocumented"]:
         missing = undocumented()
         if missing:  # nothing at all when every field has its doc

@@ -6,6 +6,7 @@ value against the type itself. `algorithm` is one of several dataclasses (algori
 hold the rules a type cannot say; the loader (srl_hpc.config.loader) attaches YAML key paths and lines to
 their problems.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,9 +22,11 @@ from srl_hpc.config.workers import WorkersConfig
 
 # ----------------------------------------------------------------------------------------------- schema
 
+
 @dataclass(frozen=True)
 class AtariConfig:
     """The standard Atari pipeline (ale-py): frame skip with max-pooling, grayscale resize, frame stack."""
+
     frame_skip: int = 4  # a training "frame" count is agent steps x frame_skip
     screen_size: int = 84  # pixels: frames are resized to screen_size x screen_size grayscale
     frame_stack: int = 4  # the last this many frames make one observation (what the policy sees of motion)
@@ -58,6 +61,7 @@ class EnvConfig:
 class ModelConfig:
     """The network: a built-in torso ("mlp" for vector observations, "nature_cnn" for stacked Atari frames)
     under the head the algorithm needs, or "package.module:Class", a user's nn.Module (srl_hpc/models)."""
+
     # "mlp", "nature_cnn", or a user's "package.module:Class", built as Class(obs_space, action_space, **kwargs)
     name: str = "mlp"
     hidden_sizes: tuple[int, ...] = (64, 64)  # mlp only
@@ -82,15 +86,20 @@ class ModelConfig:
     def check(self) -> list[tuple[str, str]]:
         problems = check_counts(self, ("rnn_size",))
         if self.name not in BUILTIN_MODELS and ":" not in self.name:
-            problems.append(("name", f"unknown model {self.name!r}; choose one of {list(BUILTIN_MODELS)} "
-                                     "or give 'package.module:Class'"))
+            problems.append(
+                (
+                    "name",
+                    f"unknown model {self.name!r}; choose one of {list(BUILTIN_MODELS)} or give 'package.module:Class'",
+                )
+            )
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             problems.append(("hidden_sizes", "must be a non-empty list of positive integers"))
         if self.kwargs and ":" not in self.name:
             problems.append(("kwargs", "only a user's model (name 'package.module:Class') takes kwargs"))
         if self.separate_critic and ":" in self.name:
-            problems.append(("separate_critic", "applies to the built-in models only; "
-                                                "a user's model has its own heads"))
+            problems.append(
+                ("separate_critic", "applies to the built-in models only; a user's model has its own heads")
+            )
         if self.rnn != "none" and ":" in self.name:
             problems.append(("rnn", "applies to the built-in models only"))
         if self.rnn != "none" and self.separate_critic:
@@ -106,6 +115,7 @@ class OpponentsConfig:
     """Self-play in a game of several seats (a turn-taking game such as srl_hpc.envs.connect_four:connect_four):
     the learner plays one seat of each env with the newest weights, a past version plays the others, and only
     the learner's seat is trained on (srl_hpc/population/opponents.py)."""
+
     # who plays the other seats, chosen per episode: "latest" the newest weights, "uniform" any stored
     # snapshot, "pfsp" snapshots the learner scores worst against most often; "none": no self-play
     rule: OpponentRule = "none"
@@ -123,8 +133,9 @@ class OpponentsConfig:
         problems = check_positive(self, ("pfsp_power", "pool"))
         for name, share in self.fixed.items():
             if name not in FIXED_PLAYERS:
-                problems.append((f"opponents.fixed.{name}", f"no fixed player {name!r} (players: "
-                                 f"{', '.join(FIXED_PLAYERS)})"))
+                problems.append(
+                    (f"opponents.fixed.{name}", f"no fixed player {name!r} (players: {', '.join(FIXED_PLAYERS)})")
+                )
             elif not 0 < share <= 1:
                 problems.append((f"opponents.fixed.{name}", f"a share of the games, in (0, 1]; got {share}"))
         if sum(self.fixed.values()) > 1:
@@ -139,6 +150,7 @@ class PopulationConfig:
     controller ranks the members by their mean training return; each of the worst `fraction` copies the
     weights and hyper-parameters of one of the best `fraction` (exploit) and multiplies each `explore` key by
     one of its factors (explore). srl_hpc/population/pbt.py; the lineage goes to RUN/population/lineage.jsonl."""
+
     size: int = 0  # members (named member-0 .. member-{size-1}); 0: no population
     # seconds between rounds; a member takes part once it has ended stop.return_window episodes since its last copy
     interval: float = 30.0
@@ -155,10 +167,16 @@ class PopulationConfig:
         problems += check_positive(self, ("interval",))
         if not 0.0 < self.fraction <= 0.5:
             problems.append(("fraction", f"must be in (0, 0.5] (the worst copy the best), got {self.fraction}"))
-        problems += [(f"init.{key}", f"one value per member: {self.size} values, got {len(values)}")
-                     for key, values in self.init.items() if len(values) != self.size]
-        problems += [(f"explore.{key}", "at least one factor, each > 0")
-                     for key, factors in self.explore.items() if not factors or min(factors) <= 0]
+        problems += [
+            (f"init.{key}", f"one value per member: {self.size} values, got {len(values)}")
+            for key, values in self.init.items()
+            if len(values) != self.size
+        ]
+        problems += [
+            (f"explore.{key}", "at least one factor, each > 0")
+            for key, factors in self.explore.items()
+            if not factors or min(factors) <= 0
+        ]
         return problems
 
 
@@ -187,6 +205,7 @@ class StopConfig:
 class WandbConfig:
     """Weights & Biases, beside TensorBoard: the same scalars, in a W&B run (offline by default: `wandb sync
     RUN/wandb/offline-run-*` uploads it later, e.g. from a login node when compute nodes have no internet)."""
+
     project: str  # the W&B project the run logs to
     entity: str | None = None  # the W&B user or team that owns the project; default: wandb's own default
     # "offline": written under RUN/wandb/ for a later `wandb sync`; "online": uploaded as the run goes
@@ -209,8 +228,11 @@ class MonitorConfig:
     wandb: WandbConfig | None = None  # e.g. {project: my-project}: the same scalars to Weights & Biases too
 
     def check(self) -> list[tuple[str, str]]:
-        return [(k, f"must be > 0, got {getattr(self, k)}")
-                for k in ("status_interval", "heartbeat_timeout") if getattr(self, k) <= 0]
+        return [
+            (k, f"must be > 0, got {getattr(self, k)}")
+            for k in ("status_interval", "heartbeat_timeout")
+            if getattr(self, k) <= 0
+        ]
 
 
 @dataclass(frozen=True)
@@ -240,8 +262,9 @@ class Experiment:
     def check(self) -> list[tuple[str, str]]:
         problems = []
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
-            problems.append(("name", "must be non-empty and use only letters, digits, '-', '_', '.'; "
-                                     f"got {self.name!r}"))
+            problems.append(
+                ("name", f"must be non-empty and use only letters, digits, '-', '_', '.'; got {self.name!r}")
+            )
         alg, workers = self.algorithm, self.workers
         if isinstance(alg, PPOConfig):
             if alg.anneal_lr and self.stop.env_frames is None:
@@ -254,8 +277,12 @@ class Experiment:
         if not spec(alg).replay and workers.buffer.count:
             problems.append(("workers.buffer.count", f"{alg.name} is on-policy: segments go to the trainers; set 0"))
         if self.model.separate_critic and spec(alg).head != "actor_critic":
-            problems.append(("model.separate_critic", f"{alg.name}'s model has no shared torso to separate a "
-                                                      f"critic from (its head is {spec(alg).head})"))
+            problems.append(
+                (
+                    "model.separate_critic",
+                    f"{alg.name}'s model has no shared torso to separate a critic from (its head is {spec(alg).head})",
+                )
+            )
         if self.model.rnn != "none" and not spec(alg).recurrent:
             problems.append(("model.rnn", f"{alg.name} does not train recurrent models (ppo and dqn do)"))
         if self.stop.target_eval_return is not None and workers.eval.count < 1:
@@ -267,43 +294,64 @@ class Experiment:
             problems.append(("workers.actor.segment_length", f"must be > algorithm.n_step ({alg.n_step})"))
         return problems
 
-
     def _check_policies(self) -> list[tuple[str, str]]:
         """What named policies support so far: their own policy workers and trainers, on-policy, no evaluation."""
         if not self.policies:
             return []
-        problems = [(f"policies.{name}", "must list at least one agent pattern")
-                    for name, patterns in self.policies.items() if not patterns]
-        problems += [(f"policies.{name}", "a policy's name is its parameter tag and file name: use only letters, "
-                                          "digits, '-', '_'") for name in self.policies
-                     if not name or not all(c.isalnum() or c in "-_" for c in name)]
-        needs = {"workers.placement": (self.workers.placement != "srl", "policy workers of their own: set 'srl'"),
-                 "workers.buffer.count": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
-                                          "several policies train on-policy algorithms only (ppo, mappo)"),
-                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
-                 "stop.target_return": (self.stop.target_return is not None, "one target for several policies' "
-                                        "returns is ambiguous: stop by env_frames or wall_time")}
+        problems = [
+            (f"policies.{name}", "must list at least one agent pattern")
+            for name, patterns in self.policies.items()
+            if not patterns
+        ]
+        problems += [
+            (
+                f"policies.{name}",
+                "a policy's name is its parameter tag and file name: use only letters, digits, '-', '_'",
+            )
+            for name in self.policies
+            if not name or not all(c.isalnum() or c in "-_" for c in name)
+        ]
+        needs = {
+            "workers.placement": (self.workers.placement != "srl", "policy workers of their own: set 'srl'"),
+            "workers.buffer.count": (
+                spec(self.algorithm).replay,
+                f"{self.algorithm.name} replays samples; several policies train on-policy algorithms only (ppo, mappo)",
+            ),
+            "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
+            "stop.target_return": (
+                self.stop.target_return is not None,
+                "one target for several policies' returns is ambiguous: stop by env_frames or wall_time",
+            ),
+        }
         problems += [(key, f"with policies set: {why}") for key, (bad, why) in needs.items() if bad]
         return problems
-
 
     def _check_opponents(self) -> list[tuple[str, str]]:
         """Self-play needs one policy whose past versions are stored and an on-policy algorithm (opponent seats'
         steps are left out of segments, not of a replay); its evaluation workers rate versions, not returns."""
         rule = self.opponents.rule
         if rule == "none":
-            return [("opponents.fixed", "fixed players are opponents in self-play: set opponents.rule")] \
-                if self.opponents.fixed else []
-        needs = {"policies": (bool(self.policies), "one policy plays every seat; leave policies empty"),
-                 "algorithm.name": (spec(self.algorithm).replay, f"{self.algorithm.name} replays samples; "
-                                    "self-play trains on-policy algorithms (ppo)"),
-                 "stop.target_eval_return": (self.stop.target_eval_return is not None, "evaluation workers "
-                                             "rate versions (Elo) instead of returning a score"),
-                 "workers.trainer.snapshot_every": (rule != "latest" and not self.workers.trainer.snapshot_every,
-                                                    f"rule {rule!r} draws opponents from the stored snapshots: "
-                                                    "set it >= 1")}
+            return (
+                [("opponents.fixed", "fixed players are opponents in self-play: set opponents.rule")]
+                if self.opponents.fixed
+                else []
+            )
+        needs = {
+            "policies": (bool(self.policies), "one policy plays every seat; leave policies empty"),
+            "algorithm.name": (
+                spec(self.algorithm).replay,
+                f"{self.algorithm.name} replays samples; self-play trains on-policy algorithms (ppo)",
+            ),
+            "stop.target_eval_return": (
+                self.stop.target_eval_return is not None,
+                "evaluation workers rate versions (Elo) instead of returning a score",
+            ),
+            "workers.trainer.snapshot_every": (
+                rule != "latest" and not self.workers.trainer.snapshot_every,
+                f"rule {rule!r} draws opponents from the stored snapshots: set it >= 1",
+            ),
+        }
         return [(key, f"with opponents.rule {rule!r}: {why}") for key, (bad, why) in needs.items() if bad]
-
 
     def _check_population(self) -> list[tuple[str, str]]:
         """PBT copies one member's PPO weights into another's trainer: one trainer and policy workers of its
@@ -316,17 +364,30 @@ class Experiment:
             for key in getattr(population, section):
                 value = getattr(self.algorithm, key, None)
                 if isinstance(value, bool) or not isinstance(value, float):
-                    problems.append((f"population.{section}.{key}", f"not a number {self.algorithm.name} has: "
-                                     f"use keys of the algorithm section such as lr, entropy_coef, clip_coef"))
-        needs = {"algorithm.name": (self.algorithm.name != "ppo", "members train with ppo"),
-                 "policies": (bool(self.policies), "every member is one policy of every agent; leave it empty"),
-                 "opponents.rule": (self.opponents.rule != "none", "self-play and populations do not mix yet"),
-                 "workers.placement": (self.workers.placement != "srl", "members have policy workers of their "
-                                       "own: set 'srl'"),
-                 "workers.trainer.count": (self.workers.trainer.count != 1, "one trainer per member (a copy "
-                                           "replaces its weights between updates)"),
-                 "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
-                 "algorithm.anneal_lr": (getattr(self.algorithm, "anneal_lr", False), "explore changes the "
-                                         "learning rate itself")}
+                    problems.append(
+                        (
+                            f"population.{section}.{key}",
+                            f"not a number {self.algorithm.name} has: "
+                            f"use keys of the algorithm section such as lr, entropy_coef, clip_coef",
+                        )
+                    )
+        needs = {
+            "algorithm.name": (self.algorithm.name != "ppo", "members train with ppo"),
+            "policies": (bool(self.policies), "every member is one policy of every agent; leave it empty"),
+            "opponents.rule": (self.opponents.rule != "none", "self-play and populations do not mix yet"),
+            "workers.placement": (
+                self.workers.placement != "srl",
+                "members have policy workers of their own: set 'srl'",
+            ),
+            "workers.trainer.count": (
+                self.workers.trainer.count != 1,
+                "one trainer per member (a copy replaces its weights between updates)",
+            ),
+            "workers.eval.count": (self.workers.eval.count > 0, "evaluation workers play one policy; set 0"),
+            "algorithm.anneal_lr": (
+                getattr(self.algorithm, "anneal_lr", False),
+                "explore changes the learning rate itself",
+            ),
+        }
         problems += [(key, f"with population.size set: {why}") for key, (bad, why) in needs.items() if bad]
         return problems

@@ -1,5 +1,6 @@
 """The experiment's `slurm` section: resources per het group, the job's layout, MPI, network, containers,
 accounting, requeue and sweeps: what Slurm is asked for, not how the run trains (schema.py)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -16,6 +17,7 @@ ContainerRuntime = Literal["apptainer", "singularity", "pyxis"]
 @dataclass(frozen=True)
 class SlurmGroupConfig:
     """Resources of one heterogeneous group: every task of the group gets the same."""
+
     partition: str | None = None  # default: the cluster's default partition
     cpus_per_task: int = 1  # --cpus-per-task of each worker; the plan wants >= its workers.<group>.torch_threads
     mem_per_task: str = "1G"  # Slurm size syntax: 512M, 2G
@@ -42,6 +44,7 @@ class SlurmGroupConfig:
 class SweepResources:
     """A sweep: its members, as `srl-launch EXP.yaml` runs them here or (--slurm) as a submitit job array
     (the command line's --sweep, --sweep-set and --seeds replace these), and one node for each member's run."""
+
     # a grid: every combination of these keys' values ({algorithm.lr: [1.0e-3, 3.0e-4]}), each times `seeds`
     grid: dict[str, Any] = field(default_factory=dict)
     # or a list of configurations, each a mapping of keys to values ([{algorithm.lr: 1.0e-3, algorithm.epochs: 8}])
@@ -56,12 +59,21 @@ class SweepResources:
     def check(self) -> list[tuple[str, str]]:
         problems = check_counts(self, ("cpus",))
         if self.grid and self.sets:
-            problems.append(("sets", "a grid and a list of configurations cannot be combined: write the grid's "
-                                     "points as sets, or the list's keys as a grid"))
-        problems += [(f"grid.{key}", f"must be a list of at least one value, got {values!r}")
-                     for key, values in self.grid.items() if not isinstance(values, list) or not values]
-        problems += [(f"sets[{i}]", "must map at least one key to its value") for i, one in enumerate(self.sets)
-                     if not one]
+            problems.append(
+                (
+                    "sets",
+                    "a grid and a list of configurations cannot be combined: write the grid's "
+                    "points as sets, or the list's keys as a grid",
+                )
+            )
+        problems += [
+            (f"grid.{key}", f"must be a list of at least one value, got {values!r}")
+            for key, values in self.grid.items()
+            if not isinstance(values, list) or not values
+        ]
+        problems += [
+            (f"sets[{i}]", "must map at least one key to its value") for i, one in enumerate(self.sets) if not one
+        ]
         if len(set(self.seeds)) != len(self.seeds):
             problems.append(("seeds", f"must be distinct, got {list(self.seeds)}"))
         if self.gpus < 0:
@@ -79,6 +91,7 @@ class RequeueConfig:
     the job, the run stops cleanly (the trainer checkpoints) and the job requeues itself, up to
     `max_requeues` times; a requeued job (also one requeued by `scontrol requeue` or preemption) resumes
     the same run directory from the checkpoint."""
+
     signal_seconds: int = 120  # seconds before the limit; raise it where stopping and checkpointing take longer
     # the job requeues itself at its time limit while it has been requeued (for any cause) fewer times than this
     max_requeues: int = 3
@@ -94,6 +107,7 @@ class RequeueConfig:
 class ContainerConfig:
     """Every worker runs in this image: `apptainer exec` / `singularity exec` before python on each srun
     line (with --nv where the group has GPUs), or pyxis/enroot's `srun --container-image`."""
+
     image: str  # a .sif file or docker:// URI (apptainer, singularity); an enroot image or registry URI (pyxis)
     runtime: ContainerRuntime = "apptainer"  # the `exec` command before python, or "pyxis": srun's --container-image
     binds: tuple[str, ...] = ()  # "SRC[:DST]"; the run directory is bound by itself
@@ -104,8 +118,11 @@ class ContainerConfig:
     def check(self) -> list[tuple[str, str]]:
         problems = [("image", "must not be empty")] if not self.image.strip() else []
         if self.runtime != "pyxis":  # (srun's -e and -C are --error and --constraint)
-            problems += [("options", f"{option!r} {_CLEAN_ENVIRONMENT[name]}") for option in self.options
-                         if (name := _enabled(option)) in _CLEAN_ENVIRONMENT]
+            problems += [
+                ("options", f"{option!r} {_CLEAN_ENVIRONMENT[name]}")
+                for option in self.options
+                if (name := _enabled(option)) in _CLEAN_ENVIRONMENT
+            ]
         return problems
 
 
@@ -115,18 +132,24 @@ def _enabled(option: str) -> str:
     return "" if value.lower() in ("false", "0") else name
 
 
-_NO_SLURM_VARIABLES = ("starts every worker without the SLURM_* and PMI* variables it reads (SLURM_PROCID says "
-                       "which worker it is; PMIx, its MPI rendezvous), so the run cannot start. Leave it out: "
-                       "apptainer passes the job's environment on, slurm.env included; --env NAME=VALUE adds one")
-_CLEAN_ENVIRONMENT = {"--cleanenv": _NO_SLURM_VARIABLES, "-e": f"(--cleanenv) {_NO_SLURM_VARIABLES}",
-                      "--containall": f"implies --cleanenv, which {_NO_SLURM_VARIABLES}",
-                      "-C": f"(--containall) implies --cleanenv, which {_NO_SLURM_VARIABLES}"}
+_NO_SLURM_VARIABLES = (
+    "starts every worker without the SLURM_* and PMI* variables it reads (SLURM_PROCID says "
+    "which worker it is; PMIx, its MPI rendezvous), so the run cannot start. Leave it out: "
+    "apptainer passes the job's environment on, slurm.env included; --env NAME=VALUE adds one"
+)
+_CLEAN_ENVIRONMENT = {
+    "--cleanenv": _NO_SLURM_VARIABLES,
+    "-e": f"(--cleanenv) {_NO_SLURM_VARIABLES}",
+    "--containall": f"implies --cleanenv, which {_NO_SLURM_VARIABLES}",
+    "-C": f"(--containall) implies --cleanenv, which {_NO_SLURM_VARIABLES}",
+}
 
 
 @dataclass(frozen=True)
 class SlurmConfig:
     """How `srl-launch --slurm` asks for resources: per het group (trainer with the controller, policy,
     buffer, actor, eval), and for sweeps."""
+
     time: str = "01:00:00"  # the job's --time, in Slurm time syntax: 30, 1:00:00, 1-00:00:00 (sweeps: sweep.time)
     account: str | None = None  # --account of every group (unless the group has its own) and of sweeps
     qos: str | None = None  # --qos of every group (unless the group has its own) and of sweeps
@@ -172,14 +195,23 @@ class SlurmConfig:
         if minutes is None:
             problems.append(("time", f"must be a Slurm time like 30, 1:00:00 or 1-00:00:00, got {self.time!r}"))
         elif self.requeue and self.requeue.signal_seconds >= 60 * minutes:
-            problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
-                                                       f"{self.time} job leaves no time to run"))
+            problems.append(
+                (
+                    "requeue.signal_seconds",
+                    f"{self.requeue.signal_seconds}s before the end of a {self.time} job leaves no time to run",
+                )
+            )
         if parse_size_mb(self.controller_mem) is None:
             problems.append(("controller_mem", f"must be a size like 512M or 2G, got {self.controller_mem!r}"))
         sweep_minutes = parse_minutes(self.sweep.time)
         if self.requeue and sweep_minutes is not None and self.requeue.signal_seconds >= 60 * sweep_minutes:
-            problems.append(("requeue.signal_seconds", f"{self.requeue.signal_seconds}s before the end of a "
-                                                       f"{self.sweep.time} sweep member leaves no time to run"))
+            problems.append(
+                (
+                    "requeue.signal_seconds",
+                    f"{self.requeue.signal_seconds}s before the end of a "
+                    f"{self.sweep.time} sweep member leaves no time to run",
+                )
+            )
         problems += _check_options("sbatch_options", self.sbatch_options)
         problems += _check_options("srun_options", self.srun_options)
         if self.network is not None and "/" in self.network:
@@ -223,7 +255,7 @@ def parse_ports(ports: str | None) -> tuple[int, int] | None:
 
 def parse_size_mb(text: str) -> int | None:
     """'512M' -> 512, '2G' -> 2048, '1T' -> 1048576; a bare number is MB (as in Slurm)."""
-    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}
+    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}
     text = str(text).strip().upper()
     number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "M")
     try:

@@ -7,6 +7,7 @@ Two parts: `space_problems`, a pure function of (algorithm spec, observation spa
 a missing package into a problem naming env.id, not a traceback). `check` raises them as a ConfigError.
 Imported by the launcher only: the loader (which every worker runs) builds no env.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -16,27 +17,49 @@ from collections.abc import Sequence
 from srl_hpc.config.loader import ConfigError
 
 # what a space class is called in a message ("algorithm dqn needs discrete actions (Discrete)")
-_KINDS = {"Discrete": "discrete", "MultiDiscrete": "multi-discrete", "MultiBinary": "binary", "Box": "continuous",
-          "Dict": "dict"}
+_KINDS = {
+    "Discrete": "discrete",
+    "MultiDiscrete": "multi-discrete",
+    "MultiBinary": "binary",
+    "Box": "continuous",
+    "Dict": "dict",
+}
 _OBS_KINDS = {"Box": "array", "Dict": "dict"}
 # the package to install for a module an env imports (ModuleNotFoundError.name's top level)
-_INSTALL = {"ale_py": "pip install ale-py", "mujoco": 'pip install "gymnasium[mujoco]"',
-            "Box2D": 'pip install swig "gymnasium[box2d]"', "minatar": "pip install -e '.[minatar]'",
-            "pettingzoo": "pip install -e '.[multiagent]'", "mpe2": "pip install -e '.[multiagent]'",
-            "envpool": "pip install -e '.[envpool]'", "cv2": "pip install opencv-python"}
+_INSTALL = {
+    "ale_py": "pip install ale-py",
+    "mujoco": 'pip install "gymnasium[mujoco]"',
+    "Box2D": 'pip install swig "gymnasium[box2d]"',
+    "minatar": "pip install -e '.[minatar]'",
+    "pettingzoo": "pip install -e '.[multiagent]'",
+    "mpe2": "pip install -e '.[multiagent]'",
+    "envpool": "pip install -e '.[envpool]'",
+    "cv2": "pip install opencv-python",
+}
 
 
-def space_problems(spec, obs_space, action_space, *, algorithm: str = "the algorithm", env: str = "the env"
-                   ) -> list[tuple[str, str]]:
+def space_problems(
+    spec, obs_space, action_space, *, algorithm: str = "the algorithm", env: str = "the env"
+) -> list[tuple[str, str]]:
     """(key, message) for each space of the env that `spec` (an AlgorithmSpec) does not train on; [] if none.
     `algorithm` and `env` only name them in the messages."""
     problems = []
     if not _is_one_of(action_space, spec.actions):
-        problems.append(("algorithm.name", f"algorithm {algorithm} needs {_describe(spec.actions, _KINDS)} actions "
-                                           f"({', '.join(spec.actions)}); {env} has {action_space}"))
+        problems.append(
+            (
+                "algorithm.name",
+                f"algorithm {algorithm} needs {_describe(spec.actions, _KINDS)} actions "
+                f"({', '.join(spec.actions)}); {env} has {action_space}",
+            )
+        )
     if not _is_one_of(obs_space, spec.observations):
-        problems.append(("algorithm.name", f"algorithm {algorithm} needs {_describe(spec.observations, _OBS_KINDS)} "
-                                           f"observations ({', '.join(spec.observations)}); {env} has {obs_space}"))
+        problems.append(
+            (
+                "algorithm.name",
+                f"algorithm {algorithm} needs {_describe(spec.observations, _OBS_KINDS)} "
+                f"observations ({', '.join(spec.observations)}); {env} has {obs_space}",
+            )
+        )
     return problems
 
 
@@ -76,8 +99,13 @@ def env_problems(exp) -> list[tuple[str, str]]:
             if problem not in problems:
                 problems.append(problem)
     if exp.opponents.rule != "none" and not problems and backends.agent_count(exp.env) < 2:
-        problems.append(("opponents.rule", f"self-play needs a game of several seats; {env_id} has one agent "
-                                           "(srl_hpc.envs.connect_four:connect_four is one of two)"))
+        problems.append(
+            (
+                "opponents.rule",
+                f"self-play needs a game of several seats; {env_id} has one agent "
+                "(srl_hpc.envs.connect_four:connect_four is one of two)",
+            )
+        )
     return problems
 
 
@@ -127,8 +155,11 @@ def _env_id_problem(env_id: str) -> str | None:
         gymnasium.spec(env_id)
     except gymnasium.error.Error:
         matches = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3, cutoff=0.6)
-        hint = (f"; did you mean {matches[0]}?" + (f" (or {', '.join(matches[1:])})" if matches[1:] else "")
-                if matches else " (a gymnasium id, or 'package.module:callable' for your own env)")
+        hint = (
+            f"; did you mean {matches[0]}?" + (f" (or {', '.join(matches[1:])})" if matches[1:] else "")
+            if matches
+            else " (a gymnasium id, or 'package.module:callable' for your own env)"
+        )
         return f"unknown env id {env_id!r}{hint}"
     return None
 

@@ -1,5 +1,6 @@
 """The `workers` section: how many workers of each kind a run has, and each kind's settings (rings, batching,
 devices, precision, restarts)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,13 +25,17 @@ class ActorConfig:
     max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
-        problems = [(k, f"must be >= 1, got {getattr(self, k)}")
-                    for k in ("count", "ring_size", "inference_splits", "segment_length") if getattr(self, k) < 1]
+        problems = [
+            (k, f"must be >= 1, got {getattr(self, k)}")
+            for k in ("count", "ring_size", "inference_splits", "segment_length")
+            if getattr(self, k) < 1
+        ]
         if self.max_restarts < 0:
             problems.append(("max_restarts", f"must be >= 0, got {self.max_restarts}"))
         if not problems and self.ring_size % self.inference_splits:
-            problems.append(("inference_splits",
-                             f"must divide ring_size ({self.ring_size}), got {self.inference_splits}"))
+            problems.append(
+                ("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}")
+            )
         return problems
 
 
@@ -38,6 +43,7 @@ class ActorConfig:
 class PolicyWorkerConfig:
     """Inference. Policy worker processes in the SRL placement; its settings (but count, which must then
     be 0) also apply to inference inside actors (impala) or on the trainer (seed)."""
+
     count: int = 1  # policy worker processes (per policy): >= 1 with placement "srl", at most actor.count; else 0
     max_batch: int = 256  # dynamic batching takes pending requests up to this many observations
     # "cpu", "cuda" (each CUDA worker of a node takes its next GPU) or "cuda:N"; impala: the actors' inference;
@@ -86,6 +92,7 @@ class TrainerConfig:
 @dataclass(frozen=True)
 class BufferConfig:
     """Replay buffer workers (off-policy algorithms): actors spread their segments over them."""
+
     count: int = 0  # buffer worker processes: >= 1 for dqn and vdn (at most actor.count), 0 for ppo and mappo
     # a buffer worker that dies or hangs is replaced (on the same ports, with an empty replay that the
     # actors refill), at most this many times per buffer; once more and the run stops, naming it and why
@@ -101,6 +108,7 @@ class EvalConfig:
     report (training returns mix policy versions and exploration). With self-play (opponents.rule) they rate
     the stored snapshots instead: `episodes` games against each opponent a round, moves sampled (greedy does
     not apply), Elo in the parameter database and the traces (srl_hpc/handlers/rating.py)."""
+
     count: int = 0  # evaluation worker processes, each playing its own rounds; 0: no evaluation
     interval: float = 30.0  # seconds from the start of one evaluation round to the start of the next (at least)
     episodes: int = 10  # per round: one episode on each of this many envs, with seeds no actor uses
@@ -109,8 +117,11 @@ class EvalConfig:
     greedy: bool = True
 
     def check(self) -> list[tuple[str, str]]:
-        return check_non_negative(self, ("count",)) + check_counts(self, ("episodes",)) + \
-            check_positive(self, ("interval",))
+        return (
+            check_non_negative(self, ("count",))
+            + check_counts(self, ("episodes",))
+            + check_positive(self, ("interval",))
+        )
 
 
 MAX_WORKERS_PER_KIND = 100_000  # several times the paper's largest run (15k actor cores)
@@ -135,18 +146,38 @@ class WorkersConfig:
             return [("parameter_fanout", f"must be >= 2 (a tree that branches), got {self.parameter_fanout}")]
         for kind in ("actor", "policy", "trainer", "buffer", "eval"):
             if getattr(self, kind).count > MAX_WORKERS_PER_KIND:
-                return [(f"{kind}.count", f"{getattr(self, kind).count:,} is more than one job can hold "
-                                          f"(at most {MAX_WORKERS_PER_KIND:,} per kind)")]
+                return [
+                    (
+                        f"{kind}.count",
+                        f"{getattr(self, kind).count:,} is more than one job can hold "
+                        f"(at most {MAX_WORKERS_PER_KIND:,} per kind)",
+                    )
+                ]
         if self.placement == "srl" and self.policy.count < 1:
             return [("policy.count", "the srl placement needs at least one policy worker")]
         if self.placement != "srl" and self.policy.count != 0:
-            return [("policy.count", f"must be 0 with placement {self.placement!r} (inference runs "
-                                     f"{'inside the actors' if self.placement == 'impala' else 'on the trainer'})")]
+            return [
+                (
+                    "policy.count",
+                    f"must be 0 with placement {self.placement!r} (inference runs "
+                    f"{'inside the actors' if self.placement == 'impala' else 'on the trainer'})",
+                )
+            ]
         if self.placement == "seed" and self.policy.device != self.trainer.device:
-            return [("policy.device", f"with placement 'seed' inference runs on the trainer's device "
-                                      f"({self.trainer.device!r}); set the same or leave both")]
+            return [
+                (
+                    "policy.device",
+                    f"with placement 'seed' inference runs on the trainer's device "
+                    f"({self.trainer.device!r}); set the same or leave both",
+                )
+            ]
         for kind in ("policy", "buffer"):
             if getattr(self, kind).count > self.actor.count:
-                return [(f"{kind}.count", f"{getattr(self, kind).count} {kind} workers for {self.actor.count} actor "
-                                          "workers: some would get nothing")]
+                return [
+                    (
+                        f"{kind}.count",
+                        f"{getattr(self, kind).count} {kind} workers for {self.actor.count} actor "
+                        "workers: some would get nothing",
+                    )
+                ]
         return []

@@ -3,6 +3,7 @@ Taxi) rather than in the observation. With `env.action_mask_from_info`, MaskFrom
 Dict observation, {"observation": the env's own, "action_mask": the mask}: PettingZoo's convention, the
 one the message contract (srl_hpc/streams/contract.py) and the models read, so the policy never chooses
 a masked action."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -19,8 +20,9 @@ class MaskFromInfo(gymnasium.Wrapper):
             width = int(space.nvec.sum())
         else:
             raise ValueError(f"env.action_mask_from_info: a mask needs Discrete or MultiDiscrete actions, not {space}")
-        self.observation_space = gymnasium.spaces.Dict({
-            "observation": env.observation_space, "action_mask": gymnasium.spaces.Box(0, 1, (width,), np.int8)})
+        self.observation_space = gymnasium.spaces.Dict(
+            {"observation": env.observation_space, "action_mask": gymnasium.spaces.Box(0, 1, (width,), np.int8)}
+        )
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)

@@ -22,6 +22,7 @@ Several policies (the experiment's `policies`) split the agents into teams: `Tea
 of its own (env-major over the team's agents), with the team's own observation and action spaces, and
 steps the env once all teams' actions are in.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -48,18 +49,22 @@ def state_size(env) -> int:
 def assign_teams(agents: list[str], policies: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
     """policy -> its agents (in the env's order), by the policies' fnmatch patterns; every agent matches exactly
     one policy and every policy at least one agent, or the error names which does not."""
-    teams = {name: [a for a in agents if any(fnmatch.fnmatchcase(a, p) for p in patterns)]
-             for name, patterns in policies.items()}
+    teams = {
+        name: [a for a in agents if any(fnmatch.fnmatchcase(a, p) for p in patterns)]
+        for name, patterns in policies.items()
+    }
     for agent in agents:
         owners = [name for name, members in teams.items() if agent in members]
         if len(owners) != 1:
             matches = "no policy" if not owners else "policies " + ", ".join(owners)
-            raise ValueError(f"agent {agent!r} matches {matches} "
-                             f"(policies: {dict(policies)}; the env's agents: {agents})")
+            raise ValueError(
+                f"agent {agent!r} matches {matches} (policies: {dict(policies)}; the env's agents: {agents})"
+            )
     for name, members in teams.items():
         if not members:
-            raise ValueError(f"policy {name!r} matches none of the env's agents {agents} "
-                             f"(patterns {list(policies[name])})")
+            raise ValueError(
+                f"policy {name!r} matches none of the env's agents {agents} (patterns {list(policies[name])})"
+            )
     return teams
 
 
@@ -74,15 +79,19 @@ class Team:
         own, self.single_action_space = env.observation_space(first), env.action_space(first)
         for a in agents[1:]:
             if (env.observation_space(a), env.action_space(a)) != (own, self.single_action_space):
-                raise ValueError(f"agents {first!r} and {a!r} have different observation or action spaces: "
-                                 "one policy cannot act for both")
+                raise ValueError(
+                    f"agents {first!r} and {a!r} have different observation or action spaces: "
+                    "one policy cannot act for both"
+                )
         self.state_size = state_size
         self.single_observation_space = own
         if state_size:
             state = env.state_space
             self.single_observation_space = gymnasium.spaces.Box(
                 np.concatenate([np.ravel(own.low), np.ravel(state.low)]),
-                np.concatenate([np.ravel(own.high), np.ravel(state.high)]), dtype=np.float32)
+                np.concatenate([np.ravel(own.high), np.ravel(state.high)]),
+                dtype=np.float32,
+            )
         self.k = len(agents)
         self.num_envs = num_envs * self.k  # rows
         space = self.single_observation_space
@@ -100,22 +109,22 @@ class Team:
     def place(self, i: int, observations: dict, state: np.ndarray | None = None) -> None:
         if isinstance(self.obs, dict):
             for key, rows in self.obs.items():
-                rows = rows[i * self.k:(i + 1) * self.k]
+                rows = rows[i * self.k : (i + 1) * self.k]
                 rows[:] = 0  # the rows of absent agents
                 for k, agent in enumerate(self.agents):
                     if agent in observations:
                         rows[k] = observations[agent][key]
             return
-        rows = self.obs[i * self.k:(i + 1) * self.k]
+        rows = self.obs[i * self.k : (i + 1) * self.k]
         rows[:] = 0  # the rows of absent agents
         for k, agent in enumerate(self.agents):
             if agent in observations:
                 if self.state_size:
-                    rows[k, :-self.state_size] = np.ravel(observations[agent])
+                    rows[k, : -self.state_size] = np.ravel(observations[agent])
                 else:
                     rows[k] = observations[agent]
         if self.state_size:
-            rows[:, -self.state_size:] = np.ravel(state)
+            rows[:, -self.state_size :] = np.ravel(state)
 
     def present(self, envs: list) -> np.ndarray:
         return np.array([agent in env.agents for env in envs for agent in self.agents])
@@ -153,8 +162,12 @@ class TeamRows:
                 self._place(i, observations)
                 self._needs_reset[i] = False
                 continue
-            acting = {a: actions[n][i * t.k + k] for n, t in enumerate(self.teams) for k, a in enumerate(t.agents)
-                      if a in env.agents}
+            acting = {
+                a: actions[n][i * t.k + k]
+                for n, t in enumerate(self.teams)
+                for k, a in enumerate(t.agents)
+                if a in env.agents
+            }
             observations, reward, term, trunc, _ = env.step(acting)
             self._place(i, observations)
             for n, team in enumerate(self.teams):
@@ -165,8 +178,10 @@ class TeamRows:
                         terminated[n][row] = bool(term.get(agent, False))
                         truncated[n][row] = bool(trunc.get(agent, False))
             self._needs_reset[i] = not env.agents
-        return [(team.observations(), rewards[n], terminated[n], truncated[n], {"present": team.present(self.envs)})
-                for n, team in enumerate(self.teams)]
+        return [
+            (team.observations(), rewards[n], terminated[n], truncated[n], {"present": team.present(self.envs)})
+            for n, team in enumerate(self.teams)
+        ]
 
     def close(self, **kwargs):
         for env in self.envs:

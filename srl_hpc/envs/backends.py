@@ -19,6 +19,7 @@ action and returns the first observation of the next episode. Actors mark that s
 observation an episode ended on comes back once as a regular observation (the bootstrap of a truncation).
 Vectorised backends start one thread per group: scale with actor processes, not threads.
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -29,7 +30,7 @@ from srl_hpc.dotted import load_object
 from srl_hpc.envs import agents, pool
 from srl_hpc.envs.action_masks import MaskFromInfo
 
-SEED_SPACE = 2 ** 31  # ALE and envpool take signed 32-bit seeds
+SEED_SPACE = 2**31  # ALE and envpool take signed 32-bit seeds
 
 
 def first_seed(seed: int, num_envs: int) -> int:
@@ -63,8 +64,9 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0, global_state: bool = F
         first = make_env(env_cfg)
         if agents.is_parallel_env(first):  # a multi-agent env: a row per (env, agent)
             return agents.AgentRows([first] + [make_env(env_cfg) for _ in range(num_envs - 1)], global_state)
-        return SyncVectorEnv([lambda: first] + [lambda: make_env(env_cfg)] * (num_envs - 1),
-                             autoreset_mode=AutoresetMode.NEXT_STEP)
+        return SyncVectorEnv(
+            [lambda: first] + [lambda: make_env(env_cfg)] * (num_envs - 1), autoreset_mode=AutoresetMode.NEXT_STEP
+        )
     if backend == "vector":
         kwargs = dict(env_cfg.kwargs)
         if env_cfg.atari is not None:
@@ -75,13 +77,16 @@ def make_env_group(env_cfg, num_envs: int, seed: int = 0, global_state: bool = F
     return pool.make_pool(env_cfg, num_envs, seed)
 
 
-def make_env_teams(env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]], global_state: bool = False
-                   ) -> agents.TeamRows:
+def make_env_teams(
+    env_cfg, num_envs: int, policies: dict[str, tuple[str, ...]], global_state: bool = False
+) -> agents.TeamRows:
     """`num_envs` multi-agent envs whose agents are split among `policies` (name -> agent patterns), in their order."""
     envs = [make_env(env_cfg) for _ in range(num_envs)]
     if not agents.is_parallel_env(envs[0]):
-        raise ValueError(f"`policies` splits a multi-agent env's agents, but env.id {env_cfg.id!r} is not one "
-                         "(no PettingZoo parallel API)")
+        raise ValueError(
+            f"`policies` splits a multi-agent env's agents, but env.id {env_cfg.id!r} is not one "
+            "(no PettingZoo parallel API)"
+        )
     teams = agents.assign_teams(list(envs[0].possible_agents), policies)
     return agents.TeamRows(envs, list(teams.values()), global_state)
 
@@ -91,8 +96,9 @@ def resolve_backend(env_cfg) -> str:
     backend = env_cfg.backend
     if env_cfg.action_mask_from_info:
         if backend not in ("auto", "sync"):
-            raise ValueError(f"env.backend is {backend!r} but env.action_mask_from_info wraps each env: "
-                             "use 'sync' or 'auto'")
+            raise ValueError(
+                f"env.backend is {backend!r} but env.action_mask_from_info wraps each env: use 'sync' or 'auto'"
+            )
         return "sync"
     if is_factory(env_cfg.id):
         if backend not in ("auto", "sync"):
@@ -100,8 +106,10 @@ def resolve_backend(env_cfg) -> str:
         return "sync"
     has_vector = _vector_entry_point(env_cfg.id) is not None
     if backend == "vector" and not has_vector:
-        raise ValueError(f"env.backend is 'vector' but {env_cfg.id!r} has no vectorised implementation "
-                         "(no vector_entry_point in its gymnasium registration); use 'sync'")
+        raise ValueError(
+            f"env.backend is 'vector' but {env_cfg.id!r} has no vectorised implementation "
+            "(no vector_entry_point in its gymnasium registration); use 'sync'"
+        )
     if backend == "auto" and has_vector:
         return "vector"
     if backend == "envpool" or (backend == "auto" and env_cfg.id in pool.SAME_TASK):
@@ -135,8 +143,9 @@ def register_namespace(env_id: str) -> None:
         minatar.gym.register_envs()
 
 
-def spaces(env_cfg, policies: dict | None = None, policy: str = "", global_state: bool = False
-           ) -> tuple[gymnasium.Space, gymnasium.Space]:
+def spaces(
+    env_cfg, policies: dict | None = None, policy: str = "", global_state: bool = False
+) -> tuple[gymnasium.Space, gymnasium.Space]:
     """Single-env observation and action spaces (a multi-agent env's: each agent's; with `policies`, those of
     `policy`'s agents; with global_state, and the env's state after it), from a throw-away group of one (the
     backend actors use)."""

@@ -9,6 +9,7 @@ the 7 columns and the pass. Reward +1 for a win, -1 for a loss, 0 for a draw, on
 reads the mover's observation: it takes a winning column if it has one, else blocks a column where the other
 would win, else plays a random legal one.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,10 +28,12 @@ def connect_four() -> TurnTaking:
 def has_four(pieces: np.ndarray) -> bool:
     """Whether a (6, 7) bool board has four in a row: across, down or along either diagonal."""
     b = pieces
-    return bool((b[:, :-3] & b[:, 1:-2] & b[:, 2:-1] & b[:, 3:]).any()
-                or (b[:-3] & b[1:-2] & b[2:-1] & b[3:]).any()
-                or (b[:-3, :-3] & b[1:-2, 1:-2] & b[2:-1, 2:-1] & b[3:, 3:]).any()
-                or (b[3:, :-3] & b[2:-1, 1:-2] & b[1:-2, 2:-1] & b[:-3, 3:]).any())
+    return bool(
+        (b[:, :-3] & b[:, 1:-2] & b[:, 2:-1] & b[:, 3:]).any()
+        or (b[:-3] & b[1:-2] & b[2:-1] & b[3:]).any()
+        or (b[:-3, :-3] & b[1:-2, 1:-2] & b[2:-1, 2:-1] & b[3:, 3:]).any()
+        or (b[3:, :-3] & b[2:-1, 1:-2] & b[1:-2, 2:-1] & b[:-3, 3:]).any()
+    )
 
 
 def drop(pieces: np.ndarray, occupied: np.ndarray, column: int) -> np.ndarray:
@@ -56,4 +59,5 @@ def one_ply_player(rng: np.random.Generator):
                 if has_four(drop(pieces, occupied, column)):
                     return int(column)
         return int(rng.choice(legal))
+
     return choose

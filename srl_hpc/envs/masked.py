@@ -5,6 +5,7 @@ tell the state and a policy needs memory (model.rnn) to act well.
 velocities must be inferred from how they change. A feed-forward policy sees one frame and cannot tell
 which way the pole is falling.
 """
+
 from __future__ import annotations
 
 import gymnasium

@@ -18,6 +18,7 @@ separate record of it (its `discount` is 0 at every episode end), so `EndOfEpiso
 task's own termination condition from the final observation, on the steps envpool marks truncated only,
 for the ids it knows (TERMINAL); other ids keep envpool's flags (documented, not corrected).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -99,11 +100,18 @@ def make_pool(env_cfg, num_envs: int, seed: int):
     kwargs = dict(env_cfg.kwargs)
     atari = env_cfg.atari
     if atari is not None:
-        kwargs = {"repeat_action_probability": 0.25 if env_cfg.id.endswith("-v5") else 0.0,  # v5: sticky actions
-                  "frame_skip": atari.frame_skip, "noop_max": atari.noop_max, "img_height": atari.screen_size,
-                  "img_width": atari.screen_size, "stack_num": atari.frame_stack,
-                  "episodic_life": atari.terminal_on_life_loss, "reward_clip": False, "use_fire_reset": False,
-                  **kwargs}
+        kwargs = {
+            "repeat_action_probability": 0.25 if env_cfg.id.endswith("-v5") else 0.0,  # v5: sticky actions
+            "frame_skip": atari.frame_skip,
+            "noop_max": atari.noop_max,
+            "img_height": atari.screen_size,
+            "img_width": atari.screen_size,
+            "stack_num": atari.frame_stack,
+            "episodic_life": atari.terminal_on_life_loss,
+            "reward_clip": False,
+            "use_fire_reset": False,
+            **kwargs,
+        }
     envs = envpool.make_gymnasium(task_id(env_cfg.id), num_envs=num_envs, num_threads=1, seed=seed, **kwargs)
     terminal = TERMINAL.get(env_cfg.id)
     return envs if terminal is None else EndOfEpisode(envs, terminal)

@@ -8,6 +8,7 @@
 - `srl_hpc/TicTacToe-v0` (tictactoe.py): a two-player board game against a fixed random opponent, with
   an action mask in the observation (PettingZoo's convention).
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -37,9 +38,12 @@ class DictCartPole(gymnasium.ObservationWrapper):
     def __init__(self, env: CartPoleEnv):
         super().__init__(env)
         low, high = env.observation_space.low, env.observation_space.high
-        self.observation_space = gymnasium.spaces.Dict({
-            "cart": gymnasium.spaces.Box(low[:2], high[:2], dtype=np.float32),
-            "pole": gymnasium.spaces.Box(low[2:], high[2:], dtype=np.float32)})
+        self.observation_space = gymnasium.spaces.Dict(
+            {
+                "cart": gymnasium.spaces.Box(low[:2], high[:2], dtype=np.float32),
+                "pole": gymnasium.spaces.Box(low[2:], high[2:], dtype=np.float32),
+            }
+        )
 
     def observation(self, observation):
         return {"cart": observation[:2], "pole": observation[2:]}

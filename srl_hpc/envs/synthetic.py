@@ -5,6 +5,7 @@ cluster it does: here hundreds of actors share two) plus `cpu_seconds` of busy w
 `obs_size` float32 values. It is learnable, so that a run trains on something: the reward is 1 when the
 action is the index of the largest of the first `n_actions` observation values.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,14 @@ import numpy as np
 
 
 class Synthetic(gymnasium.Env):
-    def __init__(self, obs_size: int = 4, n_actions: int = 2, step_seconds: float = 0.0, cpu_seconds: float = 0.0,
-                 episode_length: int = 200):
+    def __init__(
+        self,
+        obs_size: int = 4,
+        n_actions: int = 2,
+        step_seconds: float = 0.0,
+        cpu_seconds: float = 0.0,
+        episode_length: int = 200,
+    ):
         if obs_size < n_actions or n_actions < 2:
             raise ValueError(f"need obs_size >= n_actions >= 2, got obs_size {obs_size}, n_actions {n_actions}")
         self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
@@ -40,6 +47,6 @@ class Synthetic(gymnasium.Env):
             end = time.perf_counter() + self.cpu_seconds
             while time.perf_counter() < end:
                 pass
-        reward = float(int(action) == int(np.argmax(self.obs[:self.action_space.n])))
+        reward = float(int(action) == int(np.argmax(self.obs[: self.action_space.n])))
         self.steps += 1
         return self._observe(), reward, False, self.steps >= self.episode_length, {}

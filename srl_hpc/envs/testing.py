@@ -1,4 +1,5 @@
 """Environments that misbehave on purpose, to check a setup end to end: a crash, a slow step."""
+
 from __future__ import annotations
 
 import time

@@ -6,6 +6,7 @@ and the opponent's marks, "action_mask": (9,) int8, 1 where the square is free}.
 for a loss, 0 for a draw, at the end. An action the mask forbids is a bug in whoever chose it, so the env
 refuses it (AssertionError) instead of letting PettingZoo end the game as a loss.
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -21,9 +22,12 @@ class TicTacToe(gymnasium.Env):
         self.game = tictactoe_v3.env()
         self.game.reset()
         self.me, self.opponent = self.game.possible_agents
-        self.observation_space = gymnasium.spaces.Dict({
-            "observation": gymnasium.spaces.Box(0, 1, (3, 3, 2), np.int8),
-            "action_mask": gymnasium.spaces.Box(0, 1, (9,), np.int8)})
+        self.observation_space = gymnasium.spaces.Dict(
+            {
+                "observation": gymnasium.spaces.Box(0, 1, (3, 3, 2), np.int8),
+                "action_mask": gymnasium.spaces.Box(0, 1, (9,), np.int8),
+            }
+        )
         self.action_space = gymnasium.spaces.Discrete(9)
         self.rng = np.random.default_rng()
 
@@ -50,5 +54,7 @@ class TicTacToe(gymnasium.Env):
 
     def _observation(self) -> dict:
         obs = self.game.observe(self.me)
-        return {"observation": np.asarray(obs["observation"], np.int8),
-                "action_mask": np.asarray(obs["action_mask"], np.int8)}
+        return {
+            "observation": np.asarray(obs["observation"], np.int8),
+            "action_mask": np.asarray(obs["action_mask"], np.int8),
+        }

@@ -10,6 +10,7 @@ the game ends, whoever moved; advantages and values need no gaps. A step is one 
 A move the mask forbids is a bug in whoever chose it, so the env refuses it (AssertionError) instead of
 letting the game end as a loss.
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -29,9 +30,12 @@ class TurnTaking:
         first = self.possible_agents[0]
         self.moves = int(game.action_space(first).n)
         self.pass_action = self.moves  # the action of every player whose turn it is not
-        self._observation_space = gymnasium.spaces.Dict({
-            "observation": game.observation_space(first)["observation"],
-            "action_mask": gymnasium.spaces.Box(0, 1, (self.moves + 1,), np.int8)})
+        self._observation_space = gymnasium.spaces.Dict(
+            {
+                "observation": game.observation_space(first)["observation"],
+                "action_mask": gymnasium.spaces.Box(0, 1, (self.moves + 1,), np.int8),
+            }
+        )
         self._action_space = gymnasium.spaces.Discrete(self.moves + 1)
 
     def observation_space(self, agent: str) -> gymnasium.Space:
@@ -70,7 +74,7 @@ class TurnTaking:
             obs = self.game.observe(agent)
             mask = np.zeros(self.moves + 1, np.int8)
             if agent == self.game.agent_selection and not over:
-                mask[:self.moves] = obs["action_mask"]
+                mask[: self.moves] = obs["action_mask"]
             else:
                 mask[self.moves] = 1
             out[agent] = {"observation": np.asarray(obs["observation"], np.int8), "action_mask": mask}

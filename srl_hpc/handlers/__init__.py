@@ -7,6 +7,7 @@ poll() until the run stops, finish(), close(). The first handler a worker hosts 
 main loop; other active ones get a thread each; passive ones (active = False) are only called by the
 handlers beside them (a policy handler inside an actor answers its inference requests inline).
 """
+
 from __future__ import annotations
 
 import importlib

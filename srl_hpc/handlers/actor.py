@@ -10,6 +10,7 @@ With several policies each ring group's envs are TeamRows: every policy has its 
 own request per group to one of its policy workers and its own segments to its trainers (a PolicyLink
 each); the envs step once every policy's reply for the group is in.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,34 +55,49 @@ class ActorHandler(Handler):
         per_group = a.ring_size // a.inference_splits
         self.state_size = exp.model.state_size
         gamma = getattr(exp.algorithm, "gamma", 0.99)
-        logging.getLogger(__name__).info("%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id,
-                                         exp.env.backend, resolve_backend(exp.env))  # what auto picked
+        logging.getLogger(__name__).info(
+            "%d envs of %s, env.backend %s: %s", a.ring_size, exp.env.id, exp.env.backend, resolve_backend(exp.env)
+        )  # what auto picked
         acted_for = self.graph.acted_for(self.name)
-        self.contracts = [Contract.of(*spaces(exp.env, exp.policies, policy, reads_global_state(exp.algorithm)),
-                                      self.spec, exp) for policy in acted_for]
+        self.contracts = [
+            Contract.of(*spaces(exp.env, exp.policies, policy, reads_global_state(exp.algorithm)), self.spec, exp)
+            for policy in acted_for
+        ]
         self.team_rows = []  # per ring group, with `policies`: the envs every policy's rows step in
         pool = None  # self-play: the past versions opponents are drawn from
         if exp.opponents.rule != "none":
-            pool = OpponentPool(ParameterDB(worker.run_dir.parameters_of("")), exp.opponents.rule,
-                                np.random.default_rng(seed), exp.opponents.pfsp_power, exp.opponents.pool,
-                                exp.opponents.fixed, make_env(exp.env) if exp.opponents.fixed else None)
+            pool = OpponentPool(
+                ParameterDB(worker.run_dir.parameters_of("")),
+                exp.opponents.rule,
+                np.random.default_rng(seed),
+                exp.opponents.pfsp_power,
+                exp.opponents.pool,
+                exp.opponents.fixed,
+                make_env(exp.env) if exp.opponents.fixed else None,
+            )
         groups = []  # per ring group: one RingGroup per policy
         for g in range(a.inference_splits):
             group_seed = seed + g * per_group
             if exp.policies:
                 rows = make_env_teams(exp.env, per_group, exp.policies, reads_global_state(exp.algorithm))
                 self.team_rows.append(rows)
-                groups.append([RingGroup(None, a.segment_length, group_seed, self.contracts[p], first, gamma)
-                               for p, first in enumerate(rows.reset(seed=group_seed))])
+                groups.append(
+                    [
+                        RingGroup(None, a.segment_length, group_seed, self.contracts[p], first, gamma)
+                        for p, first in enumerate(rows.reset(seed=group_seed))
+                    ]
+                )
             else:
                 envs = make_env_group(exp.env, per_group, group_seed, reads_global_state(exp.algorithm))
                 seats = None if pool is None else Seats(per_group, envs.k, pool, first=index + g)
-                groups.append([RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma,
-                                         seats=seats)])
+                groups.append(
+                    [RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma, seats=seats)]
+                )
         self.links = [PolicyLink(name, [gs[p] for gs in groups]) for p, name in enumerate(acted_for)]
         # episodes are reported per policy (the controller's index) with several policies or in a population
-        self.policy_index = [self.graph.policies().index(name) for name in acted_for] \
-            if exp.policies or exp.population.size else None
+        self.policy_index = (
+            [self.graph.policies().index(name) for name in acted_for] if exp.policies or exp.population.size else None
+        )
         self.explore = self.spec.explore(exp.algorithm, index, a.count)  # sent with every inference request
         self.next_group = 0
         self.frames_per_step = exp.env.frames_per_step  # Atari: agent steps x frame skip
@@ -97,20 +113,30 @@ class ActorHandler(Handler):
 
     def connect(self, table):
         for link in self.links:
-            (stream,) = [s for s in self.graph.servers_for("inference", self.name)
-                         if self.graph.worker(s.server).policy == link.name]
+            (stream,) = [
+                s
+                for s in self.graph.servers_for("inference", self.name)
+                if self.graph.worker(s.server).policy == link.name
+            ]
             if stream.transport == "inline":
                 link.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
             else:
                 link.inference = self._client(table, stream, link)
-            servers = [s.server for s in self.graph.servers_for("samples", self.name)
-                       if self.graph.worker(s.server).policy == link.name]
+            servers = [
+                s.server
+                for s in self.graph.servers_for("samples", self.name)
+                if self.graph.worker(s.server).policy == link.name
+            ]
             if self.graph.servers_for("credits", self.name):  # trainers: each segment with its trainer's leave
-                link.samples = GatedProducer(self.worker.ctx, self.name, [
-                    (endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers])
+                link.samples = GatedProducer(
+                    self.worker.ctx,
+                    self.name,
+                    [(endpoints.address(table, t, "samples"), endpoints.address(table, t, "credits")) for t in servers],
+                )
             else:  # buffers: any of them, as fast as they take it
-                link.samples = SampleProducer(self.worker.ctx,
-                                              [endpoints.address(table, b, "samples") for b in servers])
+                link.samples = SampleProducer(
+                    self.worker.ctx, [endpoints.address(table, b, "samples") for b in servers]
+                )
 
     def _client(self, table: dict, stream, link: PolicyLink) -> InferenceClient | ShmInferenceClient:
         same_node = endpoints.same_node(table, stream.server, self.name)
@@ -122,9 +148,15 @@ class ActorHandler(Handler):
         obs = link.groups[0].obs
         segment = self.name + (f"-{link.name}" if link.name else "")  # one shared-memory segment per policy
         contract = link.groups[0].contract
-        return ShmInferenceClient(unix.socket_path(self.worker.run_dir.root, stream.server), len(link.groups), len(obs),
-                                  obs.shape[1:], obs.dtype, contract.reply_fields(),
-                                  name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation))
+        return ShmInferenceClient(
+            unix.socket_path(self.worker.run_dir.root, stream.server),
+            len(link.groups),
+            len(obs),
+            obs.shape[1:],
+            obs.dtype,
+            contract.reply_fields(),
+            name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation),
+        )
 
     def close(self):
         for link in self.links:
@@ -220,8 +252,15 @@ class ActorHandler(Handler):
             link.inference.send(g, group.obs, self._meta(group), group.hidden)
         t3 = time.perf_counter()
         # request_seconds: sending the next request; with the inline transport, the inference itself
-        self.trace.record("env_step", group=g, envs=groups[0].n, step_seconds=t2 - t1, request_seconds=t3 - t2,
-                          wait_seconds=t1 - t0, inference_latency=t1 - self._sent_at[g])
+        self.trace.record(
+            "env_step",
+            group=g,
+            envs=groups[0].n,
+            step_seconds=t2 - t1,
+            request_seconds=t3 - t2,
+            wait_seconds=t1 - t0,
+            inference_latency=t1 - self._sent_at[g],
+        )
         self._sent_at[g] = t3
         for link, group in enumerate(groups):
             for ret, length in group.finished_episodes:
@@ -275,6 +314,10 @@ class ActorHandler(Handler):
 
     def stats(self) -> dict:
         returns, self._returns = self._returns, []
-        return {"env_frames": self.env_frames, "frames_sent": self.frames_sent,
-                "frames_discarded": self.frames_discarded, "episodes": self.episodes,
-                ("returns" if self.policy_index is None else "policy_returns"): returns}
+        return {
+            "env_frames": self.env_frames,
+            "frames_sent": self.frames_sent,
+            "frames_discarded": self.frames_discarded,
+            "episodes": self.episodes,
+            ("returns" if self.policy_index is None else "policy_returns"): returns,
+        }

@@ -1,5 +1,6 @@
 """Where a trainer's batches come from (the graph says which): segments from the actors, assembled and
 checked for policy lag (on-policy), or batches the buffer workers sampled (off-policy)."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,18 @@ DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" whil
 class BatchAssembler:
     """Segments -> training batches of exactly `batch_segments` env segments. Counts every frame."""
 
-    def __init__(self, samples: SampleConsumer, credits: CreditLedger, fields: tuple[str, ...], batch_segments: int,
-                 max_lag: int | None, prepare, current_version, trace, frames_per_step: int = 1):
+    def __init__(
+        self,
+        samples: SampleConsumer,
+        credits: CreditLedger,
+        fields: tuple[str, ...],
+        batch_segments: int,
+        max_lag: int | None,
+        prepare,
+        current_version,
+        trace,
+        frames_per_step: int = 1,
+    ):
         self.samples = samples
         self.credits = credits
         self.poller = zmq.Poller()
@@ -90,7 +101,6 @@ class BatchAssembler:
         self.frames_dropped += frames
         self._parts, self.held_segments = [], 0
 
-
     def trained(self, wait_seconds: float, compute_seconds: float) -> None:
         """Flow control: a trainer kept waiting lets more be filled at once."""
         self.credits.trained(wait_seconds, compute_seconds)
@@ -101,8 +111,12 @@ class BatchAssembler:
     def stats(self) -> dict:
         """Frames received and dropped, and the policy lag of the segments accepted since the last call."""
         lags, self.lags = self.lags, []
-        return {"frames_received": self.frames_received, "frames_dropped": self.frames_dropped,
-                "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags)}
+        return {
+            "frames_received": self.frames_received,
+            "frames_dropped": self.frames_dropped,
+            "lag_sum": int(np.sum(lags)) if lags else 0,
+            "lag_count": len(lags),
+        }
 
     def drain(self, worker) -> None:
         """At stop, after the checkpoint: account for in-flight frames, receiving (and dropping, counted)
@@ -132,9 +146,14 @@ class ReplayReceiver:
         if msg is None:
             return None
         a = msg.arrays
-        return {"tensors": self.prepare(a), "frames": 0, "transitions": len(a["actions"]),
-                "source": msg.meta["buffer"], "incarnation": msg.meta["incarnation"],
-                "indices": np.array(a["indices"])}
+        return {
+            "tensors": self.prepare(a),
+            "frames": 0,
+            "transitions": len(a["actions"]),
+            "source": msg.meta["buffer"],
+            "incarnation": msg.meta["incarnation"],
+            "indices": np.array(a["indices"]),
+        }
 
     def trained(self, wait_seconds: float, compute_seconds: float) -> None:
         """(The buffers pace the actors.)"""

@@ -6,6 +6,7 @@ run's env frames as the step, so the curves of a resumed run go on where they st
 - Weights & Biases (monitor.wandb: {project: ...}, when the wandb package is installed): the same scalars
   in a W&B run kept in RUN/wandb/, offline by default; every attempt of a run logs to the same W&B run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,16 @@ class Board:
 
             cfg = exp.monitor.wandb
             run_id = hashlib.sha1(str(run_dir.root.resolve()).encode()).hexdigest()[:16]  # the same for every attempt
-            self._wandb = wandb.init(project=cfg.project, entity=cfg.entity, mode=cfg.mode, dir=str(run_dir.root),
-                                     name=run_dir.root.name, id=run_id, resume="allow", config=to_dict(exp))
+            self._wandb = wandb.init(
+                project=cfg.project,
+                entity=cfg.entity,
+                mode=cfg.mode,
+                dir=str(run_dir.root),
+                name=run_dir.root.name,
+                id=run_id,
+                resume="allow",
+                config=to_dict(exp),
+            )
             self.where.append(f"W&B ({cfg.mode}): {self._wandb.dir}")
 
     def write(self, step: int, scalars: dict[str, float | None]) -> None:

@@ -21,6 +21,7 @@ Frame accounting: every frame received is stored (as a transition, or a step of 
 dropped at stop (the last n steps of each stream, or its last segment, which never got their n-step
 future), and counted either way. Never imports torch.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,15 +47,23 @@ def team_steps(seg: dict[str, np.ndarray], agents: int, actor: str) -> dict[str,
     agent's observation and action, the agents' mean reward; the team's episode ends when its agents' do."""
     valid = seg["valid"].reshape(-1, agents, seg["valid"].shape[1])
     if (valid.any(1) != valid.all(1)).any():
-        raise ValueError(f"{actor}: an agent left its env while others played on; value decomposition needs every "
-                         "agent at every step")
+        raise ValueError(
+            f"{actor}: an agent left its env while others played on; value decomposition needs every "
+            "agent at every step"
+        )
 
     def by_team(a):  # (E * agents, T, ...) -> (E, T, agents, ...)
         return np.swapaxes(a.reshape(-1, agents, *a.shape[1:]), 1, 2)
 
-    return {"obs": by_team(seg["obs"]), "actions": by_team(seg["actions"]), "valid": valid.all(1),
-            "rewards": by_team(seg["rewards"]).mean(-1), "dones": by_team(seg["dones"]).all(-1),
-            "terminated": by_team(seg["terminated"]).all(-1), "versions": by_team(seg["versions"]).min(-1)}
+    return {
+        "obs": by_team(seg["obs"]),
+        "actions": by_team(seg["actions"]),
+        "valid": valid.all(1),
+        "rewards": by_team(seg["rewards"]).mean(-1),
+        "dones": by_team(seg["dones"]).all(-1),
+        "terminated": by_team(seg["terminated"]).all(-1),
+        "versions": by_team(seg["versions"]).min(-1),
+    }
 
 
 def sequences(previous: dict | None, last: dict, following: dict, n: int, burn_in: bool) -> dict[str, np.ndarray]:
@@ -98,17 +107,23 @@ class BufferHandler(Handler):
     def bind(self):
         contract = Contract.of(*spaces(self.exp.env), self.spec, self.exp)
         actors = [w.name for w in self.graph.hosts("actor")]
-        self.samples = SampleConsumer(self.worker.ctx,
-                                      contract.segment_layout(self.exp.workers.actor.segment_length, actors))
-        self.priorities = SampleConsumer(self.worker.ctx, priorities_layout(self.cfg.replay_capacity),
-                                         high_water_mark=16)
+        self.samples = SampleConsumer(
+            self.worker.ctx, contract.segment_layout(self.exp.workers.actor.segment_length, actors)
+        )
+        self.priorities = SampleConsumer(
+            self.worker.ctx, priorities_layout(self.cfg.replay_capacity), high_water_mark=16
+        )
         reuse = self.worker.ports  # a replacement's: its predecessor's ports
-        return {"samples": self.samples.bind(reuse.get("samples")),
-                "priorities": self.priorities.bind(reuse.get("priorities"))}
+        return {
+            "samples": self.samples.bind(reuse.get("samples")),
+            "priorities": self.priorities.bind(reuse.get("priorities")),
+        }
 
     def connect(self, table):
-        self.batches = SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "replay")
-                                                        for s in self.graph.servers_for("replay", self.name)])
+        self.batches = SampleProducer(
+            self.worker.ctx,
+            [endpoints.address(table, s.server, "replay") for s in self.graph.servers_for("replay", self.name)],
+        )
         # made once (poll runs thousands of times a second): inputs only, and inputs + room to send a batch
         self._inputs, self._inputs_and_room = zmq.Poller(), zmq.Poller()
         for poller in (self._inputs, self._inputs_and_room):
@@ -132,9 +147,15 @@ class BufferHandler(Handler):
         t3 = time.perf_counter()
         sent = self.batches.socket in ready and self._send_batch()
         if ready:
-            self.trace.record("buffer_step", wait_seconds=t1 - t0, store_seconds=t2 - t1,
-                              priority_seconds=t3 - t2, sample_seconds=time.perf_counter() - t3, sent=int(sent),
-                              size=len(self.replay) if self.replay else 0)
+            self.trace.record(
+                "buffer_step",
+                wait_seconds=t1 - t0,
+                store_seconds=t2 - t1,
+                priority_seconds=t3 - t2,
+                sample_seconds=time.perf_counter() - t3,
+                sent=int(sent),
+                size=len(self.replay) if self.replay else 0,
+            )
 
     def _store(self, msg: wire.Message) -> None:
         seg = msg.arrays
@@ -157,8 +178,11 @@ class BufferHandler(Handler):
         stored = len(transitions["actions"])
         if self.replay is None:
             self.replay = PrioritizedReplay(
-                self.cfg.replay_capacity, {k: (v.shape[1:], v.dtype) for k, v in transitions.items()},
-                alpha=self.cfg.priority_alpha, seed=self.rng_seed)
+                self.cfg.replay_capacity,
+                {k: (v.shape[1:], v.dtype) for k, v in transitions.items()},
+                alpha=self.cfg.priority_alpha,
+                seed=self.rng_seed,
+            )
         if stored:
             self.replay.add(transitions)
         self.frames_consumed += stored * max(1, self.team) * self.frames_per_step
@@ -174,8 +198,9 @@ class BufferHandler(Handler):
         items = sequences(previous, last, seg, self.n_step, self.burn_in)
         if self.replay is None:
             fields = {k: (v.shape[1:], v.dtype) for k, v in items.items()}
-            self.replay = PrioritizedReplay(self.cfg.replay_capacity, fields,
-                                            alpha=self.cfg.priority_alpha, seed=self.rng_seed)
+            self.replay = PrioritizedReplay(
+                self.cfg.replay_capacity, fields, alpha=self.cfg.priority_alpha, seed=self.rng_seed
+            )
         self.replay.add(items)
         return int(last["valid"].sum())
 
@@ -204,8 +229,11 @@ class BufferHandler(Handler):
         if self._ratio_reached():
             return False
         indices, items, weights = self.replay.sample(self.cfg.batch_size, self.cfg.priority_beta)
-        msg = wire.pack("replay", {"buffer": self.name, "incarnation": self.worker.incarnation},
-                        {**items, "weights": weights, "indices": indices})
+        msg = wire.pack(
+            "replay",
+            {"buffer": self.name, "incarnation": self.worker.incarnation},
+            {**items, "weights": weights, "indices": indices},
+        )
         sent = self.batches.try_send(msg, 0)
         self.batches_sent += sent
         return sent
@@ -221,7 +249,7 @@ class BufferHandler(Handler):
                     msg = self.samples.receive()
             self.worker.poll_commands()
             self.worker.maybe_heartbeat(interval=0.2)
-        held = sum(int(t["valid"][:, -self.n_step:].sum()) for t in self.tails.values()) * max(1, self.team)
+        held = sum(int(t["valid"][:, -self.n_step :].sum()) for t in self.tails.values()) * max(1, self.team)
         held += sum(int(last["valid"].sum()) for _, last in self.held.values())
         self.frames_dropped += held * self.frames_per_step
         self.tails.clear()
@@ -233,9 +261,16 @@ class BufferHandler(Handler):
     def stats(self):
         lags, self.lags = self.lags, []
         replay = self.replay
-        return {"frames_received": self.frames_received, "frames_consumed": self.frames_consumed,
-                "frames_dropped": self.frames_dropped, "transitions_stored": replay.added if replay else 0,
-                "transitions_sampled": replay.sampled if replay else 0, "replay_batches": self.batches_sent,
-                "priority_updates": self.priority_updates, "priorities_stale": self.priorities_stale,
-                "malformed_dropped": self.samples.malformed + self.priorities.malformed,
-                "lag_sum": int(np.sum(lags)) if lags else 0, "lag_count": len(lags)}
+        return {
+            "frames_received": self.frames_received,
+            "frames_consumed": self.frames_consumed,
+            "frames_dropped": self.frames_dropped,
+            "transitions_stored": replay.added if replay else 0,
+            "transitions_sampled": replay.sampled if replay else 0,
+            "replay_batches": self.batches_sent,
+            "priority_updates": self.priority_updates,
+            "priorities_stale": self.priorities_stale,
+            "malformed_dropped": self.samples.malformed + self.priorities.malformed,
+            "lag_sum": int(np.sum(lags)) if lags else 0,
+            "lag_count": len(lags),
+        }

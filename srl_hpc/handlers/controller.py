@@ -9,6 +9,7 @@ was sent, "finish". What the reports add up to is RunTotals' (run_totals.py), wh
 with more (losses, episode lengths, queue depths, replay ratio), TensorBoard in RUN/tb/ and W&B. The
 outcome goes to RUN/summary.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ class ControllerHandler(Handler):
         self.drainers = [w for w in self.workers if self.graph.drains(w)]
         self.attempt = worker.attempt
         policies = [p for p in self.graph.policies() if p]  # several (or a population's members): returns apart
-        self.totals = RunTotals(self.graph, policies, exp.stop.return_window,
-                                earlier_attempts(self.run_dir, self.attempt))
+        self.totals = RunTotals(
+            self.graph, policies, exp.stop.return_window, earlier_attempts(self.run_dir, self.attempt)
+        )
         self.console = Console(policies, bool(exp.workers.eval.count), out)
         self.sinks: list = [self.console]  # what every progress line goes to
         self.dashboards: Dashboards | None = None
@@ -76,8 +78,10 @@ class ControllerHandler(Handler):
                 self.console.line(line)
         if self.attempt > 1:
             before = self.totals.before
-            self.console.line(f"attempt {self.attempt}: resuming after {before['wall_time']:.1f}s, "
-                              f"{before['env_frames']:,} env frames, {before['episodes']:,} episodes")
+            self.console.line(
+                f"attempt {self.attempt}: resuming after {before['wall_time']:.1f}s, "
+                f"{before['env_frames']:,} env frames, {before['episodes']:,} episodes"
+            )
 
     def keep_running(self, stop_requested: bool) -> bool:
         if stop_requested and self.outcome is None:
@@ -123,15 +127,18 @@ class ControllerHandler(Handler):
                 self.totals.failure(worker, msg.meta["error"])
             elif msg.kind == "restarting":
                 count = self.totals.restarting(worker, msg.meta["error"])
-                self.console.line(f"{worker} {msg.meta['error']}: restarting it ({count} of "
-                                  f"{wiring.restart_budget(self.exp, worker)})")
+                self.console.line(
+                    f"{worker} {msg.meta['error']}: restarting it ({count} of "
+                    f"{wiring.restart_budget(self.exp, worker)})"
+                )
             else:
                 rounds, back_after = self.totals.report(worker, msg.meta, final=msg.kind == "final")
                 for evaluation in rounds if self.dashboards is not None else []:
                     self.dashboards.evaluation(evaluation)
                 if back_after is not None:
-                    self.console.line(f"{worker} is back (replacement {msg.meta['incarnation']}) after "
-                                      f"{back_after:.1f}s")
+                    self.console.line(
+                        f"{worker} is back (replacement {msg.meta['incarnation']}) after {back_after:.1f}s"
+                    )
             msg = self.control.next_event(0)
 
     def _progress(self) -> None:
@@ -139,11 +146,18 @@ class ControllerHandler(Handler):
         s = self.totals.progress(time.monotonic(), self._malformed())
         for sink in self.sinks:
             sink.write(s)
-        self.trace.record("progress", env_frames=s["env_frames"], frames_consumed=s["frames_consumed"],
-                          sample_fps=s["sample_fps"], train_fps=s["train_fps"], episodes=s["episodes"],
-                          mean_return=float("nan") if s["mean_return"] is None else s["mean_return"],
-                          policy_version=s["policy_version"], policy_lag=s["policy_lag"],
-                          events_received=self.control.received)
+        self.trace.record(
+            "progress",
+            env_frames=s["env_frames"],
+            frames_consumed=s["frames_consumed"],
+            sample_fps=s["sample_fps"],
+            train_fps=s["train_fps"],
+            episodes=s["episodes"],
+            mean_return=float("nan") if s["mean_return"] is None else s["mean_return"],
+            policy_version=s["policy_version"],
+            policy_lag=s["policy_lag"],
+            events_received=self.control.received,
+        )
 
     # ------------------------------------------------------------------------------------------- stopping
     def _stop(self) -> dict:
@@ -154,14 +168,20 @@ class ControllerHandler(Handler):
         others = [w for w in self.workers if w not in self.drainers]
         self._broadcast_until("stop", lambda: all(w in finals for w in others), deadline)
         sent = total("frames_sent")
-        self._broadcast_until("stop", lambda: total("frames_received") >= sent or
-                              all(w in finals for w in self.drainers), deadline)
+        self._broadcast_until(
+            "stop", lambda: total("frames_received") >= sent or all(w in finals for w in self.drainers), deadline
+        )
         self._broadcast_until("finish", lambda: all(w in finals for w in self.drainers), deadline)
         missing = [w for w in self.workers if w not in finals]
         received = total("frames_received")
-        return {"frames_sent": sent, "frames_received": received, "frames_consumed": total("frames_consumed"),
-                "frames_dropped": total("frames_dropped"), "frames_in_flight_lost": max(0, sent - received),
-                "no_final_report": missing}
+        return {
+            "frames_sent": sent,
+            "frames_received": received,
+            "frames_consumed": total("frames_consumed"),
+            "frames_dropped": total("frames_dropped"),
+            "frames_in_flight_lost": max(0, sent - received),
+            "no_final_report": missing,
+        }
 
     def _broadcast_until(self, command: str, done, deadline: float) -> None:
         last = 0.0
@@ -176,20 +196,31 @@ class ControllerHandler(Handler):
         totals = self.totals
         wall = totals.elapsed(time.monotonic())
         frames = totals.env_frames()
-        summary = {"status": status, "reason": reason, "attempt": self.attempt, "wall_time": round(wall, 2),
-                   "env_frames": frames, "episodes": totals.episodes, "mean_return": totals.mean_return(),
-                   "policy_version": totals.version(), **accounting,
-                   "failed_workers": totals.failed, "restarts": totals.restarts,
-                   **(totals.evaluation_summary() if self.exp.workers.eval.count else {}),
-                   **totals.policies_summary(self.run_dir),
-                   "counters": {**totals.counters(), **self._refused_or_dropped()}}
+        summary = {
+            "status": status,
+            "reason": reason,
+            "attempt": self.attempt,
+            "wall_time": round(wall, 2),
+            "env_frames": frames,
+            "episodes": totals.episodes,
+            "mean_return": totals.mean_return(),
+            "policy_version": totals.version(),
+            **accounting,
+            "failed_workers": totals.failed,
+            "restarts": totals.restarts,
+            **(totals.evaluation_summary() if self.exp.workers.eval.count else {}),
+            **totals.policies_summary(self.run_dir),
+            "counters": {**totals.counters(), **self._refused_or_dropped()},
+        }
         path = self.run_dir.summary
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2))
         tmp.replace(path)
         self.console.line(f"{status}: {reason}")
-        self.console.line(f"wall time {wall:.1f}s, {frames:,} env frames, {accounting['frames_consumed']:,} frames "
-                          f"consumed, {totals.episodes:,} episodes")
+        self.console.line(
+            f"wall time {wall:.1f}s, {frames:,} env frames, {accounting['frames_consumed']:,} frames "
+            f"consumed, {totals.episodes:,} episodes"
+        )
         if accounting["no_final_report"]:
             self.console.line(f"no final report from: {', '.join(accounting['no_final_report'])}")
         return {"succeeded": 0, "failed": 1, "cancelled": 143}[status]

@@ -15,6 +15,7 @@ weights it played there and moves `best` to them, with its mean return: `srl-lau
 plays it, and a resumed run keeps comparing against it. (Two evaluation workers ending rounds in the same
 instant may both move the tag; the later one wins, even if its return is the lower.)
 """
+
 from __future__ import annotations
 
 import time
@@ -35,7 +36,7 @@ from srl_hpc.services.parameters import ParameterSubscriber
 from srl_hpc.streams import endpoints
 from srl_hpc.streams.contract import Contract
 
-SEED_OFFSET = 2 ** 30  # evaluation seeds sit this far above the actors' (seed * 1_000_003 + actor envs)
+SEED_OFFSET = 2**30  # evaluation seeds sit this far above the actors' (seed * 1_000_003 + actor envs)
 
 
 class EvalHandler(Handler):
@@ -49,8 +50,7 @@ class EvalHandler(Handler):
         act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, self.cfg.greedy)
         n = self.cfg.episodes
         obs_space, action_space = spaces(exp.env, global_state=reads_global_state(exp.algorithm))
-        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
-                                self.name)
+        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu, self.name)
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.contract = Contract.of(obs_space, action_space, spec(exp.algorithm), exp)
         self.engine = InferenceEngine(build_model(exp, obs_space, action_space), act, device, self.seed)
@@ -70,8 +70,9 @@ class EvalHandler(Handler):
 
     def connect(self, table):
         (stream,) = self.graph.servers_for("parameters", self.name)
-        self.parameters = ParameterSubscriber.connect(self.worker.ctx, endpoints.address(table, stream.server,
-                                                                                         "parameters"))
+        self.parameters = ParameterSubscriber.connect(
+            self.worker.ctx, endpoints.address(table, stream.server, "parameters")
+        )
 
     def poll(self, timeout_ms):
         self.newest = self.parameters.poll_newest() or self.newest  # drained every time: nothing piles up
@@ -115,8 +116,13 @@ class EvalHandler(Handler):
             self.playing = False
             self.rounds += 1
             self.finished += [[self.version, float(r), int(n)] for r, n in zip(self.returns, self.lengths)]
-            self.trace.record("eval_round", version=self.version, mean_return=float(self.returns.mean()),
-                              mean_length=float(self.lengths.mean()), seconds=time.monotonic() - self.started)
+            self.trace.record(
+                "eval_round",
+                version=self.version,
+                mean_return=float(self.returns.mean()),
+                mean_length=float(self.lengths.mean()),
+                seconds=time.monotonic() - self.started,
+            )
             self._tag_if_best(float(self.returns.mean()))
 
     def _tag_if_best(self, mean_return: float) -> None:

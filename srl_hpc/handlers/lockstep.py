@@ -1,6 +1,7 @@
 """Data-parallel trainers of one policy (torch DDP) in lockstep: before every update they agree, in one tiny
 all-reduce, that each holds a batch and none is stopping, so they all run the same updates and all stop
 together. trainer/0 serves the TCPStore the others join through."""
+
 from __future__ import annotations
 
 import datetime
@@ -57,8 +58,9 @@ class Lockstep:
         if store is None:
             leader = table[self.peers[0]]
             store = dist.TCPStore(leader["host"], leader["ports"][endpoints.DDP], None, False, timeout=DDP_TIMEOUT)
-        dist.init_process_group(self._backend(store), store=store, rank=self.rank, world_size=len(self.peers),
-                                timeout=DDP_TIMEOUT)
+        dist.init_process_group(
+            self._backend(store), store=store, rank=self.rank, world_size=len(self.peers), timeout=DDP_TIMEOUT
+        )
         return DistributedDataParallel(model, device_ids=[self.device] if self.device.type == "cuda" else None)
 
     def _backend(self, store) -> str:
@@ -68,14 +70,18 @@ class Lockstep:
         gpus = [store.get(f"gpu/{i}").decode() for i in range(len(self.peers))]
         backend = ddp_backend(gpus)
         if backend == "gloo":
-            print(f"[{self.name}] trainers share a GPU ({', '.join(gpus)}): NCCL cannot run two ranks on one "
-                  f"device, so DDP uses gloo (slower); give each trainer its own GPU for NCCL", flush=True)
+            print(
+                f"[{self.name}] trainers share a GPU ({', '.join(gpus)}): NCCL cannot run two ranks on one "
+                f"device, so DDP uses gloo (slower); give each trainer its own GPU for NCCL",
+                flush=True,
+            )
         return backend
 
     def agree(self, keep_running: bool, have_batch: bool) -> tuple[bool, bool]:
         """(every trainer keeps running, every trainer holds a batch): one all-reduce of both."""
-        flags = torch.tensor([int(keep_running), int(have_batch)],
-                             device=self.device if self.device.type == "cuda" else "cpu")
+        flags = torch.tensor(
+            [int(keep_running), int(have_batch)], device=self.device if self.device.type == "cuda" else "cpu"
+        )
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         return bool(flags[0]), bool(flags[1])
 

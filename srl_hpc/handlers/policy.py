@@ -11,6 +11,7 @@ learner's seats, a stored one (from the run's parameter database) for its oppone
 loaded on first use and the least recently used dropped beyond twice the opponents' pool (the actors each
 draw from the newest `opponents.pool` snapshots, and look for new ones at their own times).
 """
+
 from __future__ import annotations
 
 import collections
@@ -52,14 +53,20 @@ class InferenceEngine:
         self._pulled_at = float("-inf")
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def infer(self, obs: np.ndarray, explore: dict[str, np.ndarray], hidden: np.ndarray | None = None
-              ) -> dict[str, np.ndarray]:
+    def infer(
+        self, obs: np.ndarray, explore: dict[str, np.ndarray], hidden: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """The algorithm's reply arrays; `hidden`: a recurrent model's state per observation (the reply has the
         next)."""
         state = () if hidden is None else (torch.from_numpy(hidden).to(self.device),)
         with torch.inference_mode():
-            out = self.act(self.model, torch.from_numpy(obs).to(self.device),
-                           {k: torch.from_numpy(v).to(self.device) for k, v in explore.items()}, self.generator, *state)
+            out = self.act(
+                self.model,
+                torch.from_numpy(obs).to(self.device),
+                {k: torch.from_numpy(v).to(self.device) for k, v in explore.items()},
+                self.generator,
+                *state,
+            )
         return {k: v.cpu().numpy() for k, v in out.items()}
 
     def pull(self, subscriber, trace=None) -> None:
@@ -86,8 +93,12 @@ class InferenceEngine:
         t0 = time.perf_counter() if t0 is None else t0
         load_arrays(self.model, params.arrays)
         if trace is not None:
-            trace.record("param_pull", version=params.meta["version"], seconds=time.perf_counter() - t0,
-                         lag=params.meta["version"] - self.version)
+            trace.record(
+                "param_pull",
+                version=params.meta["version"],
+                seconds=time.perf_counter() - t0,
+                lag=params.meta["version"] - self.version,
+            )
         self.version = params.meta["version"]
 
 
@@ -101,17 +112,22 @@ class PolicyHandler(Handler):
         algorithm = spec(exp.algorithm)
         self.explore_keys = tuple(algorithm.explore(exp.algorithm, 0, 1))
         index = self.graph.worker(self.name).index
-        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
-                                self.name)
+        device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu, self.name)
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it serves
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.contract = Contract.of(obs_space, action_space, algorithm, exp)
         seed, bf16 = worker.seed + 7919 * (index + 1), cfg.precision == "bf16"
-        self.engine = InferenceEngine(build_model(exp, obs_space, action_space, self.policy), algorithm.load().act,
-                                      device, seed, bf16=bf16)
-        self.stored = StoredEngines(ParameterDB(worker.run_dir.parameters_of(self.policy)), lambda: InferenceEngine(
-            build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device, seed, bf16=bf16),
-            self.trace, capacity=2 * exp.opponents.pool)
+        self.engine = InferenceEngine(
+            build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device, seed, bf16=bf16
+        )
+        self.stored = StoredEngines(
+            ParameterDB(worker.run_dir.parameters_of(self.policy)),
+            lambda: InferenceEngine(
+                build_model(exp, obs_space, action_space, self.policy), algorithm.load().act, device, seed, bf16=bf16
+            ),
+            self.trace,
+            capacity=2 * exp.opponents.pool,
+        )
         if worker.attempt > 1:
             self.engine.resume(worker.run_dir.checkpoint_of(self.policy))
         self.max_batch = cfg.max_batch
@@ -124,8 +140,9 @@ class PolicyHandler(Handler):
         if not self.active:
             return {}
         local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
-        self.server, port = InferenceServer.bind(self.worker.ctx, self.contract.obs.shape, self.explore_keys,
-                                                 self.contract.reply_fields(), local_path=local)
+        self.server, port = InferenceServer.bind(
+            self.worker.ctx, self.contract.obs.shape, self.explore_keys, self.contract.reply_fields(), local_path=local
+        )
         return {"inference": port}
 
     def connect(self, table):
@@ -152,12 +169,14 @@ class PolicyHandler(Handler):
         else:
             obs = np.concatenate([r.obs for r in batch])
             hidden = np.concatenate([r.hidden for r in batch]) if batch[0].hidden is not None else None
-        explore = {k: np.concatenate([np.full(len(r.obs), r.meta[k], np.float32) for r in batch])
-                   for k in self.explore_keys}
+        explore = {
+            k: np.concatenate([np.full(len(r.obs), r.meta[k], np.float32) for r in batch]) for k in self.explore_keys
+        }
         versions = None
         if any("opponents" in r.meta for r in batch):
-            versions = np.concatenate([np.asarray(r.meta.get("opponents", [NEWEST] * len(r.obs)), np.int64)
-                                       for r in batch])
+            versions = np.concatenate(
+                [np.asarray(r.meta.get("opponents", [NEWEST] * len(r.obs)), np.int64) for r in batch]
+            )
         out = self._infer(obs, explore, hidden, versions)
         t1 = time.perf_counter()
         meta, start = {"version": self.engine.version}, 0
@@ -165,22 +184,32 @@ class PolicyHandler(Handler):
             end = start + len(req.obs)
             self.server.reply(req, meta, out if len(batch) == 1 else {k: v[start:end] for k, v in out.items()})
             start = end
-        self.trace.record("inference", requests=len(batch), batch_size=len(obs), queue_wait=queue_wait,
-                          compute_seconds=t1 - t0, reply_seconds=time.perf_counter() - t1, version=self.engine.version)
+        self.trace.record(
+            "inference",
+            requests=len(batch),
+            batch_size=len(obs),
+            queue_wait=queue_wait,
+            compute_seconds=t1 - t0,
+            reply_seconds=time.perf_counter() - t1,
+            version=self.engine.version,
+        )
         self.rows += len(obs)
 
-    def _infer(self, obs: np.ndarray, explore: dict, hidden: np.ndarray | None, versions: np.ndarray | None
-               ) -> dict[str, np.ndarray]:
+    def _infer(
+        self, obs: np.ndarray, explore: dict, hidden: np.ndarray | None, versions: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
         """The reply arrays for a batch; with `versions`, each row's from the engine of its version."""
         if versions is None or (versions == NEWEST).all():
             return self.engine.infer(obs, explore, hidden)
         out = {}
         for version in np.unique(versions):
             rows = np.flatnonzero(versions == version)
-            engine = (None if version in (NEWEST, self.engine.version) else self.stored.engine(int(version))) \
-                or self.engine
-            part = engine.infer(obs[rows], {k: v[rows] for k, v in explore.items()},
-                                None if hidden is None else hidden[rows])
+            engine = (
+                None if version in (NEWEST, self.engine.version) else self.stored.engine(int(version))
+            ) or self.engine
+            part = engine.infer(
+                obs[rows], {k: v[rows] for k, v in explore.items()}, None if hidden is None else hidden[rows]
+            )
             for name, values in part.items():
                 if name not in out:
                     out[name] = np.empty((len(obs), *values.shape[1:]), values.dtype)
@@ -192,10 +221,16 @@ class PolicyHandler(Handler):
         self.engine.pull(self.parameters, self.trace)
         t0 = time.perf_counter()
         versions = np.asarray(meta["opponents"], np.int64) if "opponents" in meta else None
-        out = self._infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys}, hidden,
-                          versions)
-        self.trace.record("inference", requests=1, batch_size=len(obs), queue_wait=0.0,
-                          compute_seconds=time.perf_counter() - t0, reply_seconds=0.0, version=self.engine.version)
+        out = self._infer(obs, {k: np.full(len(obs), meta[k], np.float32) for k in self.explore_keys}, hidden, versions)
+        self.trace.record(
+            "inference",
+            requests=1,
+            batch_size=len(obs),
+            queue_wait=0.0,
+            compute_seconds=time.perf_counter() - t0,
+            reply_seconds=0.0,
+            version=self.engine.version,
+        )
         self.rows += len(obs)
         return out, self.engine.version
 
@@ -207,8 +242,11 @@ class PolicyHandler(Handler):
         return {"held_requests": self.server.held()} if self.server else {}
 
     def stats(self):
-        return {"rows": self.rows, "policy_version": self.engine.version,
-                "malformed_dropped": self.server.malformed if self.server else 0}
+        return {
+            "rows": self.rows,
+            "policy_version": self.engine.version,
+            "malformed_dropped": self.server.malformed if self.server else 0,
+        }
 
 
 class StoredEngines:

@@ -8,6 +8,7 @@ member's trainer over the "population" stream: the source's newest weights and t
 The trainer applies it between two updates. Each copy is appended to RUN/population/lineage.jsonl and to
 the trace table `copy`. A resumed run replays the lineage, so the members' hyper-parameters carry on.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,12 @@ class PopulationHandler(Handler):
         super().__init__(worker)
         exp = self.exp
         self.controller = worker.handlers["controller"]  # built before it, in the same worker
-        self.population = Population(exp.population, exp.algorithm, exp.stop.return_window,
-                                     np.random.default_rng(worker.seed + 104_729 * worker.attempt))
+        self.population = Population(
+            exp.population,
+            exp.algorithm,
+            exp.stop.return_window,
+            np.random.default_rng(worker.seed + 104_729 * worker.attempt),
+        )
         self.lineage = worker.run_dir.lineage
         if worker.attempt > 1 and self.lineage.exists():
             self.population.replay([json.loads(line) for line in self.lineage.read_text().splitlines() if line])
@@ -45,7 +50,8 @@ class PopulationHandler(Handler):
         for member in self.members:
             trainer = self.graph.trainers(member)[0].name
             self.weights[member] = ParameterSubscriber.connect(
-                self.worker.ctx, endpoints.address(table, trainer, "parameters"), member)
+                self.worker.ctx, endpoints.address(table, trainer, "parameters"), member
+            )
             sock = self.worker.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(endpoints.address(table, trainer, "population"))
@@ -75,26 +81,44 @@ class PopulationHandler(Handler):
         try:
             self.directives[copy.target].send_multipart(wire.pack("copy", meta, weights.arrays), zmq.NOBLOCK)
         except zmq.Again:  # its trainer is gone (the run is failing): nothing copied, nothing recorded
-            logging.getLogger(__name__).warning("round %d: %s's trainer takes nothing; no copy", copy.round,
-                                                copy.target)
+            logging.getLogger(__name__).warning(
+                "round %d: %s's trainer takes nothing; no copy", copy.round, copy.target
+            )
             return
         checksum = arrays_checksum(weights.arrays)  # the target's trace shows the same once it has loaded them
-        record = {"round": copy.round, "time": round(self.controller.totals.elapsed(time.monotonic()), 2),
-                  "target": copy.target, "source": copy.source, "source_version": version, "checksum": checksum,
-                  "values": copy.values, "previous": copy.previous, "scores": copy.scores}
+        record = {
+            "round": copy.round,
+            "time": round(self.controller.totals.elapsed(time.monotonic()), 2),
+            "target": copy.target,
+            "source": copy.source,
+            "source_version": version,
+            "checksum": checksum,
+            "values": copy.values,
+            "previous": copy.previous,
+            "scores": copy.scores,
+        }
         self.lineage.parent.mkdir(exist_ok=True)
         with open(self.lineage, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
         index = self.members.index
-        self.trace.record("copy", round=copy.round, target=index(copy.target), source=index(copy.source),
-                          source_version=version, checksum=checksum, target_score=copy.scores[copy.target],
-                          source_score=copy.scores[copy.source], **{f"new_{k}": v for k, v in copy.values.items()})
+        self.trace.record(
+            "copy",
+            round=copy.round,
+            target=index(copy.target),
+            source=index(copy.source),
+            source_version=version,
+            checksum=checksum,
+            target_score=copy.scores[copy.target],
+            source_score=copy.scores[copy.source],
+            **{f"new_{k}": v for k, v in copy.values.items()},
+        )
         changes = ", ".join(f"{k} {copy.previous[k]:.3g} -> {v:.3g}" for k, v in copy.values.items())
         self.controller.console.line(
             f"population round {copy.round}: {copy.target} ({copy.scores[copy.target]:.1f}) copies {copy.source} "
-            f"({copy.scores[copy.source]:.1f}, version {version}){': ' + changes if changes else ''}")
+            f"({copy.scores[copy.source]:.1f}, version {version}){': ' + changes if changes else ''}"
+        )
 
     def close(self):
         for sock in self.directives.values():

@@ -1,5 +1,6 @@
 """A trainer's next batch, made ready while the current one trains (workers.trainer.prefetch): assembled by
 a thread of its own and, on a GPU, copied to the device on a side stream that overlaps the update."""
+
 from __future__ import annotations
 
 import queue

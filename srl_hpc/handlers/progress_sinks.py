@@ -1,5 +1,6 @@
 """Where the controller's progress goes: every sink is fed the same dict of scalars (RunTotals.progress) and
 shows its own part of it: the console line, a row of RUN/metrics.csv, TensorBoard and W&B (srl_hpc.handlers.board)."""
+
 from __future__ import annotations
 
 import csv
@@ -8,17 +9,35 @@ import sys
 from srl_hpc.handlers.board import Board
 from srl_hpc.rundir import RunDir
 
-METRICS_COLUMNS = ("wall_time", "env_frames", "frames_consumed", "sample_fps", "train_fps", "episodes",
-                   "mean_return", "policy_version", "policy_lag", "frames_dropped", "malformed_dropped",
-                   "eval_return")  # the mean return of the latest evaluation round (workers.eval)
+METRICS_COLUMNS = (
+    "wall_time",
+    "env_frames",
+    "frames_consumed",
+    "sample_fps",
+    "train_fps",
+    "episodes",
+    "mean_return",
+    "policy_version",
+    "policy_lag",
+    "frames_dropped",
+    "malformed_dropped",
+    "eval_return",
+)  # the mean return of the latest evaluation round (workers.eval)
 METRICS_DIGITS = {"wall_time": 2, "sample_fps": 1, "train_fps": 1, "mean_return": 3, "policy_lag": 3, "eval_return": 3}
 
 BOARD_TAGS = {  # scalar -> its dashboard tag; names that have a "/" are tags already
     "mean_return": "episode/return_mean",  # over the last stop.return_window episodes (the stop rule's)
-    "episode_return": "episode/return", "episode_length": "episode/length", "episodes": "episode/count",
-    "sample_fps": "throughput/sample_fps", "train_fps": "throughput/train_fps", "policy_version": "policy/version",
-    "policy_lag": "policy/lag", "frames_dropped": "frames/dropped", "malformed_dropped": "frames/malformed_dropped",
-    "replay_ratio": "replay/ratio"}
+    "episode_return": "episode/return",
+    "episode_length": "episode/length",
+    "episodes": "episode/count",
+    "sample_fps": "throughput/sample_fps",
+    "train_fps": "throughput/train_fps",
+    "policy_version": "policy/version",
+    "policy_lag": "policy/lag",
+    "frames_dropped": "frames/dropped",
+    "malformed_dropped": "frames/malformed_dropped",
+    "replay_ratio": "replay/ratio",
+}
 
 
 class Console:
@@ -35,13 +54,20 @@ class Console:
     def write(self, s: dict) -> None:
         ret = f"{s['mean_return']:7.1f}" if s["mean_return"] is not None else "      -"
         if self.policies:
-            ret = " ".join(f"{name} " + (f"{s[f'{name}/return_mean']:.1f}" if s[f"{name}/return_mean"] is not None
-                                         else "-") for name in self.policies)
-        shown = "" if not self.shows_eval else \
-            " | eval " + (f"{s['eval_return']:7.1f}" if s["eval_return"] is not None else "      -")
-        self.line(f"[{s['wall_time']:7.1f}s] frames {s['env_frames']:>11,} | sample {s['sample_fps']:8,.0f} fps | "
-                  f"train {s['train_fps']:8,.0f} fps | episodes {s['episodes']:>7,} | return {ret} | version "
-                  f"{s['policy_version']:>5} | lag {s['policy_lag']:4.1f}{shown}")
+            ret = " ".join(
+                f"{name} " + (f"{s[f'{name}/return_mean']:.1f}" if s[f"{name}/return_mean"] is not None else "-")
+                for name in self.policies
+            )
+        shown = (
+            ""
+            if not self.shows_eval
+            else " | eval " + (f"{s['eval_return']:7.1f}" if s["eval_return"] is not None else "      -")
+        )
+        self.line(
+            f"[{s['wall_time']:7.1f}s] frames {s['env_frames']:>11,} | sample {s['sample_fps']:8,.0f} fps | "
+            f"train {s['train_fps']:8,.0f} fps | episodes {s['episodes']:>7,} | return {ret} | version "
+            f"{s['policy_version']:>5} | lag {s['policy_lag']:4.1f}{shown}"
+        )
 
 
 class MetricsCsv:
@@ -54,8 +80,12 @@ class MetricsCsv:
             self._writer.writerow(METRICS_COLUMNS)
 
     def write(self, s: dict) -> None:
-        self._writer.writerow(["" if s[c] is None else round(s[c], METRICS_DIGITS[c]) if c in METRICS_DIGITS else s[c]
-                               for c in METRICS_COLUMNS])
+        self._writer.writerow(
+            [
+                "" if s[c] is None else round(s[c], METRICS_DIGITS[c]) if c in METRICS_DIGITS else s[c]
+                for c in METRICS_COLUMNS
+            ]
+        )
         self._file.flush()
 
     def close(self) -> None:
@@ -75,9 +105,14 @@ class Dashboards:
     def evaluation(self, evaluation: dict) -> None:
         """An evaluation round (workers.eval), at the env frames it was reported at."""
         lengths = evaluation["lengths"]
-        self.board.write(evaluation["env_frames"], {"eval/return": evaluation["mean_return"],
-                                                    "eval/length": sum(lengths) / len(lengths) if lengths else None,
-                                                    "eval/version": evaluation["version"]})
+        self.board.write(
+            evaluation["env_frames"],
+            {
+                "eval/return": evaluation["mean_return"],
+                "eval/length": sum(lengths) / len(lengths) if lengths else None,
+                "eval/version": evaluation["version"],
+            },
+        )
 
     def close(self) -> None:
         self.board.close()

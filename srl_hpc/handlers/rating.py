@@ -12,6 +12,7 @@ written to the database (RUN/parameters/<policy>/ratings.json: the games, and ea
 recorded in the trace (table `rating`: every player's rating after each round, the fixed players as negative
 versions -1, -2, ... in their order), and the best-rated snapshot is tagged `best` with its rating.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,7 +34,7 @@ from srl_hpc.services.parameter_db import ParameterDB, VersionNotFound
 from srl_hpc.streams.contract import Contract
 
 ANCHOR = "random"
-SEED_OFFSET = 2 ** 30 + 2 ** 28  # game seeds: apart from the actors' and the evaluation workers'
+SEED_OFFSET = 2**30 + 2**28  # game seeds: apart from the actors' and the evaluation workers'
 RECENT, EARLIER = 2, 2  # snapshots each new one plays: the last rated, and earlier ones at random
 
 
@@ -72,8 +73,9 @@ class RatingHandler(Handler):
             record = self.db.ratings()
             self.games = record.get("games", [])
             self.rated = sorted({p for g in self.games for p in g[:2] if isinstance(p, int)})
-        snapshots = sorted(info["version"] for tag, info in self.db.tags().items()
-                           if tag.startswith(parameter_db.SNAPSHOT))
+        snapshots = sorted(
+            info["version"] for tag, info in self.db.tags().items() if tag.startswith(parameter_db.SNAPSHOT)
+        )
         new = [v for v in snapshots if v not in self.rated]
         if not new:
             self.next_round_at = time.monotonic() + min(1.0, self.cfg.interval)
@@ -84,8 +86,11 @@ class RatingHandler(Handler):
     def _round(self, version: int) -> None:
         started = time.monotonic()
         earlier = self.rated[:-RECENT]
-        opponents = [*self.fixed, *self.rated[-RECENT:],
-                     *(int(v) for v in self.rng.choice(earlier, min(EARLIER, len(earlier)), replace=False))]
+        opponents = [
+            *self.fixed,
+            *self.rated[-RECENT:],
+            *(int(v) for v in self.rng.choice(earlier, min(EARLIER, len(earlier)), replace=False)),
+        ]
         player = self._player(version)
         for opponent in opponents:
             try:
@@ -107,10 +112,10 @@ class RatingHandler(Handler):
         self.db.write_ratings({"anchor": ANCHOR, "games": self.games, "elo": [[p, r] for p, r in ratings.items()]})
         names = list(self.fixed)
         for p, rating in ratings.items():
-            self.trace.record("rating", round=self.rounds, version=-1 - names.index(p) if isinstance(p, str) else p,
-                              elo=rating)
-        self.trace.record("rating_round", version=version, opponents=len(opponents),
-                          seconds=time.monotonic() - started)
+            self.trace.record(
+                "rating", round=self.rounds, version=-1 - names.index(p) if isinstance(p, str) else p, elo=rating
+            )
+        self.trace.record("rating_round", version=version, opponents=len(opponents), seconds=time.monotonic() - started)
         best = max((p for p in ratings if isinstance(p, int)), key=ratings.get)
         self.db.tag(parameter_db.BEST, best, elo=ratings[best], worker=self.name)
 
@@ -131,6 +136,7 @@ class RatingHandler(Handler):
         def choose(obs: dict) -> int:
             with torch.inference_mode():
                 return int(self.choose(model, obs, None)[0])
+
         return choose
 
     def close(self):

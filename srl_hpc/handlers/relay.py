@@ -6,6 +6,7 @@ A relay takes every tag from its parent, keeps the newest version of each, and p
 children through a parameter publisher of its own (which also repeats it for children that connect late);
 the policy handler beside it reads that publisher in-process.
 """
+
 from __future__ import annotations
 
 import zmq
@@ -34,8 +35,9 @@ class RelayHandler(Handler):
     def connect(self, table):
         (parent,) = [s for s in self.graph.servers_for("parameters", self.name) if s.server != self.name]
         # every tag (the empty prefix): children may follow any
-        self.upstream = ParameterSubscriber.connect(self.worker.ctx, endpoints.address(table, parent.server,
-                                                                                       "parameters"), tag="").socket
+        self.upstream = ParameterSubscriber.connect(
+            self.worker.ctx, endpoints.address(table, parent.server, "parameters"), tag=""
+        ).socket
 
     def poll(self, timeout_ms):
         if self.upstream.poll(timeout_ms, zmq.POLLIN):

@@ -4,6 +4,7 @@ records the policy version that chose each step, and cuts its trajectories into 
 With a recurrent model it also keeps each env's recurrent state: sent with every request, replaced by the
 reply's, zeroed where an episode begins, and stored at each segment's start (the trainer unrolls the
 segment from it). The actor handler (actor.py) steps its groups in turn."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,16 @@ class RingGroup:
     scaling, each step's discounted return (`gamma`) goes with it.
     """
 
-    def __init__(self, envs, segment_length: int, seed: int, contract: Contract, first: tuple | None = None,
-                 gamma: float = 0.99, seats: Seats | None = None):
+    def __init__(
+        self,
+        envs,
+        segment_length: int,
+        seed: int,
+        contract: Contract,
+        first: tuple | None = None,
+        gamma: float = 0.99,
+        seats: Seats | None = None,
+    ):
         self.envs = envs  # None for a team of TeamRows: the actor steps all teams' envs together
         self.T = segment_length
         self.contract = contract

@@ -6,6 +6,7 @@ before it. Episode returns are kept for the stop rule's window, the progress lin
 policies, per policy; evaluation rounds in the order they came. No output here: the controller's sinks
 show what `progress()` returns.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,8 +32,11 @@ def earlier_attempts(run_dir: RunDir, attempt: int) -> dict:
                 last = list(csv.DictReader(f))[-1]
         except (OSError, IndexError):
             last = {}
-    return {"wall_time": float(last.get("wall_time", 0.0)), "env_frames": int(last.get("env_frames", 0)),
-            "episodes": int(last.get("episodes", 0))}
+    return {
+        "wall_time": float(last.get("wall_time", 0.0)),
+        "env_frames": int(last.get("env_frames", 0)),
+        "episodes": int(last.get("episodes", 0)),
+    }
 
 
 class RunTotals:
@@ -107,9 +111,17 @@ class RunTotals:
         for version in sorted({int(v) for v, _, _ in episodes}):
             returns = [r for v, r, _ in episodes if v == version]
             lengths = [int(n) for v, _, n in episodes if v == version]
-            rounds.append({"worker": worker, "version": version, "mean_return": sum(returns) / len(returns),
-                           "returns": returns, "lengths": lengths, "env_frames": self.env_frames(),
-                           "wall_time": round(self.elapsed(time.monotonic()), 2)})
+            rounds.append(
+                {
+                    "worker": worker,
+                    "version": version,
+                    "mean_return": sum(returns) / len(returns),
+                    "returns": returns,
+                    "lengths": lengths,
+                    "env_frames": self.env_frames(),
+                    "wall_time": round(self.elapsed(time.monotonic()), 2),
+                }
+            )
         self.evaluations += rounds
         return rounds
 
@@ -155,38 +167,58 @@ class RunTotals:
         lag = self.lag_sum / self.lag_count if self.lag_count else 0.0
         self.lag_sum = self.lag_count = 0
         ended, self.ended = self.ended, []
-        return {"wall_time": self.elapsed(now), "env_frames": frames, "frames_consumed": consumed,
-                "sample_fps": (frames - frames_prev) / dt, "train_fps": (consumed - consumed_prev) / dt,
-                "episodes": self.episodes, "mean_return": self.mean_return(), "policy_version": self.version(),
-                "policy_lag": lag, "frames_dropped": self.sum("frames_dropped"),
-                "malformed_dropped": malformed_dropped,
-                "eval_return": self.evaluations[-1]["mean_return"] if self.evaluations else None,
-                "episode_return": _mean([r for r, _ in ended]), "episode_length": _mean([n for _, n in ended]),
-                "replay_ratio": self._replay_ratio(), **self._policy_scalars(),
-                **{f"train/{k}": v for k, v in self._losses().items()},
-                **{f"queue/{k}": v for k, v in self._queue_depths().items()}}
+        return {
+            "wall_time": self.elapsed(now),
+            "env_frames": frames,
+            "frames_consumed": consumed,
+            "sample_fps": (frames - frames_prev) / dt,
+            "train_fps": (consumed - consumed_prev) / dt,
+            "episodes": self.episodes,
+            "mean_return": self.mean_return(),
+            "policy_version": self.version(),
+            "policy_lag": lag,
+            "frames_dropped": self.sum("frames_dropped"),
+            "malformed_dropped": malformed_dropped,
+            "eval_return": self.evaluations[-1]["mean_return"] if self.evaluations else None,
+            "episode_return": _mean([r for r, _ in ended]),
+            "episode_length": _mean([n for _, n in ended]),
+            "replay_ratio": self._replay_ratio(),
+            **self._policy_scalars(),
+            **{f"train/{k}": v for k, v in self._losses().items()},
+            **{f"queue/{k}": v for k, v in self._queue_depths().items()},
+        }
 
     def _policy_scalars(self) -> dict:
         """Several policies: each one's returns (since the last line, and of its last return_window episodes)
         and trained version, under its name."""
         out = {}
         for name, window, ended in zip(self.policies, self.policy_returns, self.policy_ended):
-            out.update({f"{name}/return_mean": _mean(list(window)), f"{name}/return": _mean(ended),
-                        f"{name}/version": self.policy_version(name)})
+            out.update(
+                {
+                    f"{name}/return_mean": _mean(list(window)),
+                    f"{name}/return": _mean(ended),
+                    f"{name}/version": self.policy_version(name),
+                }
+            )
             ended.clear()
         return out
 
     def policy_scores(self) -> dict[str, tuple[float | None, int]]:
         """Each policy's mean return over its last return_window episodes (None before the first) and the
         number of its episodes ended in this attempt."""
-        return {name: (_mean(list(window)), ended)
-                for name, window, ended in zip(self.policies, self.policy_returns, self.policy_episodes)}
+        return {
+            name: (_mean(list(window)), ended)
+            for name, window, ended in zip(self.policies, self.policy_returns, self.policy_episodes)
+        }
 
     def best_policy(self) -> tuple[str, float] | None:
         """The policy with the highest mean return over a full window, and that mean (None while no window is
         full)."""
-        full = [(name, _mean(list(window))) for name, window in zip(self.policies, self.policy_returns)
-                if window and len(window) == window.maxlen]
+        full = [
+            (name, _mean(list(window)))
+            for name, window in zip(self.policies, self.policy_returns)
+            if window and len(window) == window.maxlen
+        ]
         return max(full, key=lambda item: item[1], default=None)
 
     def policies_summary(self, run_dir: RunDir) -> dict:
@@ -194,9 +226,16 @@ class RunTotals:
         episodes, trained version and checkpoint."""
         if not self.policies:
             return {}
-        return {"policies": {name: {"mean_return": _mean(list(window)), "version": self.policy_version(name),
-                                    "checkpoint": str(run_dir.checkpoint_of(name))}
-                             for name, window in zip(self.policies, self.policy_returns)}}
+        return {
+            "policies": {
+                name: {
+                    "mean_return": _mean(list(window)),
+                    "version": self.policy_version(name),
+                    "checkpoint": str(run_dir.checkpoint_of(name)),
+                }
+                for name, window in zip(self.policies, self.policy_returns)
+            }
+        }
 
     def evaluation_summary(self) -> dict:
         """summary.json's "evaluation": the latest and the best round, every episode of each."""
@@ -209,8 +248,11 @@ class RunTotals:
         several policies, each policy's under its name ("predator/policy_loss")."""
         out = {}
         for policy in self.graph.policies():
-            reports = [self.latest[t.name]["losses"] for t in self.graph.trainers(policy)
-                       if self.latest.get(t.name, {}).get("losses")]
+            reports = [
+                self.latest[t.name]["losses"]
+                for t in self.graph.trainers(policy)
+                if self.latest.get(t.name, {}).get("losses")
+            ]
             prefix = f"{policy}/" if policy else ""
             names = sorted({k for r in reports for k in r})
             out.update({prefix + k: _mean([r[k] for r in reports if k in r]) for k in names})

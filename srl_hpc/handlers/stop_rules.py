@@ -1,4 +1,5 @@
 """When a run stops: a failed or silent worker, or the first of the experiment's stop conditions it meets."""
+
 from __future__ import annotations
 
 from srl_hpc.config.schema import StopConfig
@@ -20,25 +21,40 @@ class StopRules:
         if silent:
             # a worker beats between units of work: one busy longer than the timeout (a long update on a
             # crowded node) looks dead too, and the message says so
-            error = (f"no heartbeat for {self.silence_limit:.0f}s (hung, dead, or busy longer than "
-                     f"monitor.heartbeat_timeout in one step)")
+            error = (
+                f"no heartbeat for {self.silence_limit:.0f}s (hung, dead, or busy longer than "
+                f"monitor.heartbeat_timeout in one step)"
+            )
             totals.failure(silent[0], error)
             return "failed", f"worker {silent[0]} failed: {error}"
         frames, mean_return, evaluations = totals.env_frames(), totals.mean_return(), totals.evaluations
-        if stop.target_eval_return is not None and evaluations \
-                and evaluations[-1]["mean_return"] >= stop.target_eval_return:
+        if (
+            stop.target_eval_return is not None
+            and evaluations
+            and evaluations[-1]["mean_return"] >= stop.target_eval_return
+        ):
             latest = evaluations[-1]
-            return "succeeded", (f"evaluation target reached: mean return {latest['mean_return']:.1f} >= "
-                                 f"{stop.target_eval_return:g} over {len(latest['returns'])} episodes of version "
-                                 f"{latest['version']} ({latest['worker']})")
-        if stop.target_return is not None and mean_return is not None \
-                and len(totals.returns) == stop.return_window and mean_return >= stop.target_return:
-            return "succeeded", (f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
-                                 f"over the last {stop.return_window} episodes")
+            return "succeeded", (
+                f"evaluation target reached: mean return {latest['mean_return']:.1f} >= "
+                f"{stop.target_eval_return:g} over {len(latest['returns'])} episodes of version "
+                f"{latest['version']} ({latest['worker']})"
+            )
+        if (
+            stop.target_return is not None
+            and mean_return is not None
+            and len(totals.returns) == stop.return_window
+            and mean_return >= stop.target_return
+        ):
+            return "succeeded", (
+                f"target reached: mean return {mean_return:.1f} >= {stop.target_return:g} "
+                f"over the last {stop.return_window} episodes"
+            )
         best = totals.best_policy() if stop.target_return is not None else None  # a population: its best member
         if best is not None and best[1] >= stop.target_return:
-            return "succeeded", (f"target reached by {best[0]}: mean return {best[1]:.1f} >= "
-                                 f"{stop.target_return:g} over its last {stop.return_window} episodes")
+            return "succeeded", (
+                f"target reached by {best[0]}: mean return {best[1]:.1f} >= "
+                f"{stop.target_return:g} over its last {stop.return_window} episodes"
+            )
         if stop.env_frames is not None and frames >= stop.env_frames:
             return "succeeded", f"env frame budget reached: {frames:,} >= {stop.env_frames:,}"
         if stop.wall_time is not None and totals.elapsed(now) >= stop.wall_time:

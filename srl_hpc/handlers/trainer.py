@@ -14,6 +14,7 @@ parameter database (services/parameter_db.py): each checkpoint's version tagged 
 updates, takes the copies the population manager sends it: another member's weights and new
 hyper-parameters (srl_hpc/population/pbt.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,9 @@ class TrainerHandler(Handler):
         self.cfg = cfg
         self.policy = self.graph.worker(self.name).policy  # with several policies, the one it trains
         peers = [w.name for w in self.graph.trainers(self.policy)]  # data-parallel with these, by rank
-        self.device = resolve_device(self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu,
-                                     self.name)
+        self.device = resolve_device(
+            self.graph.worker(self.name).device, worker.gpu_index, worker.may_share_gpu, self.name
+        )
         obs_space, action_space = spaces(exp.env, exp.policies, self.policy, reads_global_state(exp.algorithm))
         self.model = build_model(exp, obs_space, action_space, self.policy).to(self.device)
         self.spec = spec(exp.algorithm)
@@ -82,12 +84,15 @@ class TrainerHandler(Handler):
         algorithm = exp.algorithm
         if exp.population.size:  # a member: its own starting hyper-parameters
             algorithm = dataclasses.replace(algorithm, **starting_values(exp.population, algorithm, self.policy))
-        self.algorithm = self.spec.load()(self.model, algorithm, self.device, bf16=cfg.precision == "bf16",
-                                          total_frames=exp.stop.env_frames)
+        self.algorithm = self.spec.load()(
+            self.model, algorithm, self.device, bf16=cfg.precision == "bf16", total_frames=exp.stop.env_frames
+        )
         agents = getattr(self.model, "agents", 1)  # a centralised critic sees whole envs: batches must hold them
         if cfg.batch_segments % agents:
-            raise ValueError(f"workers.trainer.batch_segments ({cfg.batch_segments}) must be a multiple of the env's "
-                             f"{agents} agents: {exp.algorithm.name}'s value reads whole envs")
+            raise ValueError(
+                f"workers.trainer.batch_segments ({cfg.batch_segments}) must be a multiple of the env's "
+                f"{agents} agents: {exp.algorithm.name}'s value reads whole envs"
+            )
         self.leader = peers.index(self.name) == 0  # publishes weights (under the policy's tag) and writes checkpoints
         self.tags = (self.policy or LATEST,)
         self.checkpoint = Checkpoint(worker.run_dir.checkpoint_of(self.policy))
@@ -112,16 +117,20 @@ class TrainerHandler(Handler):
         """A resumed run (attempt > 1) continues from the checkpoint: weights, optimizer state, version and
         counters; every trainer reads the same file, so data-parallel trainers start identical."""
         if not self.checkpoint.exists():  # requeued before the first checkpoint: nothing to resume
-            print(f"[{self.name}] attempt {self.worker.attempt}, but no checkpoint yet: training from scratch",
-                  flush=True)
+            print(
+                f"[{self.name}] attempt {self.worker.attempt}, but no checkpoint yet: training from scratch", flush=True
+            )
             return
         counters = self.checkpoint.restore(self.model, self.algorithm, self.device)
         if self.leader and counters["parameter_index"] is not None:
             self.history.restore(counters["parameter_index"])
         self.version, self.frames_consumed = counters["version"], counters["frames_consumed"]
         self.transitions_trained = counters["transitions_trained"]
-        print(f"[{self.name}] resumed from {self.checkpoint.path}: version {self.version}, {self.frames_consumed:,} "
-              f"frames trained", flush=True)
+        print(
+            f"[{self.name}] resumed from {self.checkpoint.path}: version {self.version}, {self.frames_consumed:,} "
+            f"frames trained",
+            flush=True,
+        )
 
     def bind(self):
         ports = {}
@@ -133,8 +142,9 @@ class TrainerHandler(Handler):
             sequence = None
             if exp.model.state_size:  # recurrent: sequences of (burn-in,) a segment and the n-step lookahead
                 sequence = (self.spec.replay_sequence_steps(exp.algorithm, actor.segment_length), exp.model.state_size)
-            batches = SampleConsumer(self.worker.ctx, self.contract.replay_layout(buffers, team, sequence),
-                                     high_water_mark=2)
+            batches = SampleConsumer(
+                self.worker.ctx, self.contract.replay_layout(buffers, team, sequence), high_water_mark=2
+            )
             ports["replay"] = batches.bind()
             self.source = ReplayReceiver(batches, prepare)
         else:
@@ -145,9 +155,17 @@ class TrainerHandler(Handler):
             window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
             credits = CreditLedger(self.worker.ctx, window, actors)
             ports["credits"] = credits.bind()
-            self.source = BatchAssembler(samples, credits, self.contract.segment_fields(),
-                                         self.cfg.batch_segments, self.spec.max_policy_lag(exp.algorithm), prepare,
-                                         lambda: self.version, self.trace, exp.env.frames_per_step)
+            self.source = BatchAssembler(
+                samples,
+                credits,
+                self.contract.segment_fields(),
+                self.cfg.batch_segments,
+                self.spec.max_policy_lag(exp.algorithm),
+                prepare,
+                lambda: self.version,
+                self.trace,
+                exp.env.frames_per_step,
+            )
         if self.leader:
             self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
         self.copies = None  # a population member's: the manager's copies come in here
@@ -160,8 +178,10 @@ class TrainerHandler(Handler):
         return ports
 
     def connect(self, table):
-        self.feedback = {s.server: SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "priorities")])
-                         for s in self.graph.servers_for("priorities", self.name)}
+        self.feedback = {
+            s.server: SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "priorities")])
+            for s in self.graph.servers_for("priorities", self.name)
+        }
         if self.lockstep is not None:  # the algorithm trains through the DDP wrapper
             self.algorithm.model = self.lockstep.connect(table, self.model)
 
@@ -218,7 +238,8 @@ class TrainerHandler(Handler):
         if "source" in batch:  # new priorities for the buffer that sampled this batch
             arrays = {"indices": batch["indices"], **feedback}
             self.feedback[batch["source"]].try_send(
-                wire.pack("priorities", {"incarnation": batch["incarnation"]}, arrays), POLL_MS)
+                wire.pack("priorities", {"incarnation": batch["incarnation"]}, arrays), POLL_MS
+            )
         t2 = time.perf_counter()
         self.frames_consumed += batch["frames"]
         self.transitions_trained += batch.get("transitions", 0)
@@ -233,8 +254,15 @@ class TrainerHandler(Handler):
         self.train_seconds += t3 - t1
         self._ready_since = t3
         self.source.trained(t1 - t0, t2 - t1)
-        self.trace.record("train_step", wait_seconds=t1 - t0, compute_seconds=t2 - t1, publish_seconds=t3 - t2,
-                          frames=batch["frames"], version=self.version, **losses)
+        self.trace.record(
+            "train_step",
+            wait_seconds=t1 - t0,
+            compute_seconds=t2 - t1,
+            publish_seconds=t3 - t2,
+            frames=batch["frames"],
+            version=self.version,
+            **losses,
+        )
         if self.leader and time.monotonic() - self._last_checkpoint > self.cfg.checkpoint_interval:
             self.save_checkpoint()
 
@@ -250,12 +278,19 @@ class TrainerHandler(Handler):
         self.version += 1
         self.source.oldest_version = self.version  # what its actors played with the old weights is not trained on
         self.publisher.publish(self.version, state_arrays(self.model), self.tags)
-        self.trace.record("copy", round=msg.meta["round"], source_version=msg.meta["source_version"],
-                          version=self.version, checksum=parameter_checksum(self.model),
-                          **{f"new_{k}": v for k, v in msg.meta["values"].items()})
-        print(f"[{self.name}] population round {msg.meta['round']}: version {self.version} is "
-              f"{msg.meta['source']}'s version {msg.meta['source_version']}, trained with {msg.meta['values']}",
-              flush=True)
+        self.trace.record(
+            "copy",
+            round=msg.meta["round"],
+            source_version=msg.meta["source_version"],
+            version=self.version,
+            checksum=parameter_checksum(self.model),
+            **{f"new_{k}": v for k, v in msg.meta["values"].items()},
+        )
+        print(
+            f"[{self.name}] population round {msg.meta['round']}: version {self.version} is "
+            f"{msg.meta['source']}'s version {msg.meta['source_version']}, trained with {msg.meta['values']}",
+            flush=True,
+        )
         return True
 
     def finish(self):
@@ -292,21 +327,35 @@ class TrainerHandler(Handler):
             self.history.put(self.version, state_arrays(self.model))
         self.history.tag(parameter_db.LATEST, self.version)
         self.history.collect(self.cfg.keep_untagged)
-        self.checkpoint.save(self.model, self.algorithm, self.version, self.frames_consumed, self.transitions_trained,
-                             self.worker.attempt, self.history.index())
+        self.checkpoint.save(
+            self.model,
+            self.algorithm,
+            self.version,
+            self.frames_consumed,
+            self.transitions_trained,
+            self.worker.attempt,
+            self.history.index(),
+        )
         self._last_checkpoint = time.monotonic()
 
     def queue_depths(self):
-        return {"ready_batches": self.prefetch.ready() if self.prefetch is not None else 0,
-                "held_segments": self.source.held_segments}
+        return {
+            "ready_batches": self.prefetch.ready() if self.prefetch is not None else 0,
+            "held_segments": self.source.held_segments,
+        }
 
     def stats(self):
-        out = {"version": self.version, "train_seconds": round(self.train_seconds, 3),
-               "malformed_dropped": self.source.malformed(),
-               "wait_seconds": round(self.wait_seconds, 3), "losses": self.losses.report()}
+        out = {
+            "version": self.version,
+            "train_seconds": round(self.train_seconds, 3),
+            "malformed_dropped": self.source.malformed(),
+            "wait_seconds": round(self.wait_seconds, 3),
+            "losses": self.losses.report(),
+        }
         if self.leader:  # what weight fan-out costs: bytes leaving this worker per version published
-            out.update(parameter_bytes_sent=self.publisher.bytes_sent,
-                       parameter_versions_sent=self.publisher.versions_sent)
+            out.update(
+                parameter_bytes_sent=self.publisher.bytes_sent, parameter_versions_sent=self.publisher.versions_sent
+            )
         if isinstance(self.source, ReplayReceiver):
             return {**out, "transitions_trained": self.transitions_trained}
         return {**out, "frames_consumed": self.frames_consumed, **self.source.stats()}

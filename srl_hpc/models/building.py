@@ -1,5 +1,6 @@
 """build_model: an experiment's model for one policy, from its env's spaces, its algorithm's head and
 `model` section (a built-in torso, or a user's nn.Module by dotted path)."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -31,8 +32,9 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
         model.action_dist = action_dist
         return model
     if head != "actor_critic" and (action_dist.kind != "Discrete" or dict_obs):
-        raise ValueError(f"the {head} head needs Discrete actions and Box observations: the env has {action_space} "
-                         f"and {obs_space}")
+        raise ValueError(
+            f"the {head} head needs Discrete actions and Box observations: the env has {action_space} and {obs_space}"
+        )
 
     def torso():
         if dict_obs:
@@ -46,11 +48,15 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
     if head == "central_critic":
         agents = agent_count(exp.env, exp.policies, policy)
         if agents < 2:
-            raise ValueError(f"{exp.algorithm.name} needs a multi-agent env: env.id {exp.env.id!r} has one agent "
-                             "(algorithm.name: ppo trains it)")
+            raise ValueError(
+                f"{exp.algorithm.name} needs a multi-agent env: env.id {exp.env.id!r} has one agent "
+                "(algorithm.name: ppo trains it)"
+            )
         if cfg.name != "mlp":
-            raise ValueError(f"{exp.algorithm.name} needs model.name mlp (its value reads the agents' vector "
-                             f"observations side by side), got {cfg.name!r}")
+            raise ValueError(
+                f"{exp.algorithm.name} needs model.name mlp (its value reads the agents' vector "
+                f"observations side by side), got {cfg.name!r}"
+            )
         state_size = global_state_size(exp.env)  # the env's own state, at the end of each row's observation
         own = int(np.prod(obs_space.shape)) - state_size
         critic = MLP(state_size or agents * own, cfg.hidden_sizes)

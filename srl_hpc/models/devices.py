@@ -1,5 +1,6 @@
 """Which torch device a worker runs on: the GPU its task sees (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS,
 SLURM_JOB_GPUS), its index among the node's CUDA workers, or the CPU."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,9 @@ import torch
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")  # what says which GPUs a task sees
 
 
-def pick_gpu(worker: str, gpu_index: int, visible: int, may_share: bool, env: Mapping[str, str],
-             no_gpu: str = "") -> int:
+def pick_gpu(
+    worker: str, gpu_index: int, visible: int, may_share: bool, env: Mapping[str, str], no_gpu: str = ""
+) -> int:
     """Which of the `visible` GPUs its task sees a worker on device 'cuda' takes. `gpu_index`, its index
     among its node's CUDA workers (srl_hpc.graph.Graph.gpu_index), is right where the task sees the node's
     whole set; with --gpus-per-task or ConstrainDevices=yes a task sees only its own GPU, as device 0. Seeing
@@ -20,15 +22,18 @@ def pick_gpu(worker: str, gpu_index: int, visible: int, may_share: bool, env: Ma
     torch's word on why it sees none."""
     seen = ", ".join(f"{name}={env.get(name, 'unset')}" for name in GPU_VARIABLES)
     if visible == 0:
-        raise RuntimeError(f"{worker} is on device cuda, but its task sees no GPU"
-                           f"{': ' + no_gpu if no_gpu else ''} ({seen})")
+        raise RuntimeError(
+            f"{worker} is on device cuda, but its task sees no GPU{': ' + no_gpu if no_gpu else ''} ({seen})"
+        )
     if visible == 1:
         return 0
     if gpu_index < visible or may_share:
         return gpu_index % visible
-    raise RuntimeError(f"{worker} is CUDA worker {gpu_index} of its node, which shows {visible} GPU(s) to its "
-                       f"task ({seen}); set the group's slurm gpus_per_node, or share_gpu: true to let workers "
-                       f"share one")
+    raise RuntimeError(
+        f"{worker} is CUDA worker {gpu_index} of its node, which shows {visible} GPU(s) to its "
+        f"task ({seen}); set the group's slurm gpus_per_node, or share_gpu: true to let workers "
+        f"share one"
+    )
 
 
 def resolve_device(device: str, gpu_index: int, may_share: bool, worker: str) -> torch.device:

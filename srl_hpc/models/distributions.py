@@ -10,6 +10,7 @@ precision. Written for the policy workers' small batches: a categorical samples 
 (argmax of log-probabilities plus Gumbel noise, -log of exponential draws), without torch.distributions'
 argument checks, which doubled the cost of acting.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The heads an algorithm trains on a torso (its spec names one: actor_critic, central_critic, q), and their
 recurrent forms."""
+
 from __future__ import annotations
 
 import torch
@@ -31,8 +32,14 @@ class PolicyHead(nn.Module):
 class ActorCritic(nn.Module):
     """Policy parameters and state value over one shared torso, or (critic_torso) the value over its own."""
 
-    def __init__(self, torso: nn.Module, action_dist: ActionDistribution, critic_torso: nn.Module | None = None,
-                 decoder: ObsDecoder | None = None, log_std_init: float = 0.0):
+    def __init__(
+        self,
+        torso: nn.Module,
+        action_dist: ActionDistribution,
+        critic_torso: nn.Module | None = None,
+        decoder: ObsDecoder | None = None,
+        log_std_init: float = 0.0,
+    ):
         super().__init__()
         self.torso = torso
         self.critic_torso = critic_torso
@@ -89,8 +96,15 @@ class RecurrentCore(nn.Module):
 class RecurrentActorCritic(RecurrentCore):
     """The recurrent core -> policy parameters and state value: forward(...) -> (params, values, state)."""
 
-    def __init__(self, torso: nn.Module, action_dist: ActionDistribution, kind: str, size: int,
-                 decoder: ObsDecoder | None = None, log_std_init: float = 0.0):
+    def __init__(
+        self,
+        torso: nn.Module,
+        action_dist: ActionDistribution,
+        kind: str,
+        size: int,
+        decoder: ObsDecoder | None = None,
+        log_std_init: float = 0.0,
+    ):
         super().__init__(torso, kind, size)
         self.policy = PolicyHead(size, action_dist, log_std_init)
         self.value = init_layer(nn.Linear(size, 1), 1.0)
@@ -132,7 +146,7 @@ class CentralisedActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.state_size:
-            obs, state = obs[..., :-self.state_size], obs[..., -self.state_size:]
+            obs, state = obs[..., : -self.state_size], obs[..., -self.state_size :]
         elif state is None:
             state = global_state(obs, self.agents)
         return self.logits(self.torso(obs)), self.value(self.critic_torso(state)).squeeze(-1)

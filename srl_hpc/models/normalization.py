@@ -8,6 +8,7 @@ count, mean and sum of squared deviations merge into the running ones by the par
 so merging batches in any grouping gives the statistics of all the data. Data-parallel trainers merge
 their batches' moments in one all-reduce first, and stay identical.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,7 +56,7 @@ class RunningMeanStd(nn.Module):
     def merge(self, m: torch.Tensor) -> None:
         """Merge a batch's (count, sum, sum of squares) into the running statistics."""
         dims = self.mean.numel()
-        n, total, squares = m[0], m[1:1 + dims], m[1 + dims:]
+        n, total, squares = m[0], m[1 : 1 + dims], m[1 + dims :]
         if n <= 0:
             return
         mean = total / n

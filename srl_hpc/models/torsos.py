@@ -1,5 +1,6 @@
 """Torsos: what turns an observation into features (MLP, NatureCNN for images, DictTorso for a Dict
 observation, which ObsDecoder unpacks from the bytes it travels as)."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -53,9 +54,12 @@ class NatureCNN(nn.Module):
         super().__init__()
         c = obs_shape[0]
         self.conv = nn.Sequential(
-            init_layer(nn.Conv2d(c, 32, 8, stride=4), np.sqrt(2)), nn.ReLU(),
-            init_layer(nn.Conv2d(32, 64, 4, stride=2), np.sqrt(2)), nn.ReLU(),
-            init_layer(nn.Conv2d(64, 64, 3, stride=1), np.sqrt(2)), nn.ReLU(),
+            init_layer(nn.Conv2d(c, 32, 8, stride=4), np.sqrt(2)),
+            nn.ReLU(),
+            init_layer(nn.Conv2d(32, 64, 4, stride=2), np.sqrt(2)),
+            nn.ReLU(),
+            init_layer(nn.Conv2d(64, 64, 3, stride=1), np.sqrt(2)),
+            nn.ReLU(),
             nn.Flatten(),
         )
         with torch.no_grad():
@@ -77,23 +81,33 @@ class ObsDecoder(nn.Module):
     def __init__(self, obs_space: gymnasium.Space):
         super().__init__()
         contract = ObsContract(obs_space)
-        self.fields = [(key, _torch_dtype(dtype), shape, offset, dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
-                       for key, dtype, shape, offset in contract.fields]
+        self.fields = [
+            (key, _torch_dtype(dtype), shape, offset, dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+            for key, dtype, shape, offset in contract.fields
+        ]
 
     def forward(self, obs: torch.Tensor):
         if not self.fields:
             return obs
         lead = obs.shape[:-1]
-        return {key: obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format)
-                .view(dtype).reshape(*lead, *shape)
-                for key, dtype, shape, offset, size in self.fields}
+        return {
+            key: obs[..., offset : offset + size]
+            .clone(memory_format=torch.contiguous_format)
+            .view(dtype)
+            .reshape(*lead, *shape)
+            for key, dtype, shape, offset, size in self.fields
+        }
 
     def mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The observation's action mask, if it has one."""
         for key, dtype, shape, offset, size in self.fields:
             if key == ACTION_MASK:
-                return (obs[..., offset:offset + size].clone(memory_format=torch.contiguous_format)
-                        .view(dtype).reshape(*obs.shape[:-1], *shape))
+                return (
+                    obs[..., offset : offset + size]
+                    .clone(memory_format=torch.contiguous_format)
+                    .view(dtype)
+                    .reshape(*obs.shape[:-1], *shape)
+                )
         return None
 
 

@@ -1,4 +1,5 @@
 """A model's weights as named numpy arrays, as the parameter service publishes them, and their checksum."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -18,6 +18,7 @@ Until the first snapshot is stored, the opponent is the newest weights. The lear
 env's seats from one episode to the next. Each actor keeps its own scores from its own games (no traffic
 between workers); numpy only: actors never import torch.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,16 @@ REFRESH_SECONDS = 5.0  # between looks at the parameter database for new snapsho
 class OpponentPool:
     """The versions an actor's opponents are drawn from (the database's snapshots) and its scores against them."""
 
-    def __init__(self, db: ParameterDB, rule: str, rng: np.random.Generator, pfsp_power: float = 2.0, size: int = 8,
-                 fixed: dict[str, float] | None = None, env=None):
+    def __init__(
+        self,
+        db: ParameterDB,
+        rule: str,
+        rng: np.random.Generator,
+        pfsp_power: float = 2.0,
+        size: int = 8,
+        fixed: dict[str, float] | None = None,
+        env=None,
+    ):
         """fixed: fixed player -> its share of the games; env: the game (a TurnTaking) they play."""
         if rule not in RULES:
             raise ValueError(f"opponents.rule must be one of {RULES}, got {rule!r}")
@@ -55,8 +64,9 @@ class OpponentPool:
         if self.rule == "latest" or now - self._looked_at < REFRESH_SECONDS:
             return
         self._looked_at = now
-        self.snapshots = sorted(info["version"] for tag, info in self.db.tags().items()
-                                if tag.startswith(SNAPSHOT))[-self.size:]
+        self.snapshots = sorted(info["version"] for tag, info in self.db.tags().items() if tag.startswith(SNAPSHOT))[
+            -self.size :
+        ]
 
     def score(self, version: int) -> float:
         """The learner's mean score against `version` (1/2 before any game: one won and one lost, imagined)."""

@@ -8,6 +8,7 @@ best `fraction`, drawn at random: its weights (exploit), and its hyper-parameter
 multiplied by one of that key's factors (explore). The copying member's trainer applies it between two
 updates. Pure: the decision only, from scores; the handler does the messaging and the lineage.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,6 +36,7 @@ def starting_values(population, algorithm, member: str) -> dict[str, float]:
 @dataclass(frozen=True)
 class Copy:
     """One exploit/explore: `target` takes `source`'s weights and `values` as its hyper-parameters."""
+
     round: int
     target: str
     source: str
@@ -65,8 +67,11 @@ class Population:
     def round(self, now: float, scores: dict[str, tuple[float | None, int]]) -> list[Copy]:
         """A round at `now` (seconds into the run), given each member's (mean return of its last window of
         episodes, episodes ended so far). Returns the copies decided; none while fewer than two are ready."""
-        ready = {m: mean for m, (mean, ended) in scores.items()
-                 if mean is not None and ended - self.episodes_at_change[m] >= self.window}
+        ready = {
+            m: mean
+            for m, (mean, ended) in scores.items()
+            if mean is not None and ended - self.episodes_at_change[m] >= self.window
+        }
         if len(ready) < 2:
             return []
         self.last_round = now
@@ -80,8 +85,11 @@ class Population:
             values = dict(self.values[source])
             for key, factors in self.cfg.explore.items():
                 values[key] *= float(factors[int(self.rng.integers(len(factors)))])
-            copies.append(Copy(self.rounds, target, source, values, dict(self.values[target]),
-                               {m: float(ready[m]) for m in ranked}))
+            copies.append(
+                Copy(
+                    self.rounds, target, source, values, dict(self.values[target]), {m: float(ready[m]) for m in ranked}
+                )
+            )
             self.values[target] = values
             self.episodes_at_change[target] = scores[target][1]
         return copies

@@ -7,6 +7,7 @@ g_i <- W_i / sum_j n_ij / (g_i + g_j) (W_i: i's points, n_ij: games between i an
 one imagined draw against the anchor, so that one who won every game still gets a finite rating. Ratings are
 400 log10(g_i), the anchor's 0: a 200-point gap means the stronger scores about 76%.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -27,6 +27,7 @@ This package's own module holds the probe directory's layout and what the launch
 facts.py measures a task's node, network.py the ZMQ pings and the trainers' collectives, task.py runs the
 phases in order.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,6 +50,7 @@ FINISH_TIMEOUT = 60.0  # how long the first task waits for the others' last resu
 @dataclass(frozen=True)
 class ProbeDir:
     """Where a probe job's tasks write, under its run directory (PROBE/probe/...)."""
+
     root: Path
 
     @property

@@ -1,5 +1,6 @@
 """What a probe task measures of its node before meeting anyone: host, address, CPUs bound, GPUs seen, open-files
 limits against its worker's need."""
+
 from __future__ import annotations
 
 import os
@@ -56,11 +57,18 @@ def gpu_pick(exp, graph: wiring.Graph, name: str, gpus: dict) -> dict | None:
         index = int(node.device.partition(":")[2])
     else:
         from srl_hpc.models.devices import pick_gpu  # (imports torch: only CUDA workers get here)
+
         local_id = int(os.environ.get("SLURM_LOCALID", "0"))
         share = getattr(exp.slurm, node.group).share_gpu
         try:
-            index = pick_gpu(name, graph.gpu_index(name, local_id), len(devices), share, os.environ,
-                             view.get("why_none", view.get("error", "")))
+            index = pick_gpu(
+                name,
+                graph.gpu_index(name, local_id),
+                len(devices),
+                share,
+                os.environ,
+                view.get("why_none", view.get("error", "")),
+            )
         except RuntimeError as e:
             return {"error": str(e)}
     if index >= len(devices):
@@ -76,22 +84,38 @@ def measure(exp, graph: wiring.Graph, name: str) -> dict:
     gpus_given = any(os.environ.get(v) for v in GPU_VARIABLES)
     is_trainer = node.kind == "trainer"
     facts = {
-        "worker": name, "group": node.group, "kind": node.kind, "device": node.device,
-        "task": int(os.environ.get("SLURM_PROCID", "-1")), "local_id": int(os.environ.get("SLURM_LOCALID", "-1")),
-        "node": os.environ.get("SLURMD_NODENAME", platform.node()), "hostname": socket.gethostname(),
-        "pid": os.getpid(), "python": sys.executable, "python_version": platform.python_version(),
-        "cpus": sorted(os.sched_getaffinity(0)), "node_cpus": os.cpu_count(),
-        "nofile": {"soft": None if soft == unlimited else soft, "hard": None if hard == unlimited else hard,
-                   "needed": limits.descriptors_needed(graph, name), "workers": len(graph.names)},
-        "address": None, "address_error": None,
+        "worker": name,
+        "group": node.group,
+        "kind": node.kind,
+        "device": node.device,
+        "task": int(os.environ.get("SLURM_PROCID", "-1")),
+        "local_id": int(os.environ.get("SLURM_LOCALID", "-1")),
+        "node": os.environ.get("SLURMD_NODENAME", platform.node()),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "python": sys.executable,
+        "python_version": platform.python_version(),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "node_cpus": os.cpu_count(),
+        "nofile": {
+            "soft": None if soft == unlimited else soft,
+            "hard": None if hard == unlimited else hard,
+            "needed": limits.descriptors_needed(graph, name),
+            "workers": len(graph.names),
+        },
+        "address": None,
+        "address_error": None,
     }
     try:
         address = network.resolve(exp.slurm.network)
-        facts["address"] = {"ip": address.ip, "interface": address.interface, "source": address.source,
-                            "loopback": address.loopback}
+        facts["address"] = {
+            "ip": address.ip,
+            "interface": address.interface,
+            "source": address.source,
+            "loopback": address.loopback,
+        }
     except network.NetworkError as e:
         facts["address_error"] = str(e)
     facts["gpus"] = gpu_facts(want_torch=gpus_given or is_trainer or node.device.startswith("cuda"))
     facts["gpu_pick"] = gpu_pick(exp, graph, name, facts["gpus"])
     return facts
-

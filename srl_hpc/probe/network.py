@@ -1,5 +1,6 @@
 """A probe task's traffic: the REP socket every task answers pings on, the pings from each group's first task to
 every task of the other groups, and the trainers' gloo (and NCCL) all-reduce."""
+
 from __future__ import annotations
 
 import datetime
@@ -49,7 +50,7 @@ def ping_all(ctx: zmq.Context, table: dict, targets: list[str], timeout: float =
     for start in range(0, len(targets), PING_BATCH):
         pending: dict[zmq.Socket, tuple[str, float]] = {}
         poller = zmq.Poller()
-        for target in targets[start:start + PING_BATCH]:
+        for target in targets[start : start + PING_BATCH]:
             entry = table.get(target, {})
             if PORT not in entry.get("ports", {}):
                 out[target] = {"error": "it has no address (its own lines say why)"}
@@ -65,8 +66,9 @@ def ping_all(ctx: zmq.Context, table: dict, targets: list[str], timeout: float =
             for sock, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
                 target, sent = pending.pop(sock)
                 reply = sock.recv_string()
-                out[target] = {"ms": (time.monotonic() - sent) * 1000} if reply == target else \
-                    {"error": f"answered as {reply!r}"}
+                out[target] = (
+                    {"ms": (time.monotonic() - sent) * 1000} if reply == target else {"error": f"answered as {reply!r}"}
+                )
                 poller.unregister(sock)
                 sock.close()
         for sock, (target, _) in pending.items():
@@ -118,8 +120,10 @@ def nccl_all_reduce(dist, torch, index: int, rank: int, size: int, backend: str,
     """NCCL across the policy's trainers, each on the GPU its worker would take; where two share one GPU,
     NCCL cannot run (two ranks on one device) and the trainers' DDP falls back to gloo: said, not tried."""
     if backend != "nccl":
-        return {"skipped": f"trainers share a GPU ({', '.join(gpus)}): NCCL refuses two ranks on one device, and "
-                           f"their DDP falls back to gloo"}
+        return {
+            "skipped": f"trainers share a GPU ({', '.join(gpus)}): NCCL refuses two ranks on one device, and "
+            f"their DDP falls back to gloo"
+        }
     started = time.monotonic()
     try:
         torch.cuda.set_device(index)
@@ -134,4 +138,3 @@ def nccl_all_reduce(dist, torch, index: int, rank: int, size: int, backend: str,
         return found
     except Exception as e:  # noqa: BLE001
         return {"error": error_text(e), "seconds": time.monotonic() - started}
-

@@ -1,5 +1,6 @@
 """One probe task, its phases in order (srl_hpc/probe/__init__.py lists them); `python -m srl_hpc.probe` runs
 main()."""
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,7 @@ def probe(exp, graph: wiring.Graph, name: str, run_dir: Path, mpi: bool) -> None
 
     ctx = PrivateContext(run) if exp.curve else zmq.Context()
     responder, store = None, None
-    entry: dict = {"worker": name, "host": None, "node": facts["node"], "ports": {},
-                   "gpu": None, "gpu_index": None}
+    entry: dict = {"worker": name, "host": None, "node": facts["node"], "ports": {}, "gpu": None, "gpu_index": None}
     if facts["address"] is not None:
         address = network.Address(facts["address"]["ip"], facts["address"]["interface"], facts["address"]["source"])
         os.environ.update(network.library_environment(address))  # gloo and NCCL on the chosen interface
@@ -154,11 +154,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, type=Path, help="the probe's directory")
     parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID (+ --first-task)")
-    parser.add_argument("--first-task", type=int, default=None, metavar="K",
-                        help="slurm.layout: jobs: this group's job runs tasks K, K+1, ... (as the worker's)")
+    parser.add_argument(
+        "--first-task",
+        type=int,
+        default=None,
+        metavar="K",
+        help="slurm.layout: jobs: this group's job runs tasks K, K+1, ... (as the worker's)",
+    )
     parser.add_argument("--slurm", action="store_true", help="started by srun (as the workers are)")
-    parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file",
-                        help="mpi: also try the workers' MPI rendezvous, last")
+    parser.add_argument(
+        "--rendezvous", choices=("file", "mpi"), default="file", help="mpi: also try the workers' MPI rendezvous, last"
+    )
     parser.add_argument("--log-dir", type=Path, help="this task's output to LOG_DIR/<worker>.log")
     args = parser.parse_args(argv)
     task_id = task_id_of(args, os.environ)
@@ -176,4 +182,3 @@ def main(argv=None) -> int:
         return 1
     print("probe task done", flush=True)
     return 0
-

@@ -1,26 +1,27 @@
 """Every path of a run directory, in one place (workers, the launcher, status and srl-trace all ask here).
 
-    RUN/experiment.yaml       the resolved experiment (every default filled in)
-    RUN/summary.json          the controller's outcome and frame accounting
-    RUN/metrics.csv           one row per progress line
-    RUN/tb/                   TensorBoard event files, one scalar set per progress line (monitor.tensorboard)
-    RUN/wandb/                the W&B run (monitor.wandb), written by wandb itself
-    RUN/workers.json          where each worker ran (host, node, ports, pid)
-    RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
-    RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N,
-                              <worker>[.attempt-N].restart-K.h5 from a restarted worker's K-th replacement)
-    RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
-    RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
-    RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
-    RUN/parameters/<policy>/  the parameter database: stored versions and their tags (services/parameter_db.py)
-    RUN/population/lineage.jsonl   a population's copies (exploit and explore), one JSON record per line
-    RUN/rendezvous/<worker>.json   local mode's rendezvous table
-    RUN/rendezvous/barrier/<worker>, barrier.go   Slurm mode: the barrier before the MPI allgather
-    RUN/launcher.pid          the local launcher running this run
-    RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
-    RUN/job.sbatch, RUN/slurm.json, RUN/slurm-<id>.out   Slurm runs: the script, the job id, srun's output
-    RUN/sweep.json            a sweep's directory: its members
+RUN/experiment.yaml       the resolved experiment (every default filled in)
+RUN/summary.json          the controller's outcome and frame accounting
+RUN/metrics.csv           one row per progress line
+RUN/tb/                   TensorBoard event files, one scalar set per progress line (monitor.tensorboard)
+RUN/wandb/                the W&B run (monitor.wandb), written by wandb itself
+RUN/workers.json          where each worker ran (host, node, ports, pid)
+RUN/logs/<worker>.log     each worker's output ("actor/3" -> actor-3.log)
+RUN/traces/<worker>.h5    each worker's HDF5 trace (<worker>.attempt-N.h5 from a resumed attempt N,
+                          <worker>[.attempt-N].restart-K.h5 from a restarted worker's K-th replacement)
+RUN/attempt               which attempt is running: 1, then +1 per resume or Slurm requeue
+RUN/summary.attempt-N.json   the outcome of an earlier attempt N of a resumed run
+RUN/checkpoints/latest.pt the trainer's checkpoint, replaced atomically (several policies: <policy>.pt each)
+RUN/parameters/<policy>/  the parameter database: stored versions and their tags (services/parameter_db.py)
+RUN/population/lineage.jsonl   a population's copies (exploit and explore), one JSON record per line
+RUN/rendezvous/<worker>.json   local mode's rendezvous table
+RUN/rendezvous/barrier/<worker>, barrier.go   Slurm mode: the barrier before the MPI allgather
+RUN/launcher.pid          the local launcher running this run
+RUN/keys/run.key          the run's CURVE key pair (directory 0700, file 0600)
+RUN/job.sbatch, RUN/slurm.json, RUN/slurm-<id>.out   Slurm runs: the script, the job id, srun's output
+RUN/sweep.json            a sweep's directory: its members
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """`python -m srl_hpc.rundir RUN --next-attempt | --outcome`: what a Slurm job script asks of its run directory."""
+
 from __future__ import annotations
 
 import argparse

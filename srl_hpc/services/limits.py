@@ -8,6 +8,7 @@ start, and a run whose largest need is over the hard limit is refused before it 
 the worker and the count (docs/limits.md tabulates the needs as functions of N). `graph` is the run's
 srl_hpc.graph.Graph (read for its streams; not imported: services sit below the graph).
 """
+
 from __future__ import annotations
 
 import resource
@@ -67,7 +68,9 @@ def raise_open_files(needed: int, who: str, workers: int) -> tuple[int, int]:
 
 
 def too_few_files(who: str, needed: int, workers: int, hard: int) -> str:
-    return (f"{who} needs about {needed} open files in a run of {workers} workers, but the hard open-files "
-            f"limit (RLIMIT_NOFILE, `ulimit -Hn`) is {hard} here. Raise it where the run starts (on a cluster: "
-            f"its admins, or PropagateResourceLimits in slurm.conf with a higher limit at submission), or give "
-            f"each server fewer clients (more policy workers or trainers): docs/limits.md")
+    return (
+        f"{who} needs about {needed} open files in a run of {workers} workers, but the hard open-files "
+        f"limit (RLIMIT_NOFILE, `ulimit -Hn`) is {hard} here. Raise it where the run starts (on a cluster: "
+        f"its admins, or PropagateResourceLimits in slurm.conf with a higher limit at submission), or give "
+        f"each server fewer clients (more policy workers or trainers): docs/limits.md"
+    )

@@ -6,6 +6,7 @@ hostname may resolve to a loopback address (Debian's 127.0.1.1). `slurm.network`
 hostname resolves to. The interface found also goes to Open MPI, gloo and NCCL, which otherwise pick
 their own, so that every byte of a run crosses the network the user chose.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -38,8 +39,9 @@ class Address:
 
 def interfaces() -> dict[str, list[str]]:
     """This node's IPv4 addresses per interface name."""
-    return {name: [a.address for a in addrs if a.family == socket.AF_INET]
-            for name, addrs in psutil.net_if_addrs().items()}
+    return {
+        name: [a.address for a in addrs if a.family == socket.AF_INET] for name, addrs in psutil.net_if_addrs().items()
+    }
 
 
 def resolve(network: str | None) -> Address:
@@ -50,8 +52,10 @@ def resolve(network: str | None) -> Address:
         try:
             ip = socket.gethostbyname(host)
         except OSError as e:
-            raise NetworkError(f"this node's hostname {host!r} does not resolve ({e}); set {SETTING} to the "
-                               f"interface or network the workers should use ({_listing(found)})") from None
+            raise NetworkError(
+                f"this node's hostname {host!r} does not resolve ({e}); set {SETTING} to the "
+                f"interface or network the workers should use ({_listing(found)})"
+            ) from None
         return Address(ip, _interface_of(ip, found), f"hostname {host}")
     if "/" in network:
         net = ipaddress.ip_network(network, strict=False)
@@ -59,12 +63,15 @@ def resolve(network: str | None) -> Address:
             for ip in ips:
                 if ipaddress.ip_address(ip) in net:
                     return Address(ip, name, f"{SETTING}: {network}")
-        raise NetworkError(f"{SETTING} is {network!r}, but no interface of node {socket.gethostname()} has an "
-                           f"address in it ({_listing(found)})")
+        raise NetworkError(
+            f"{SETTING} is {network!r}, but no interface of node {socket.gethostname()} has an "
+            f"address in it ({_listing(found)})"
+        )
     if not found.get(network):
         problem = "has no IPv4 address" if network in found else "does not exist"
-        raise NetworkError(f"{SETTING} is {network!r}, but that interface {problem} on node "
-                           f"{socket.gethostname()} ({_listing(found)})")
+        raise NetworkError(
+            f"{SETTING} is {network!r}, but that interface {problem} on node {socket.gethostname()} ({_listing(found)})"
+        )
     return Address(found[network][0], network, f"{SETTING}: {network}")
 
 
@@ -77,9 +84,11 @@ def _listing(found: dict[str, list[str]]) -> str:
 
 
 def loopback_message(worker: str, address: Address) -> str:
-    return (f"{worker} on node {socket.gethostname()} would advertise {address.describe()}, a loopback address "
-            f"that workers on the job's other nodes cannot reach. Set {SETTING} to the interface (e.g. ib0) or "
-            f"network (e.g. 10.0.0.0/8) that connects the nodes ({_listing(interfaces())})")
+    return (
+        f"{worker} on node {socket.gethostname()} would advertise {address.describe()}, a loopback address "
+        f"that workers on the job's other nodes cannot reach. Set {SETTING} to the interface (e.g. ib0) or "
+        f"network (e.g. 10.0.0.0/8) that connects the nodes ({_listing(interfaces())})"
+    )
 
 
 LOCAL = Address("127.0.0.1", "lo", "local mode")
@@ -100,14 +109,17 @@ def library_environment(address: Address, site: set[str] | None = None) -> dict[
     return {k: v for k, v in wanted.items() if k not in os.environ}
 
 
-MCA_PARAMETER_FILES = ("~/.openmpi/mca-params.conf", "/etc/openmpi/openmpi-mca-params.conf",  # the user's; Debian's
-                       "$OPAL_PREFIX/etc/openmpi-mca-params.conf")  # a module's Open MPI
+MCA_PARAMETER_FILES = (
+    "~/.openmpi/mca-params.conf",
+    "/etc/openmpi/openmpi-mca-params.conf",  # the user's; Debian's
+    "$OPAL_PREFIX/etc/openmpi-mca-params.conf",
+)  # a module's Open MPI
 MCA_PREFIX = "OMPI_MCA_"
 
 
 def site_mca_parameters(files=MCA_PARAMETER_FILES) -> set[str]:
     """The Open MPI parameters set for this process, by name: OMPI_MCA_* variables and `name = value` lines."""
-    names = {k[len(MCA_PREFIX):] for k in os.environ if k.startswith(MCA_PREFIX)}
+    names = {k[len(MCA_PREFIX) :] for k in os.environ if k.startswith(MCA_PREFIX)}
     for path in files:
         path = os.path.expanduser(os.path.expandvars(path))
         try:

@@ -13,6 +13,7 @@ reading the tag and the version (the tag moved on) reads the tag again.
     RUN/parameters/<policy>/tags/<tag>       {"version": 42, ...}: latest, best, snapshot-40, a user's own
     RUN/parameters/<policy>/ratings.json     self-play: the rating workers' game results and Elo per version
 """
+
 from __future__ import annotations
 
 import json
@@ -141,7 +142,7 @@ class ParameterDB:
         (and temporary files left by writers that died). Returns the versions removed."""
         tagged = {record["version"] for record in self.tags().values()}
         versions = self.versions()
-        newest = set(versions[len(versions) - keep_newest:]) if keep_newest > 0 else set()
+        newest = set(versions[len(versions) - keep_newest :]) if keep_newest > 0 else set()
         removed = [v for v in versions if v not in tagged and v not in newest]
         for v in removed:
             self._version_path(v).unlink(missing_ok=True)
@@ -176,6 +177,7 @@ class ParameterDB:
                 self.tag(tag, record["version"], **info)
         ratings = self.ratings()
         if ratings:  # games of versions the resumed attempt will train anew are not theirs
-            ratings["games"] = [g for g in ratings["games"] if all(not isinstance(p, int) or p <= newest
-                                                                   for p in g[:2])]
+            ratings["games"] = [
+                g for g in ratings["games"] if all(not isinstance(p, int) or p <= newest for p in g[:2])
+            ]
             self.write_ratings(ratings)

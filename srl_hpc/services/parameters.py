@@ -10,6 +10,7 @@ The publisher counts the bytes it sends: it sends each message once per subscrib
 cost of a version grows with the number of subscribers (what benchmarks/scale.py measures). Its socket is an
 XPUB that passes every subscribe and unsubscribe up (XPUB_VERBOSER), which is how it knows how many there are.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -8,6 +8,7 @@ Two implementations of one call, `exchange(entry) -> table`:
 - FileRendezvous with a FileBarrier (Slurm mode, slurm.mpi: none): the files, once everyone has arrived.
 After rendezvous all data moves over ZMQ.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -121,8 +122,10 @@ class FileBarrier:
             quitter = self._lead() if self.leader else self._go()
             if quitter is not None:
                 if quitter:
-                    raise RendezvousError(f"rendezvous abandoned: {quitter} exited before it; the last lines of "
-                                          f"{self.run.log(quitter)}:\n{tail(self.run.log(quitter))}")
+                    raise RendezvousError(
+                        f"rendezvous abandoned: {quitter} exited before it; the last lines of "
+                        f"{self.run.log(quitter)}:\n{tail(self.run.log(quitter))}"
+                    )
                 return
             if time.monotonic() >= deadline:
                 deadline = self._last_arrival() + self.timeout  # one more look, only at the deadline
@@ -159,13 +162,17 @@ class FileBarrier:
 
     def _timed_out(self) -> str:
         if not self.leader:
-            return (f"rendezvous timed out after {self.timeout:.0f}s: {self.names[0]}, which waits for every "
-                    f"worker, never said go (its log names the workers that never arrived)")
+            return (
+                f"rendezvous timed out after {self.timeout:.0f}s: {self.names[0]}, which waits for every "
+                f"worker, never said go (its log names the workers that never arrived)"
+            )
         present = set(os.listdir(self.run.barrier_arrivals))
         missing = [n for n in self.names if file_stem(n) not in present]
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        return (f"rendezvous timed out after {self.timeout:.0f}s: {len(missing)} of {len(self.names)} workers "
-                f"never arrived: {shown}")
+        return (
+            f"rendezvous timed out after {self.timeout:.0f}s: {len(missing)} of {len(self.names)} workers "
+            f"never arrived: {shown}"
+        )
 
     def abandon(self) -> None:
         """This worker will not arrive: the others stop waiting for it."""
@@ -229,20 +236,25 @@ class MpiRendezvous:
 
             self.comm = MPI.COMM_WORLD
         # MPI_Init waits for every rank to reach it: part of a worker's start-up that grows with the others'
-        self.start_cost = {"mpi_init_seconds": time.monotonic() - waited,
-                           "mpi_init_cpu_seconds": time.process_time() - cpu}
+        self.start_cost = {
+            "mpi_init_seconds": time.monotonic() - waited,
+            "mpi_init_cpu_seconds": time.process_time() - cpu,
+        }
         atexit.register(self.abandon)
 
     def exchange(self, entry: dict, expected: list[str]) -> dict:
         if self.comm.Get_size() != len(expected):
-            raise RendezvousError(f"MPI world has {self.comm.Get_size()} ranks but the plan has "
-                                  f"{len(expected)} workers; was srun started with --mpi=pmix over all het groups?")
+            raise RendezvousError(
+                f"MPI world has {self.comm.Get_size()} ranks but the plan has "
+                f"{len(expected)} workers; was srun started with --mpi=pmix over all het groups?"
+            )
         self.barrier.wait()
         entries = self.comm.allgather(json.dumps(entry))
         self.done = True
         # MPI's work is done: finalize now, while every rank is here, not at exit, where MPI_Finalize waits
         # for every rank and held finished jobs to their time limit when some ranks exited early or failed
         from mpi4py import MPI
+
         MPI.Finalize()
         table = {e["worker"]: e for e in map(json.loads, entries)}
         if sorted(table) != sorted(expected):
@@ -257,5 +269,6 @@ class MpiRendezvous:
             return
         self.barrier.abandon()
         from mpi4py import MPI
+
         if not MPI.Is_finalized():
             MPI.Finalize()  # waits for every rank: they are all on their way out too

@@ -15,6 +15,7 @@ each other:
 - replies, segments and replay items: the algorithm's fields (srl_hpc.algorithms), each step's scalars
   and the action's shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,12 +28,24 @@ from srl_hpc.streams.layout import BATCH, Layout, integer, number, one_of, withi
 
 ACTION_MASK = "action_mask"  # a Dict observation's key: 1 where the action may be chosen
 BASE_FIELDS = ("obs", "actions", "rewards", "dones", "valid", "versions")  # every algorithm's segments have these
-STEP_DTYPES = {"rewards": "<f4", "dones": "|b1", "valid": "|b1", "versions": "<i8", "next_values": "<f4",
-               "terminated": "|b1", "logp": "<f4", "values": "<f4",
-               "discounted_returns": "<f4"}  # per-step scalars; "actions" are the action space's
+STEP_DTYPES = {
+    "rewards": "<f4",
+    "dones": "|b1",
+    "valid": "|b1",
+    "versions": "<i8",
+    "next_values": "<f4",
+    "terminated": "|b1",
+    "logp": "<f4",
+    "values": "<f4",
+    "discounted_returns": "<f4",
+}  # per-step scalars; "actions" are the action space's
 ACTION_SPACES = ("Discrete", "MultiDiscrete", "Box")
-FIELD_SPACES = (gymnasium.spaces.Box, gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete,
-                gymnasium.spaces.MultiBinary)  # what a Dict observation's values may be
+FIELD_SPACES = (
+    gymnasium.spaces.Box,
+    gymnasium.spaces.Discrete,
+    gymnasium.spaces.MultiDiscrete,
+    gymnasium.spaces.MultiBinary,
+)  # what a Dict observation's values may be
 
 
 class SpaceError(ValueError):
@@ -49,11 +62,15 @@ class ObsContract:
         if isinstance(space, gymnasium.spaces.Dict):
             for key, sub in space.spaces.items():
                 if not isinstance(sub, FIELD_SPACES):
-                    raise SpaceError(f"observation key {key!r} is {sub}; a Dict observation's values must be "
-                                     f"Box, Discrete, MultiDiscrete or MultiBinary")
+                    raise SpaceError(
+                        f"observation key {key!r} is {sub}; a Dict observation's values must be "
+                        f"Box, Discrete, MultiDiscrete or MultiBinary"
+                    )
             self.record = np.dtype([(key, sub.dtype, sub.shape) for key, sub in space.spaces.items()])  # packed
-            self.fields = tuple((key, self.record.fields[key][0].base, self.record.fields[key][0].shape,
-                                 self.record.fields[key][1]) for key in space.spaces)
+            self.fields = tuple(
+                (key, self.record.fields[key][0].base, self.record.fields[key][0].shape, self.record.fields[key][1])
+                for key in space.spaces
+            )
             self.dtype, self.shape = np.dtype(np.uint8), (self.record.itemsize,)
         elif isinstance(space, gymnasium.spaces.Box):
             self.record = None
@@ -100,11 +117,14 @@ class ActionContract:
                 raise SpaceError(f"action space {space}: Box actions must be one vector")
             self.dtype, self.shape = np.dtype(np.float32), tuple(space.shape)
             if squash == "tanh" and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
-                raise SpaceError(f"action space {space}: tanh squashing needs finite bounds "
-                                 "(use model.action_squash: clip)")
+                raise SpaceError(
+                    f"action space {space}: tanh squashing needs finite bounds (use model.action_squash: clip)"
+                )
         else:
-            raise SpaceError(f"action space {space}: actions must be one of {', '.join(ACTION_SPACES)} "
-                             "(a Tuple or Dict of them is not supported)")
+            raise SpaceError(
+                f"action space {space}: actions must be one of {', '.join(ACTION_SPACES)} "
+                "(a Tuple or Dict of them is not supported)"
+            )
 
     def valid(self, actions: np.ndarray) -> bool:
         """Choices within range (what a policy can have sampled; a Box sample is any finite number)."""
@@ -125,6 +145,7 @@ class ActionContract:
 @dataclass(frozen=True)
 class Contract:
     """The arrays of replies, segments and replay items of one policy of an experiment."""
+
     obs: ObsContract
     action: ActionContract
     algorithm: AlgorithmSpec
@@ -134,8 +155,13 @@ class Contract:
     @classmethod
     def of(cls, obs_space, action_space, algorithm: AlgorithmSpec, exp) -> Contract:
         """The contract of an experiment's policy with these spaces (srl_hpc.envs.backends.spaces)."""
-        return cls(ObsContract(obs_space), ActionContract(action_space, exp.model.action_squash), algorithm,
-                   exp.model.state_size, bool(getattr(exp.algorithm, "scale_rewards", False)))
+        return cls(
+            ObsContract(obs_space),
+            ActionContract(action_space, exp.model.action_squash),
+            algorithm,
+            exp.model.state_size,
+            bool(getattr(exp.algorithm, "scale_rewards", False)),
+        )
 
     def reply_fields(self) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
         """(name, dtype, shape per observation) of every reply array: the algorithm's, and the next recurrent state."""
@@ -167,9 +193,17 @@ class Contract:
             else:
                 dtype, shape = self._step(name)
                 arrays[name] = (dtype, (BATCH, segment_length, *shape))
-        return Layout("segment", arrays, {"actor": one_of(actors), "group": integer(), "frames": integer(),
-                                          "fill_seconds": lambda v: number(v) and v >= 0},
-                      values=self._values)
+        return Layout(
+            "segment",
+            arrays,
+            {
+                "actor": one_of(actors),
+                "group": integer(),
+                "frames": integer(),
+                "fill_seconds": lambda v: number(v) and v >= 0,
+            },
+            values=self._values,
+        )
 
     def replay_layout(self, buffers: list[str], team: int = 0, sequence: tuple[int, int] | None = None) -> Layout:
         """A sampled batch as a trainer accepts it (n-step fields, weights, indices); with `team` agents, each
@@ -179,16 +213,35 @@ class Contract:
         if sequence is not None:
             length, state_size = sequence
             steps = {k: (STEP_DTYPES[k], (BATCH, length)) for k in ("rewards", "dones", "terminated", "valid")}
-            return Layout("replay", {"obs": (obs[0], (BATCH, length, *obs[1])),
-                                     "actions": (a_dtype, (BATCH, length, *a_shape)), **steps,
-                                     HIDDEN: ("<f4", (BATCH, state_size)), "weights": ("<f4", (BATCH,)),
-                                     "indices": ("<i8", (BATCH,))}, meta, values=self._values)
+            return Layout(
+                "replay",
+                {
+                    "obs": (obs[0], (BATCH, length, *obs[1])),
+                    "actions": (a_dtype, (BATCH, length, *a_shape)),
+                    **steps,
+                    HIDDEN: ("<f4", (BATCH, state_size)),
+                    "weights": ("<f4", (BATCH,)),
+                    "indices": ("<i8", (BATCH,)),
+                },
+                meta,
+                values=self._values,
+            )
         agents = (team,) if team else ()
         obs_array = (obs[0], (BATCH, *agents, *obs[1]))
-        return Layout("replay", {"obs": obs_array, "next_obs": obs_array,
-                                 "actions": (a_dtype, (BATCH, *agents, *a_shape)),
-                                 "returns": ("<f4", (BATCH,)), "discounts": ("<f4", (BATCH,)),
-                                 "weights": ("<f4", (BATCH,)), "indices": ("<i8", (BATCH,))}, meta, values=self._values)
+        return Layout(
+            "replay",
+            {
+                "obs": obs_array,
+                "next_obs": obs_array,
+                "actions": (a_dtype, (BATCH, *agents, *a_shape)),
+                "returns": ("<f4", (BATCH,)),
+                "discounts": ("<f4", (BATCH,)),
+                "weights": ("<f4", (BATCH,)),
+                "indices": ("<i8", (BATCH,)),
+            },
+            meta,
+            values=self._values,
+        )
 
     def _step(self, name: str, dtype: str | None = None) -> tuple[str, tuple[int, ...]]:
         """(dtype, shape per step) of a per-step field."""
@@ -198,7 +251,7 @@ class Contract:
 
     def _values(self, arrays: dict[str, np.ndarray]) -> bool:
         versions = arrays.get("versions")
-        if versions is not None and versions.size and (int(versions.min()) < 0 or int(versions.max()) >= 2 ** 62):
+        if versions is not None and versions.size and (int(versions.min()) < 0 or int(versions.max()) >= 2**62):
             return False
         return self.action.valid(arrays["actions"])
 
@@ -210,5 +263,9 @@ def segment_frames(segment: dict, frames_per_step: int) -> int:
 
 def priorities_layout(capacity: int) -> Layout:
     """New priorities from a trainer, for items of this buffer (an index past its capacity is not one)."""
-    return Layout("priorities", {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
-                  {"incarnation": integer()}, values=within("indices", 0, capacity))
+    return Layout(
+        "priorities",
+        {"indices": ("<i8", (BATCH,)), "priorities": (None, (BATCH,))},
+        {"incarnation": integer()},
+        values=within("indices", 0, capacity),
+    )

@@ -5,6 +5,7 @@ controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBsc
 supervisor (srl_hpc.worker.supervisor) or the local launcher speaks for a worker that cannot: "restarting" (it
 died or hung and is being replaced) and "failed" (it died and will not be).
 """
+
 from __future__ import annotations
 
 import zmq
@@ -23,6 +24,8 @@ def report_interval(n_workers: int) -> float:
     """Seconds between a worker's heartbeats to the controller: 1, or longer in a run of more than
     MAX_REPORTS_PER_S workers, so that the controller's load stays bounded as the run grows."""
     return max(1.0, n_workers / MAX_REPORTS_PER_S)
+
+
 WITH_ERROR = ("failed", "restarting")  # these name what happened in meta["error"]; the others are reports
 # lists of episodes: (return, length), with several policies (policy index, return, length), (version, return, length)
 EPISODE_FIELDS = {"returns": 2, "policy_returns": 3, "eval_episodes": 3}
@@ -40,8 +43,9 @@ def is_event(kind: str, meta: dict, workers) -> bool:
         return isinstance(meta.get("error"), str) and all(isinstance(v, str) or number(v) for v in meta.values())
     for key, value in meta.items():
         if key in EPISODE_FIELDS:
-            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == EPISODE_FIELDS[key] and
-                                                 all(map(number, p)) for p in value)
+            ok = isinstance(value, list) and all(
+                isinstance(p, list) and len(p) == EPISODE_FIELDS[key] and all(map(number, p)) for p in value
+            )
         elif key == "losses":  # (shown, never summed: a diverged loss is reported as it is)
             ok = isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values())
         elif key == "queues":  # items waiting in a worker's queues, by name

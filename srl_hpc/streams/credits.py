@@ -22,6 +22,7 @@ died and is not replaced, a grant lost with a dead connection, a segment that to
 taken back too, so a lost actor cannot shrink the window for good; at worst one more segment is then in
 flight.
 """
+
 from __future__ import annotations
 
 import collections

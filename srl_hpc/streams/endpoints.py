@@ -4,14 +4,15 @@ At start each worker binds its ports on free port numbers, publishes {worker, ho
 rendezvous, and connects to the addresses found here. A stream's port is named after its kind
 (srl_hpc.graph.Stream.kind: "inference", "samples", "parameters"); the controller binds two more.
 """
+
 from __future__ import annotations
 
 import zmq
 
 from srl_hpc.streams.security import PrivateContext
 
-EVENTS = "events"        # controller PULL: heartbeats, stats, failures from every worker
-COMMANDS = "commands"    # controller PUB: stop / finish broadcasts
+EVENTS = "events"  # controller PULL: heartbeats, stats, failures from every worker
+COMMANDS = "commands"  # controller PUB: stop / finish broadcasts
 DDP = "ddp"  # trainer/0's torch.distributed TCPStore, when there are several trainers
 
 
@@ -28,6 +29,7 @@ def same_node(table: dict, a: str, b: str) -> bool:
 class _Binding:
     """Where this process binds: the address it advertises (set once by the worker, from slurm.network under
     Slurm), and the port range it may use (slurm.ports; None: any free port)."""
+
     host = "*"
     ports: tuple[int, int] | None = None
 

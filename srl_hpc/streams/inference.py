@@ -13,6 +13,7 @@ What a reply holds is the algorithm's spec's `reply` (srl_hpc/algorithm_spec.py)
 request also carries each observation's recurrent state ("hidden") and the reply the next one: the policy side
 keeps no state, so any policy worker can answer any request.
 """
+
 from __future__ import annotations
 
 import collections
@@ -52,8 +53,14 @@ class InferenceServer:
     frame) is dropped and counted in `malformed`. Requests come over the ZMQ socket (arrays inside) and,
     with a `local` listener, over same-node connections (arrays in shared memory)."""
 
-    def __init__(self, sock: zmq.Socket, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-                 reply: tuple[tuple[str, str, tuple], ...] | None = None, local: unix.Listener | None = None):
+    def __init__(
+        self,
+        sock: zmq.Socket,
+        obs_shape: tuple[int, ...] | None = None,
+        meta: tuple[str, ...] = (),
+        reply: tuple[tuple[str, str, tuple], ...] | None = None,
+        local: unix.Listener | None = None,
+    ):
         self.socket, self.local = sock, local
         self.obs_shape, self.meta = obs_shape, meta
         self.reply_fields = None if reply is None else {name: (dtype, tuple(shape)) for name, dtype, shape in reply}
@@ -70,9 +77,14 @@ class InferenceServer:
             self._poller.register(local.fileno(), zmq.POLLIN)
 
     @classmethod
-    def bind(cls, ctx: zmq.Context, obs_shape: tuple[int, ...] | None = None, meta: tuple[str, ...] = (),
-             reply: tuple[tuple[str, str, tuple], ...] | None = None, local_path: str | None = None
-             ) -> tuple[InferenceServer, int]:
+    def bind(
+        cls,
+        ctx: zmq.Context,
+        obs_shape: tuple[int, ...] | None = None,
+        meta: tuple[str, ...] = (),
+        reply: tuple[tuple[str, str, tuple], ...] | None = None,
+        local_path: str | None = None,
+    ) -> tuple[InferenceServer, int]:
         """A ROUTER on a free port of every interface (and a listener at `local_path` for same-node
         actors); returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)
@@ -106,8 +118,9 @@ class InferenceServer:
 
     def reply(self, request: Request, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         if request.shm is None:
-            self.socket.send_multipart([request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)],
-                                       copy=False)
+            self.socket.send_multipart(
+                [request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)], copy=False
+            )
             return
         for name, slot in request.slots.items():
             slot[:] = arrays[name]
@@ -148,8 +161,9 @@ class InferenceServer:
         msg = wire.unpack(frames[1:])
         self._check_meta(msg)
         if msg.arrays.keys() != ({"obs", HIDDEN} if self.state_shape else {"obs"}):
-            raise wire.WireError(f"an inference request carries obs{' and hidden' if self.state_shape else ''}, "
-                                 f"not {sorted(msg.arrays)}")
+            raise wire.WireError(
+                f"an inference request carries obs{' and hidden' if self.state_shape else ''}, not {sorted(msg.arrays)}"
+            )
         obs = self._checked(msg.arrays["obs"])
         _check_opponents(msg.meta, len(obs))
         hidden = self._checked_state(msg.arrays[HIDDEN], len(obs)) if self.state_shape else None
@@ -186,18 +200,24 @@ class InferenceServer:
             raise wire.WireError(f"not an inference request: {msg.kind!r}")
 
     def _checked(self, obs: np.ndarray) -> np.ndarray:
-        if (obs.ndim < 1 or obs.dtype.kind not in "biuf"
-                or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape)):
-            raise wire.WireError(f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, "
-                                 f"expected {self.obs_shape}")
+        if (
+            obs.ndim < 1
+            or obs.dtype.kind not in "biuf"
+            or (self.obs_shape is not None and obs.shape[1:] != self.obs_shape)
+        ):
+            raise wire.WireError(
+                f"observations of shape {obs.shape[1:]} and dtype {obs.dtype}, expected {self.obs_shape}"
+            )
         if obs.dtype.kind == "f" and not np.isfinite(obs).all():
             raise wire.WireError("observations that are not finite")
         return obs
 
     def _checked_state(self, hidden: np.ndarray, rows: int) -> np.ndarray:
         if hidden.dtype != np.float32 or hidden.shape != (rows, *self.state_shape) or not np.isfinite(hidden).all():
-            raise wire.WireError(f"recurrent state of shape {hidden.shape} and dtype {hidden.dtype}, expected "
-                                 f"finite float32 of {(rows, *self.state_shape)}")
+            raise wire.WireError(
+                f"recurrent state of shape {hidden.shape} and dtype {hidden.dtype}, expected "
+                f"finite float32 of {(rows, *self.state_shape)}"
+            )
         return hidden
 
     def _reply_slots(self, reply, rows: int, shm) -> dict[str, np.ndarray]:
@@ -207,11 +227,13 @@ class InferenceServer:
         fields = self.reply_fields
         if fields is None:
             fields = {k: (v[1], tuple(v[2])) for k, v in reply.items()}
-        if reply.keys() != fields.keys() or any([reply[k][1], tuple(reply[k][2])] != [dt, shape]
-                                                for k, (dt, shape) in fields.items()):
+        if reply.keys() != fields.keys() or any(
+            [reply[k][1], tuple(reply[k][2])] != [dt, shape] for k, (dt, shape) in fields.items()
+        ):
             raise wire.WireError("reply slots for other fields than this policy answers")
-        return {k: np.ndarray((rows, *shape), dt, buffer=shm.buf, offset=reply[k][0])
-                for k, (dt, shape) in fields.items()}
+        return {
+            k: np.ndarray((rows, *shape), dt, buffer=shm.buf, offset=reply[k][0]) for k, (dt, shape) in fields.items()
+        }
 
     def _attach(self, name: str) -> shared_memory.SharedMemory:
         if name not in self._attached:
@@ -266,8 +288,16 @@ class ShmInferenceClient(ReplyBuffer):
     to the server (`path`) carries only headers. A slot is rewritten only after its reply arrived, so
     neither side reads a half-written array. `reply_fields` as Contract.reply_fields gives them."""
 
-    def __init__(self, path: str, n_groups: int, max_rows: int, obs_shape: tuple, obs_dtype,
-                 reply_fields: tuple[tuple[str, str, tuple], ...], name: str | None = None):
+    def __init__(
+        self,
+        path: str,
+        n_groups: int,
+        max_rows: int,
+        obs_shape: tuple,
+        obs_dtype,
+        reply_fields: tuple[tuple[str, str, tuple], ...],
+        name: str | None = None,
+    ):
         super().__init__()
         self.conn = unix.Connection(path)
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
@@ -285,8 +315,9 @@ class ShmInferenceClient(ReplyBuffer):
                     slots[field] = [offset, np.dtype(dt).str, list(shape)]
                     offset += _aligned(max_rows * int(np.prod(shape)) * np.dtype(dt).itemsize)
             self._layouts.append((request, reply))
-        self.shm = shared_memory.SharedMemory(name=name or f"{SHM_PREFIX}{secrets.token_hex(8)}", create=True,
-                                              size=offset)
+        self.shm = shared_memory.SharedMemory(
+            name=name or f"{SHM_PREFIX}{secrets.token_hex(8)}", create=True, size=offset
+        )
         self._rows: dict[int, int] = {}  # rows of each group's request in flight
 
     def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
@@ -303,8 +334,9 @@ class ShmInferenceClient(ReplyBuffer):
         if header is None:
             if len(self._headers) > 4096:  # (self-play: each new set of opponents makes a new header)
                 self._headers.clear()
-            header = self._headers[key] = wire.pack("infer", {
-                "group": group, "shm": self.shm.name, "rows": rows, **request, "reply": reply, **(meta or {})})[0]
+            header = self._headers[key] = wire.pack(
+                "infer", {"group": group, "shm": self.shm.name, "rows": rows, **request, "reply": reply, **(meta or {})}
+            )[0]
         self.conn.send(header)
         self._rows[group] = rows
 
@@ -322,7 +354,8 @@ class ShmInferenceClient(ReplyBuffer):
             _, reply = self._layouts[group]
             views = self._views[(group, rows)] = {
                 name: np.ndarray((rows, *shape), dt, buffer=self.shm.buf, offset=offset)
-                for name, (offset, dt, shape) in reply.items()}
+                for name, (offset, dt, shape) in reply.items()
+            }
         msg.arrays = views
         return msg
 
@@ -352,8 +385,9 @@ class InlineInferenceClient:
 def _check_opponents(meta: dict, rows: int) -> None:
     """Self-play requests name, per row, the version to act with (-1: the newest; srl_hpc/population/opponents.py)."""
     versions = meta.get("opponents")
-    if versions is not None and (not isinstance(versions, (list, tuple)) or len(versions) != rows
-                                 or not all(integer(-1)(v) for v in versions)):
+    if versions is not None and (
+        not isinstance(versions, (list, tuple)) or len(versions) != rows or not all(integer(-1)(v) for v in versions)
+    ):
         raise wire.WireError(f"'opponents' must be one version (an integer >= -1) per row, for {rows} rows")
 
 

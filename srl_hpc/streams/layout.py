@@ -5,6 +5,7 @@ of its meta values, the ranges of its values).
 expects. A well-formed but foreign message (a fuzzer, a client of another version) is then dropped and
 counted instead of being indexed into a batch, a sum tree or a reply table, where it would crash a worker.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,10 @@ def number(value) -> bool:
 
 def integer(low: int = 0, high: int | None = None) -> Callable[[object], bool]:
     def valid(value) -> bool:
-        return (isinstance(value, int) and not isinstance(value, bool) and value >= low
-                and (high is None or value < high))
+        return (
+            isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value < high)
+        )
+
     return valid
 
 
@@ -68,7 +71,9 @@ def one_of(choices) -> Callable[[object], bool]:
 
 def within(name: str, low: int, high: int) -> Callable[[dict[str, np.ndarray]], bool]:
     """Every entry of integer array `name` in [low, high) (actions of n choices, indices of a buffer)."""
+
     def valid(arrays) -> bool:
         a = arrays[name]
         return a.size == 0 or (int(a.min()) >= low and int(a.max()) < high)
+
     return valid

@@ -8,6 +8,7 @@ held about a hundred CartPole-sized messages per actor on top of the marks (a po
 versions at the trainer, on Acrobot; with these buffers about 10). Toward trainers, what is in flight is
 bounded in total, whatever the number of actors, by flow control (srl_hpc/streams/credits.py).
 """
+
 from __future__ import annotations
 
 import zmq

@@ -8,6 +8,7 @@ complete the handshake with any port of the run: nothing it sends reaches a work
 (PrivateContext) watches its bound sockets and counts those refused handshakes, reported as the
 `handshakes_refused` counter (each reconnect attempt of a foreign client is one more).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from srl_hpc.rundir import RunDir
 
-HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+HANDSHAKE_FAILURES = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 def write_run_keys(run: RunDir) -> None:
@@ -41,7 +43,6 @@ def secure_context(ctx: zmq.Context, run: RunDir) -> None:
     ctx.curve_publickey = public
     ctx.curve_secretkey = secret
     ctx.curve_serverkey = public
-
 
 
 class PrivateContext(zmq.Context):

@@ -2,6 +2,7 @@
 names, tied to the run, the actor and its incarnation, and their removal, by the actor that made one, by
 the supervisor that replaces a killed actor, and by the local launcher at the end of a run (a killed actor
 cannot remove its own)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -11,6 +11,7 @@ The sockets live in a directory of the run's under /dev/shm, where the segments 
 one shares the other), made mode 0700 so that only the run's user reaches them: for these sockets what
 CURVE is for the TCP streams.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,10 @@ def private_dir(path: Path) -> Path:
     path.mkdir(mode=0o700, exist_ok=True)
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{path} is not a directory private to this user (uid {os.getuid()}): it holds the "
-                              f"run's same-node inference sockets; remove it or fix its owner and mode")
+        raise PermissionError(
+            f"{path} is not a directory private to this user (uid {os.getuid()}): it holds the "
+            f"run's same-node inference sockets; remove it or fix its owner and mode"
+        )
     return path
 
 

@@ -5,6 +5,7 @@ looks for waiting messages once per turn, and mostly finds none. Asking the sock
 less than a non-blocking receive that raises zmq.Again (docs/benchmarks.md), and a policy worker's turn
 asks three times for each batch it serves.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -3,6 +3,7 @@
 No pickle: a header names each array's dtype and shape, the array bytes travel as their own ZMQ frame
 (sent without copying, received as a view on the frame). Object arrays cannot be sent.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,12 @@ def unpack(frames) -> Message:
         header = json.loads(bytes(frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]))
     except (ValueError, TypeError) as e:
         raise WireError(f"bad header: {e}") from None
-    if not (isinstance(header, dict) and isinstance(header.get("k"), str) and isinstance(header.get("m"), dict)
-            and isinstance(header.get("a"), list)):
+    if not (
+        isinstance(header, dict)
+        and isinstance(header.get("k"), str)
+        and isinstance(header.get("m"), dict)
+        and isinstance(header.get("a"), list)
+    ):
         raise WireError("bad header: expected {'k': str, 'm': dict, 'a': list}")
     kind, meta, specs = header["k"], header["m"], header["a"]
     if len(specs) != len(frames) - 1:
@@ -68,8 +73,13 @@ def unpack(frames) -> Message:
 
 def _array_spec(spec) -> tuple[str, np.dtype, tuple[int, ...]]:
     """[name, dtype, shape] of one array, checked: a numeric or bool dtype, a shape of non-negative ints."""
-    if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) and isinstance(spec[1], str)
-            and isinstance(spec[2], list)):
+    if not (
+        isinstance(spec, list)
+        and len(spec) == 3
+        and isinstance(spec[0], str)
+        and isinstance(spec[1], str)
+        and isinstance(spec[2], list)
+    ):
         raise WireError(f"bad array spec {str(spec)[:80]}: expected [name, dtype, shape]")
     name, dtype, shape = spec
     try:
@@ -78,6 +88,6 @@ def _array_spec(spec) -> tuple[str, np.dtype, tuple[int, ...]]:
         raise WireError(f"array {name!r}: unknown dtype {dtype[:40]!r}") from None
     if dt.kind not in _ALLOWED_KINDS or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
         raise WireError(f"array {name!r}: dtype {dtype[:40]!r} does not travel (numeric and bool only)")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2 ** 40 for n in shape) or len(shape) > 32:
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**40 for n in shape) or len(shape) > 32:
         raise WireError(f"array {name!r}: bad shape {str(shape)[:80]}")
     return name, dt, tuple(shape)

@@ -11,6 +11,7 @@ compute, publish) is laid out backwards from t. ACTIVITIES lists those phases pe
 worker's activities are those of the handlers the run's graph put in it (an IMPALA-style actor hosts the
 policy handler too: its inline inference counts as inference, not as env stepping).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,26 +22,43 @@ from srl_hpc.trace.verdict import verdict
 
 # handler -> (activity, table, duration field, fields recorded after it in the same row)
 ACTIVITIES = {
-    "actor": [("stepping", "env_step", "step_seconds", ("request_seconds",)),
-              ("waiting_inference", "env_step", "wait_seconds", ("step_seconds", "request_seconds")),
-              ("sending", "segment", "send_wait", ()),
-              ("waiting_leave", "leave", "wait_seconds", ())],
-    "policy": [("computing", "inference", "compute_seconds", ("reply_seconds",)),
-               ("replying", "inference", "reply_seconds", ()),
-               ("pulling_params", "param_pull", "seconds", ())],
-    "trainer": [("waiting", "train_step", "wait_seconds", ("compute_seconds", "publish_seconds")),
-                ("computing", "train_step", "compute_seconds", ("publish_seconds",)),
-                ("publishing", "train_step", "publish_seconds", ())],
-    "buffer": [("storing", "buffer_step", "store_seconds", ("priority_seconds", "sample_seconds")),
-               ("updating_priorities", "buffer_step", "priority_seconds", ("sample_seconds",)),
-               ("sampling", "buffer_step", "sample_seconds", ())],
+    "actor": [
+        ("stepping", "env_step", "step_seconds", ("request_seconds",)),
+        ("waiting_inference", "env_step", "wait_seconds", ("step_seconds", "request_seconds")),
+        ("sending", "segment", "send_wait", ()),
+        ("waiting_leave", "leave", "wait_seconds", ()),
+    ],
+    "policy": [
+        ("computing", "inference", "compute_seconds", ("reply_seconds",)),
+        ("replying", "inference", "reply_seconds", ()),
+        ("pulling_params", "param_pull", "seconds", ()),
+    ],
+    "trainer": [
+        ("waiting", "train_step", "wait_seconds", ("compute_seconds", "publish_seconds")),
+        ("computing", "train_step", "compute_seconds", ("publish_seconds",)),
+        ("publishing", "train_step", "publish_seconds", ()),
+    ],
+    "buffer": [
+        ("storing", "buffer_step", "store_seconds", ("priority_seconds", "sample_seconds")),
+        ("updating_priorities", "buffer_step", "priority_seconds", ("sample_seconds",)),
+        ("sampling", "buffer_step", "sample_seconds", ()),
+    ],
 }
-ACTIVITY_LABELS = {"waiting_inference": "waiting on inference", "stepping": "stepping envs",
-                   "sending": "blocked sending samples", "waiting_leave": "waiting for leave to sample",
-                   "pulling_params": "loading weights",
-                   "computing": "computing", "replying": "replying", "waiting": "waiting for data",
-                   "publishing": "publishing weights", "storing": "storing transitions",
-                   "updating_priorities": "updating priorities", "sampling": "sampling batches", "other": "other"}
+ACTIVITY_LABELS = {
+    "waiting_inference": "waiting on inference",
+    "stepping": "stepping envs",
+    "sending": "blocked sending samples",
+    "waiting_leave": "waiting for leave to sample",
+    "pulling_params": "loading weights",
+    "computing": "computing",
+    "replying": "replying",
+    "waiting": "waiting for data",
+    "publishing": "publishing weights",
+    "storing": "storing transitions",
+    "updating_priorities": "updating priorities",
+    "sampling": "sampling batches",
+    "other": "other",
+}
 
 # stage -> (label, handler, table, field)
 STAGES = {
@@ -57,16 +75,17 @@ STAGES = {
 }
 
 # handler -> (unit, table, field counting units per row, the consecutive phases the row's units took)
-THROUGHPUT = {"actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds", "request_seconds")),
-              "policy": ("observations", "inference", "batch_size", ("compute_seconds", "reply_seconds")),
-              "trainer": ("frames consumed", "train_step", "frames",
-                          ("wait_seconds", "compute_seconds", "publish_seconds")),
-              "buffer": ("transitions stored", "segment", "transitions", ())}
+THROUGHPUT = {
+    "actor": ("env frames", "env_step", "envs", ("wait_seconds", "step_seconds", "request_seconds")),
+    "policy": ("observations", "inference", "batch_size", ("compute_seconds", "reply_seconds")),
+    "trainer": ("frames consumed", "train_step", "frames", ("wait_seconds", "compute_seconds", "publish_seconds")),
+    "buffer": ("transitions stored", "segment", "transitions", ()),
+}
 KIND_LABELS = {"actor": "actors", "policy": "policy handlers", "trainer": "trainers", "buffer": "buffers"}
 
 
-
 # ----------------------------------------------------------------------------------------------- basics
+
 
 def percentiles(values) -> dict:
     """n, mean, p50, p90, p99, max of a sample; None values when it is empty."""
@@ -75,8 +94,14 @@ def percentiles(values) -> dict:
     if not len(v):
         return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"n": int(len(v)), "mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
-            "max": float(v.max())}
+    return {
+        "n": int(len(v)),
+        "mean": float(v.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "max": float(v.max()),
+    }
 
 
 def histogram(values, exact_up_to: int = 16) -> list[dict]:
@@ -90,8 +115,10 @@ def histogram(values, exact_up_to: int = 16) -> list[dict]:
     else:
         edges = np.concatenate([[0], 2 ** np.arange(int(np.log2(top)) + 2)])
     counts, _ = np.histogram(v, bins=edges)
-    return [{"bucket": f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}", "count": int(c)}
-            for lo, hi, c in zip(edges[:-1], edges[1:], counts)]
+    return [
+        {"bucket": f"{lo}" if hi - lo == 1 else f"{lo}-{hi - 1}", "count": int(c)}
+        for lo, hi, c in zip(edges[:-1], edges[1:], counts)
+    ]
 
 
 def intervals(table: Table, duration: str, after: tuple[str, ...] = (), t0: float = 0.0):
@@ -124,6 +151,7 @@ def busy_time(starts, ends, edges, weights=None) -> np.ndarray:
         cum_r = np.concatenate([[0.0], np.cumsum(r)])
         cum_rp = np.concatenate([[0.0], np.cumsum(r * p)])
         return cum_r[k] * edges - cum_rp[k]
+
     return np.diff(before(starts) - before(ends))
 
 
@@ -185,6 +213,7 @@ def mean_shares(shares: list[dict[str, float]]) -> dict[str, float] | None:
 
 # ----------------------------------------------------------------------------------------------- the report
 
+
 def throughput(run: RunTrace) -> dict:
     """Per task handler: units per second over the span of the workers hosting it, in total and per worker."""
     t0 = run.t0
@@ -201,8 +230,13 @@ def throughput(run: RunTrace) -> dict:
             total += units
             lo, hi = min(lo, window[0]), max(hi, window[1])
         if per_worker:
-            out[kind] = {"unit": unit, "workers": len(per_worker), "total": total,
-                         "per_second": total / max(hi - lo, 1e-9), "per_worker": per_worker}
+            out[kind] = {
+                "unit": unit,
+                "workers": len(per_worker),
+                "total": total,
+                "per_second": total / max(hi - lo, 1e-9),
+                "per_worker": per_worker,
+            }
     return out
 
 
@@ -231,8 +265,12 @@ def policy_cost(run: RunTrace, start: float, end: float) -> dict:
         requests += rate(w.table("inference"), "requests", start, end)
         forward += rate(w.table("inference"), "compute_seconds", start, end)
     per = (lambda x: round(x / requests * 1e6, 1)) if requests else (lambda x: None)  # noqa: E731
-    return {"requests_per_s": round(requests, 1), "cpu_share": round(cpu, 4), "cpu_us_per_request": per(cpu),
-            "forward_us_per_request": per(forward)}
+    return {
+        "requests_per_s": round(requests, 1),
+        "cpu_share": round(cpu, 4),
+        "cpu_us_per_request": per(cpu),
+        "forward_us_per_request": per(forward),
+    }
 
 
 def latencies(run: RunTrace) -> dict:
@@ -271,9 +309,11 @@ def summarize(run: RunTrace) -> dict:
     lat = latencies(run)
     lag = policy_lag(run)
     service = [lat[s]["p50"] for s in ("policy_queue_wait", "policy_compute", "policy_reply")]
-    extra = {"dropped_fraction": lag["dropped"] / lag["segments"] if lag["segments"] else 0.0,
-             "inference_latency": lat["inference_latency"]["p50"],
-             "policy_service": sum(service) if None not in service else None}
+    extra = {
+        "dropped_fraction": lag["dropped"] / lag["segments"] if lag["segments"] else 0.0,
+        "inference_latency": lat["inference_latency"]["p50"],
+        "policy_service": sum(service) if None not in service else None,
+    }
     rates = throughput(run)
     extra["sample_fps"] = rates.get("actor", {}).get("per_second")
     extra["train_fps"] = rates.get("trainer", {}).get("per_second")
@@ -289,15 +329,24 @@ def summarize(run: RunTrace) -> dict:
         "traced_seconds": max(ends) if ends else 0.0,
         "attempts": max((w.attempts for w in run.workers), default=1),  # a resumed run's spans hold the gaps
         "restarts": {w.name: w.restarts for w in run.workers if w.restarts},  # replaced workers, read as one each
-        "workers": [{"name": w.name, "policy": w.policy, "file": w.path.name, "host": w.attrs.get("host"),
-                     "pid": w.attrs.get("pid"),
-                     "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()}, "notes": w.notes}
-                    for w in run.workers],
+        "workers": [
+            {
+                "name": w.name,
+                "policy": w.policy,
+                "file": w.path.name,
+                "host": w.attrs.get("host"),
+                "pid": w.attrs.get("pid"),
+                "rows": {name: int(len(tab["t"])) for name, tab in w.tables.items()},
+                "notes": w.notes,
+            }
+            for w in run.workers
+        ],
         "problems": [{"file": p.path.name, "reason": p.reason} for p in run.problems],
         "throughput": rates,
         "time_shares": {"by_kind": by_kind, "by_worker": shares},
-        "trainer_busy_fraction": (by_kind["trainer"]["computing"] + by_kind["trainer"]["publishing"]
-                                  if by_kind["trainer"] else None),
+        "trainer_busy_fraction": (
+            by_kind["trainer"]["computing"] + by_kind["trainer"]["publishing"] if by_kind["trainer"] else None
+        ),
         "latency": lat,
         "batch_size": batch_sizes(run),
         "policy_lag": lag,

@@ -1,5 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this line)
 """`srl-trace`: offline analysis of a run's HDF5 traces, for a login node after (or during) the run."""
+
 from __future__ import annotations
 
 import argparse
@@ -76,9 +77,12 @@ def cmd_summary(argv) -> int:
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     if args.plot:
         from srl_hpc.trace.plots import write_plots  # matplotlib is slow to import; only when asked
+
         paths = write_plots(run, summary, args.plot)
-        print(f"wrote {len(paths)} figures to {args.plot}: {', '.join(p.name for p in paths)}",
-              file=sys.stderr if args.json else sys.stdout)
+        print(
+            f"wrote {len(paths)} figures to {args.plot}: {', '.join(p.name for p in paths)}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     return 0
 
 
@@ -98,18 +102,34 @@ def cmd_compare(argv) -> int:
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="srl-trace report", usage=USAGE, description="A sweep's scores over seeds: "
-                                "IQM, mean, median and optimality gap with stratified bootstrap 95% intervals and "
-                                "performance profiles (rliable), for the final score and the area under the curve.")
+    p = argparse.ArgumentParser(
+        prog="srl-trace report",
+        usage=USAGE,
+        description="A sweep's scores over seeds: "
+        "IQM, mean, median and optimality gap with stratified bootstrap 95% intervals and "
+        "performance profiles (rliable), for the final score and the area under the curve.",
+    )
     p.add_argument("sweep_dir", help="a sweep directory (holds sweep.json)").completer = RUN_DIRS
-    p.add_argument("--score", choices=("auto", "train", "eval"), default="auto",
-                   help="the evaluation workers' mean return (eval), the training mean return (train), or eval "
-                        "where every member has one (auto)")
-    p.add_argument("--reference", action="append", default=[], metavar="ENV=LOW:HIGH",
-                   help="normalise ENV's scores to (score - LOW) / (HIGH - LOW), e.g. random and human scores; "
-                        "repeatable, one per task")
-    p.add_argument("--target", type=float, help="the optimality gap's target without --reference (default: the "
-                                                 "experiment's stop.target_return)")
+    p.add_argument(
+        "--score",
+        choices=("auto", "train", "eval"),
+        default="auto",
+        help="the evaluation workers' mean return (eval), the training mean return (train), or eval "
+        "where every member has one (auto)",
+    )
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="ENV=LOW:HIGH",
+        help="normalise ENV's scores to (score - LOW) / (HIGH - LOW), e.g. random and human scores; "
+        "repeatable, one per task",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        help="the optimality gap's target without --reference (default: the experiment's stop.target_return)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
     p.add_argument("--reps", type=int, default=report.BOOTSTRAP_REPS, help="bootstrap resamples")
     p.add_argument("--out", help="where report.json and the figures go (default: SWEEP/report)").completer = RUN_DIRS
@@ -135,12 +155,15 @@ def cmd_report(argv) -> int:
     (out / "report.json").write_text(json.dumps(r, indent=2))
     paths = report.write_plots(r, out, references)
     print(json.dumps(r, indent=2) if args.json else report.format_report(r))
-    print(f"wrote {out / 'report.json'} and {len(paths)} figures: {', '.join(p.name for p in paths)}",
-          file=sys.stderr if args.json else sys.stdout)
+    print(
+        f"wrote {out / 'report.json'} and {len(paths)} figures: {', '.join(p.name for p in paths)}",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 0
 
 
 # ----------------------------------------------------------------------------------------------- text
+
 
 def format_summary(s: dict) -> str:
     lines = [f"run {s['run_dir']}" + (f"  ({s['experiment']})" if s["experiment"] else "")]
@@ -150,11 +173,15 @@ def format_summary(s: dict) -> str:
         lines.append(f"  no final report from {', '.join(s['no_final_report'])}: their traces end at their last flush")
     lines.append(f"  {len(s['workers'])} workers' traces read, {s['traced_seconds']:.1f} s traced")
     if s["attempts"] > 1:
-        lines.append(f"  {s['attempts']} attempts (a resumed run), read as one: time shares count the gaps "
-                     f"between attempts as 'other'")
+        lines.append(
+            f"  {s['attempts']} attempts (a resumed run), read as one: time shares count the gaps "
+            f"between attempts as 'other'"
+        )
     if s["restarts"]:
-        lines.append("  restarted workers (each read as one trace): "
-                     + ", ".join(f"{name} x{n}" for name, n in s["restarts"].items()))
+        lines.append(
+            "  restarted workers (each read as one trace): "
+            + ", ".join(f"{name} x{n}" for name, n in s["restarts"].items())
+        )
     if s["problems"]:
         lines += ["", "PROBLEMS (files or tables not read; the rest is analysed)"]
         lines += [f"  {p['file']}: {p['reason']}" for p in s["problems"]]
@@ -165,58 +192,86 @@ def format_summary(s: dict) -> str:
     lines += ["", "throughput"]
     for kind, t in s["throughput"].items():
         per = "" if t["workers"] < 2 else "  (" + ", ".join(f"{w} {v:,.0f}" for w, v in t["per_worker"].items()) + ")"
-        lines.append(f"  {analysis.KIND_LABELS[kind]:<15}{t['workers']:>3} worker{'s' if t['workers'] > 1 else ' '}"
-                     f"{t['per_second']:>12,.0f} {t['unit']}/s{per}")
+        lines.append(
+            f"  {analysis.KIND_LABELS[kind]:<15}{t['workers']:>3} worker{'s' if t['workers'] > 1 else ' '}"
+            f"{t['per_second']:>12,.0f} {t['unit']}/s{per}"
+        )
 
     lines += ["", "where each worker's time goes (share of its traced span)"]
     policies = {w["name"]: f" ({w['policy']})" for w in s["workers"] if w["policy"]}
     width = max((len(n + policies.get(n, "")) for n in s["time_shares"]["by_worker"]), default=0) + 1
     for name, shares in s["time_shares"]["by_worker"].items():
         if shares:
-            lines.append(f"  {name + policies.get(name, ''):<{max(width, 11)}}"
-                         + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}" for k, v in shares.items()))
+            lines.append(
+                f"  {name + policies.get(name, ''):<{max(width, 11)}}"
+                + "  ".join(f"{analysis.ACTIVITY_LABELS[k]} {_pct(v)}" for k, v in shares.items())
+            )
     if s["trainer_busy_fraction"] is not None:
         lines.append(f"  trainer busy fraction (computing + publishing): {_pct(s['trainer_busy_fraction'])}")
 
     lines += ["", f"  {'latency (ms)':<30}{'n':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
     for stats in s["latency"].values():
         if stats["n"]:
-            lines.append(f"  {stats['label']:<30}{stats['n']:>10,}" +
-                         "".join(f"{stats[k] * 1e3:>10.3f}" for k in ("p50", "p90", "p99", "max")))
+            lines.append(
+                f"  {stats['label']:<30}{stats['n']:>10,}"
+                + "".join(f"{stats[k] * 1e3:>10.3f}" for k in ("p50", "p90", "p99", "max"))
+            )
 
     b = s["batch_size"]
     if b["n"]:
         lines += ["", f"inference batch size: {_stats(b)} over {b['n']:,} batches", "  " + _hist(b["histogram"])]
     lag = s["policy_lag"]
     if lag["n"]:
-        lines += ["", f"policy lag at the trainer (versions): {_stats(lag)}; "
-                      f"{lag['dropped']:,} of {lag['segments']:,} segments dropped as too stale",
-                  "  " + _hist(lag["histogram"])]
+        lines += [
+            "",
+            f"policy lag at the trainer (versions): {_stats(lag)}; "
+            f"{lag['dropped']:,} of {lag['segments']:,} segments dropped as too stale",
+            "  " + _hist(lag["histogram"]),
+        ]
     for name, r in s["returns_by_policy"].items() or [("", s["returns"])]:
         if r["episodes"]:
             n = min(learning.RETURN_WINDOW, r["episodes"])
-            lines += ["", f"episode return{' of policy ' + name if name else ''}: {r['episodes']:,} episodes; mean of "
-                          f"the first {n} {r['first']:.1f}, of the last {n} {r['last']:.1f}",
-                      "  " + " | ".join(f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
-                                        for b in r["over_time"] if b["mean_return"] is not None)]
+            lines += [
+                "",
+                f"episode return{' of policy ' + name if name else ''}: {r['episodes']:,} episodes; mean of "
+                f"the first {n} {r['first']:.1f}, of the last {n} {r['last']:.1f}",
+                "  "
+                + " | ".join(
+                    f"{b['start']:.0f}-{b['end']:.0f}s {b['mean_return']:.1f}"
+                    for b in r["over_time"]
+                    if b["mean_return"] is not None
+                ),
+            ]
     e = s["evaluation"]
     if e["rounds"]:
-        shown = e["all"][::max(1, len(e["all"]) // 10)][:10]  # about ten rounds across the run
-        lines += ["", f"evaluation: {e['rounds']} rounds; last: version {e['last']['version']} mean return "
-                      f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} "
-                      f"{e['best']['mean_return']:.1f}",
-                  "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown)]
+        shown = e["all"][:: max(1, len(e["all"]) // 10)][:10]  # about ten rounds across the run
+        lines += [
+            "",
+            f"evaluation: {e['rounds']} rounds; last: version {e['last']['version']} mean return "
+            f"{e['last']['mean_return']:.1f}; best: version {e['best']['version']} "
+            f"{e['best']['mean_return']:.1f}",
+            "  " + " | ".join(f"{r['t']:.0f}s v{r['version']} {r['mean_return']:.1f}" for r in shown),
+        ]
     lines += _ratings_lines(s.get("ratings", {}))
     copies = s.get("population", {}).get("copies")
     if copies:
         shown = copies[-10:]
-        lines += ["", f"population: {len(copies)} copies in {copies[-1]['round']} rounds" +
-                  ("; the last 10:" if len(copies) > 10 else ":")]
-        lines += [f"  {c['t']:.0f}s round {c['round']}: {c['target']} copied {c['source']}"
-                  + "".join(f", {k} {v:.3g}" for k, v in c["values"].items()) for c in shown]
+        lines += [
+            "",
+            f"population: {len(copies)} copies in {copies[-1]['round']} rounds"
+            + ("; the last 10:" if len(copies) > 10 else ":"),
+        ]
+        lines += [
+            f"  {c['t']:.0f}s round {c['round']}: {c['target']} copied {c['source']}"
+            + "".join(f", {k} {v:.3g}" for k, v in c["values"].items())
+            for c in shown
+        ]
     v = s["verdict"]
-    lines += ["", "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
-              f"  {v['evidence']}"]
+    lines += [
+        "",
+        "VERDICT: unknown" if v["stage"] == "unknown" else f"VERDICT: {v['stage']}-bound",
+        f"  {v['evidence']}",
+    ]
     return "\n".join(lines)
 
 
@@ -231,43 +286,59 @@ def _ratings_lines(r: dict) -> list[str]:
         newest, total = games.get(-1, 0), sum(games.values())
         fixed = {fixed_name(v): n for v, n in games.items() if v <= FIXED}
         stored = {v: n for v, n in games.items() if v >= 0}
-        lines += ["", f"self-play: {total:,} games of the learner; against the newest weights {newest:,}, "
-                      f"against {len(stored)} stored versions {sum(stored.values()):,}"
-                      + "".join(f", against the {name} player {n:,}" for name, n in fixed.items())]
+        lines += [
+            "",
+            f"self-play: {total:,} games of the learner; against the newest weights {newest:,}, "
+            f"against {len(stored)} stored versions {sum(stored.values()):,}"
+            + "".join(f", against the {name} player {n:,}" for name, n in fixed.items()),
+        ]
     if r.get("rounds"):
         elo = r["elo"]
         names = list(FIXED_PLAYERS)  # the rating table numbers them -1, -2, ... (srl_hpc/handlers/rating.py)
         fixed = [f"{names[-1 - v]} {e:.0f}" for v, e in elo.items() if v < 0 and -1 - v < len(names)]
         versions = sorted(v for v in elo if v >= 0)
         best = max(versions, key=elo.get)
-        lines += ["", f"ratings (Elo, random 0) after {r['rounds']} rounds: best version {best} {elo[best]:.0f}; "
-                      f"fixed players: {', '.join(fixed)}",
-                  "  " + " | ".join(f"v{v} {elo[v]:.0f}" for v in versions[::max(1, len(versions) // 10)])]
+        lines += [
+            "",
+            f"ratings (Elo, random 0) after {r['rounds']} rounds: best version {best} {elo[best]:.0f}; "
+            f"fixed players: {', '.join(fixed)}",
+            "  " + " | ".join(f"v{v} {elo[v]:.0f}" for v in versions[:: max(1, len(versions) // 10)]),
+        ]
     return lines
 
 
 def format_compare(a: dict, b: dict) -> str:
-    rows = [("run (A, B)", a["run_dir"], b["run_dir"]),
-            ("experiment", a["experiment"], b["experiment"]),
-            ("status", a["status"], b["status"]),
-            ("traced seconds", f"{a['traced_seconds']:.1f}", f"{b['traced_seconds']:.1f}"),
-            ("trace problems", len(a["problems"]), len(b["problems"]))]
+    rows = [
+        ("run (A, B)", a["run_dir"], b["run_dir"]),
+        ("experiment", a["experiment"], b["experiment"]),
+        ("status", a["status"], b["status"]),
+        ("traced seconds", f"{a['traced_seconds']:.1f}", f"{b['traced_seconds']:.1f}"),
+        ("trace problems", len(a["problems"]), len(b["problems"])),
+    ]
     for kind, (unit, *_) in analysis.THROUGHPUT.items():
         rates = (_num(s["throughput"].get(kind, {}).get("per_second")) for s in (a, b))
         rows.append((f"{analysis.KIND_LABELS[kind]}: {unit}/s", *rates))
     rows.append(("trainer busy", *(_pct(s["trainer_busy_fraction"]) for s in (a, b))))
     for kind in analysis.ACTIVITIES:
         for activity, *_ in analysis.ACTIVITIES[kind]:
-            rows.append((f"{kind}: {analysis.ACTIVITY_LABELS[activity]}",
-                         *(_pct((s["time_shares"]["by_kind"][kind] or {}).get(activity)) for s in (a, b))))
+            rows.append(
+                (
+                    f"{kind}: {analysis.ACTIVITY_LABELS[activity]}",
+                    *(_pct((s["time_shares"]["by_kind"][kind] or {}).get(activity)) for s in (a, b)),
+                )
+            )
     for stage, stats in a["latency"].items():
         rows.append((f"{stats['label']} p50/p99 ms", *(_p50_p99(s["latency"][stage]) for s in (a, b))))
-    rows += [("batch size mean", *(_num(s["batch_size"]["mean"], ".1f") for s in (a, b))),
-             ("policy lag mean / max", *(f"{_num(s['policy_lag']['mean'], '.1f')} / {_num(s['policy_lag']['max'])}"
-                                         for s in (a, b))),
-             ("episodes", *(_num(s["returns"]["episodes"]) for s in (a, b))),
-             ("return, last episodes", *(_num(s["returns"].get("last"), ".1f") for s in (a, b))),
-             ("verdict", a["verdict"]["stage"], b["verdict"]["stage"])]
+    rows += [
+        ("batch size mean", *(_num(s["batch_size"]["mean"], ".1f") for s in (a, b))),
+        (
+            "policy lag mean / max",
+            *(f"{_num(s['policy_lag']['mean'], '.1f')} / {_num(s['policy_lag']['max'])}" for s in (a, b)),
+        ),
+        ("episodes", *(_num(s["returns"]["episodes"]) for s in (a, b))),
+        ("return, last episodes", *(_num(s["returns"].get("last"), ".1f") for s in (a, b))),
+        ("verdict", a["verdict"]["stage"], b["verdict"]["stage"]),
+    ]
     rows = [(label, "-" if x is None else str(x), "-" if y is None else str(y)) for label, x, y in rows]
     width = max(len(x) for _, x, _ in rows) + 2
     lines = [f"{label:<40}{x:<{width}}{y}" for label, x, y in rows]

@@ -1,5 +1,6 @@
 """What a run's traces say it learned: episode returns over time, evaluation rounds, self-play ratings and a
 population's copies. Pure functions over trace.reader's tables, as analysis.py's are; summarize() gathers them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,9 +30,15 @@ def returns_over_time(run: RunTrace, bins: int = 10, policy: int | None = None) 
     out["last"] = float(r[-RETURN_WINDOW:].mean())
     edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
     which = np.digitize(t, edges[1:-1])
-    out["over_time"] = [{"start": float(edges[i]), "end": float(edges[i + 1]), "episodes": int((which == i).sum()),
-                         "mean_return": float(r[which == i].mean()) if (which == i).any() else None}
-                        for i in range(bins)]
+    out["over_time"] = [
+        {
+            "start": float(edges[i]),
+            "end": float(edges[i + 1]),
+            "episodes": int((which == i).sum()),
+            "mean_return": float(r[which == i].mean()) if (which == i).any() else None,
+        }
+        for i in range(bins)
+    ]
     return out
 
 
@@ -41,10 +48,19 @@ def evaluation(run: RunTrace) -> dict:
     for worker in run.hosting("eval"):
         tab = worker.table("eval_round")
         if "mean_return" in tab:
-            rounds += [{"worker": worker.name, "t": float(t) - run.t0, "version": int(v), "mean_return": float(r),
-                        "mean_length": float(n), "seconds": float(d)}
-                       for t, v, r, n, d in zip(tab["t"], tab["version"], tab["mean_return"], tab["mean_length"],
-                                                tab["seconds"])]
+            rounds += [
+                {
+                    "worker": worker.name,
+                    "t": float(t) - run.t0,
+                    "version": int(v),
+                    "mean_return": float(r),
+                    "mean_length": float(n),
+                    "seconds": float(d),
+                }
+                for t, v, r, n, d in zip(
+                    tab["t"], tab["version"], tab["mean_return"], tab["mean_length"], tab["seconds"]
+                )
+            ]
     rounds.sort(key=lambda e: e["t"])
     out = {"rounds": len(rounds)}
     if rounds:
@@ -60,8 +76,10 @@ def ratings(run: RunTrace) -> dict:
         tab = worker.table("rating")
         if "elo" in tab and len(tab["round"]):
             last = tab["round"] == tab["round"].max()
-            out = {"rounds": int(tab["round"].max()),
-                   "elo": {int(v): float(e) for v, e in zip(tab["version"][last], tab["elo"][last])}}
+            out = {
+                "rounds": int(tab["round"].max()),
+                "elo": {int(v): float(e) for v, e in zip(tab["version"][last], tab["elo"][last])},
+            }
     opponents = run.pooled("actor", "game", "opponent")
     if len(opponents):
         versions, counts = np.unique(opponents, return_counts=True)
@@ -77,7 +95,13 @@ def population(run: RunTrace) -> dict:
         tab = worker.table("copy")
         values = [k for k in tab if k.startswith("new_")]
         for i in range(len(tab["t"])):
-            copies.append({"t": float(tab["t"][i] - run.t0), "round": int(tab["round"][i]),
-                           "target": run.policies[int(tab["target"][i])], "source": run.policies[int(tab["source"][i])],
-                           "values": {k.removeprefix("new_"): float(tab[k][i]) for k in values}})
+            copies.append(
+                {
+                    "t": float(tab["t"][i] - run.t0),
+                    "round": int(tab["round"][i]),
+                    "target": run.policies[int(tab["target"][i])],
+                    "source": run.policies[int(tab["source"][i])],
+                    "values": {k.removeprefix("new_"): float(tab[k][i]) for k in values},
+                }
+            )
     return {"copies": copies}

@@ -6,6 +6,7 @@ timeline.png       per worker, binned: the fraction of each bin spent in each ac
 returns.png        episode returns over time and over env frames, with a moving mean
 distributions.png  inference batch sizes and policy lag at the trainer
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,11 +21,20 @@ from matplotlib import ticker  # noqa: E402
 from srl_hpc.trace import analysis, learning  # noqa: E402
 from srl_hpc.trace.reader import RunTrace  # noqa: E402
 
-ACTIVITY_COLORS = {"stepping": "tab:green", "waiting_inference": "tab:orange", "sending": "tab:red",
-                   "computing": "tab:blue", "replying": "tab:cyan", "pulling_params": "tab:purple",
-                   "waiting": "tab:gray", "publishing": "tab:purple", "storing": "tab:olive",
-                   "updating_priorities": "tab:pink", "sampling": "tab:brown",
-                   "waiting_leave": "gold"}
+ACTIVITY_COLORS = {
+    "stepping": "tab:green",
+    "waiting_inference": "tab:orange",
+    "sending": "tab:red",
+    "computing": "tab:blue",
+    "replying": "tab:cyan",
+    "pulling_params": "tab:purple",
+    "waiting": "tab:gray",
+    "publishing": "tab:purple",
+    "storing": "tab:olive",
+    "updating_priorities": "tab:pink",
+    "sampling": "tab:brown",
+    "waiting_leave": "gold",
+}
 KIND_COLORS = {"actor": "tab:green", "policy": "tab:orange", "trainer": "tab:blue", "buffer": "tab:brown"}
 
 
@@ -34,11 +44,13 @@ def write_plots(run: RunTrace, summary: dict, out_dir: str | Path) -> list[Path]
     out_dir.mkdir(parents=True, exist_ok=True)
     edges = _time_bins(run, summary)
     title = summary.get("experiment") or run.run_dir.name
-    figures = {"throughput.png": lambda: _throughput(run, edges, title),
-               "latency.png": lambda: _latency(run, summary, title),
-               "timeline.png": lambda: _timeline(run, edges, title),
-               "returns.png": lambda: _returns(run, title),
-               "distributions.png": lambda: _distributions(summary, title)}
+    figures = {
+        "throughput.png": lambda: _throughput(run, edges, title),
+        "latency.png": lambda: _latency(run, summary, title),
+        "timeline.png": lambda: _timeline(run, edges, title),
+        "returns.png": lambda: _returns(run, title),
+        "distributions.png": lambda: _distributions(summary, title),
+    }
     ratings = [w.table("rating") for w in run.hosting("rating") if "elo" in w.table("rating")]
     if ratings:  # self-play: the rating workers' Elo of every version
         figures["ratings.png"] = lambda: _ratings(ratings[0], title)
@@ -68,10 +80,18 @@ def _throughput(run: RunTrace, edges, title):
         if not workers:
             continue
         rate = sum(analysis.rate_over_time(w, kind, edges, run.t0) for w in workers)
-        ax.stairs(rate, edges, color=KIND_COLORS[kind], linewidth=3 if kind == "actor" else 1.5,
-                  label=f"{analysis.KIND_LABELS[kind]}: {unit}/s")
-    ax.set(xlabel=f"time since run start (s), {edges[1] - edges[0]:.2g}s bins", ylabel="per second",
-           title=f"{title}: throughput over time")
+        ax.stairs(
+            rate,
+            edges,
+            color=KIND_COLORS[kind],
+            linewidth=3 if kind == "actor" else 1.5,
+            label=f"{analysis.KIND_LABELS[kind]}: {unit}/s",
+        )
+    ax.set(
+        xlabel=f"time since run start (s), {edges[1] - edges[0]:.2g}s bins",
+        ylabel="per second",
+        title=f"{title}: throughput over time",
+    )
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8)
@@ -97,12 +117,13 @@ def _latency(run: RunTrace, summary: dict, title):
             ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         for p, style in (("p50", "-"), ("p99", "--")):
-            ax.axvline(stats[p] * 1e3, color="black", linestyle=style, linewidth=1,
-                       label=f"{p} {stats[p] * 1e3:.3g} ms")
+            ax.axvline(
+                stats[p] * 1e3, color="black", linestyle=style, linewidth=1, label=f"{p} {stats[p] * 1e3:.3g} ms"
+            )
         ax.set_title(f"{label} (n={stats['n']:,})", fontsize=9)
         ax.set_xlabel("ms", fontsize=8)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(stages):]:
+    for ax in list(axes.flat)[len(stages) :]:
         ax.axis("off")
     fig.suptitle(f"{title}: latency per stage")
     fig.tight_layout()
@@ -120,9 +141,13 @@ def _timeline(run: RunTrace, edges, title):
     for ax, worker in zip(axes[:, 0], workers):
         fractions = analysis.activity_timeline(worker, edges, run.t0)
         names = list(fractions)
-        ax.stackplot(edges[:-1], *[np.clip(fractions[n], 0, 1) for n in names], step="post",
-                     colors=[ACTIVITY_COLORS[n] for n in names],
-                     labels=[analysis.ACTIVITY_LABELS[n] for n in names])
+        ax.stackplot(
+            edges[:-1],
+            *[np.clip(fractions[n], 0, 1) for n in names],
+            step="post",
+            colors=[ACTIVITY_COLORS[n] for n in names],
+            labels=[analysis.ACTIVITY_LABELS[n] for n in names],
+        )
         ax.set_ylim(0, 1)
         ax.set_ylabel(worker.name, rotation=0, ha="right", va="center")
         ax.set_yticks([0, 0.5, 1])
@@ -163,7 +188,7 @@ def _returns(run: RunTrace, title):
                     continue
                 ax.scatter(x, r[mine], s=3, alpha=0.25, color=dots, label=f"{label}episode return")
                 if moving is not None:
-                    ax.plot(x[window - 1:], moving, color=line, label=f"{label}mean of last {window} episodes")
+                    ax.plot(x[window - 1 :], moving, color=line, label=f"{label}mean of last {window} episodes")
     axes[0].set(xlabel="time since run start (s)", ylabel="return", title=f"{title}: episode return over time")
     axes[1].set(xlabel="env frames (the controller's count)", title="... over env frames")
     for ax in axes:
@@ -186,10 +211,14 @@ def _ratings(table, title):
     for k, name in enumerate(FIXED_PLAYERS):
         fixed = elo[versions == -1 - k]
         if len(fixed):
-            ax.axhline(fixed[0], linestyle="--", color=POLICY_COLOURS[k % len(POLICY_COLOURS)][1],
-                       label=f"{name} player")
-    ax.set(xlabel="version (trainer updates)", ylabel="Elo (random player = 0)",
-           title=f"{title}: rating over versions (after round {int(table['round'].max())})")
+            ax.axhline(
+                fixed[0], linestyle="--", color=POLICY_COLOURS[k % len(POLICY_COLOURS)][1], label=f"{name} player"
+            )
+    ax.set(
+        xlabel="version (trainer updates)",
+        ylabel="Elo (random player = 0)",
+        title=f"{title}: rating over versions (after round {int(table['round'].max())})",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -198,14 +227,17 @@ def _ratings(table, title):
 
 def _distributions(summary: dict, title):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, xlabel in ((left, "batch_size", "observations per inference batch"),
-                            (right, "policy_lag", "policy lag at the trainer (versions)")):
+    for ax, key, xlabel in (
+        (left, "batch_size", "observations per inference batch"),
+        (right, "policy_lag", "policy lag at the trainer (versions)"),
+    ):
         hist = summary[key]["histogram"]
         ax.bar([h["bucket"] for h in hist], [h["count"] for h in hist], color="tab:blue")
         ax.set(xlabel=xlabel, ylabel="count")
         if summary[key]["n"]:
-            ax.set_title(f"mean {summary[key]['mean']:.1f}, p50 {summary[key]['p50']:g}, p99 {summary[key]['p99']:g}",
-                         fontsize=9)
+            ax.set_title(
+                f"mean {summary[key]['mean']:.1f}, p50 {summary[key]['p50']:g}, p99 {summary[key]['p99']:g}", fontsize=9
+            )
     fig.suptitle(f"{title}: distributions")
     fig.tight_layout()
     return fig

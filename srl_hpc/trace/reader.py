@@ -9,6 +9,7 @@ one bad file: a file that is not HDF5, is truncated, or is not an srl-hpc trace 
 the file and the reason, and the other files are read. A table whose fields have unequal lengths (a
 worker killed in the middle of a flush) is cut to its shortest field, with a note.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -109,8 +110,9 @@ def read_run(run_dir: str | Path) -> RunTrace:
             workers.append(worker)
     workers = _join_attempts(workers)
     if not workers:
-        raise TraceError(f"{run_dir}: none of the {len(files)} trace files could be read:\n"
-                         + "\n".join(f"  {p}" for p in problems))
+        raise TraceError(
+            f"{run_dir}: none of the {len(files)} trace files could be read:\n" + "\n".join(f"  {p}" for p in problems)
+        )
     nodes = _graph_nodes(run_dir)
     for w in workers:
         node = nodes.get(w.name)
@@ -144,8 +146,9 @@ def _join_attempts(workers: list[WorkerTrace]) -> list[WorkerTrace]:
             elif set(table) == set(first.tables[name]):
                 first.tables[name] = {k: np.concatenate([first.tables[name][k], table[k]]) for k in table}
             else:
-                first.notes.append(f"table {name!r} of {w.path.name} has other fields than the first attempt's: "
-                                   f"left out")
+                first.notes.append(
+                    f"table {name!r} of {w.path.name} has other fields than the first attempt's: left out"
+                )
         first.notes += w.notes
         if _attempt_of(w.path)[1]:
             first.restarts += 1
@@ -170,8 +173,9 @@ def read_file(path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
 def _read_open(f: h5py.File, path: Path) -> tuple[WorkerTrace | None, list[Problem]]:
     attrs = {k: _plain(v) for k, v in f.attrs.items()}
     if attrs.get("format") != FORMAT:
-        return None, [Problem(path, f"not an srl-hpc trace (format attribute {attrs.get('format')!r}, "
-                                    f"expected {FORMAT!r})")]
+        return None, [
+            Problem(path, f"not an srl-hpc trace (format attribute {attrs.get('format')!r}, expected {FORMAT!r})")
+        ]
     worker = WorkerTrace(str(attrs.get("worker") or path.stem.replace("-", "/", 1)), path, attrs, {})
     problems = []
     for name, group in f.items():
@@ -184,8 +188,10 @@ def _read_open(f: h5py.File, path: Path) -> tuple[WorkerTrace | None, list[Probl
     if "flushed" not in attrs:
         worker.notes.append("never flushed: the worker recorded nothing or died within its first flush interval")
     if "capped_at" in attrs:
-        worker.notes.append(f"size cap reached {attrs['capped_at'] - attrs.get('started', 0):.1f}s after start: "
-                            "nothing was recorded after that")
+        worker.notes.append(
+            f"size cap reached {attrs['capped_at'] - attrs.get('started', 0):.1f}s after start: "
+            "nothing was recorded after that"
+        )
     return worker, problems
 
 
@@ -193,8 +199,9 @@ def _cut_to_shortest(name: str, columns: Table, notes: list[str]) -> Table:
     lengths = {len(v) for v in columns.values()}
     if len(lengths) > 1:
         n = min(lengths)
-        notes.append(f"table {name!r}: fields of unequal length ({n}..{max(lengths)} rows; killed mid-flush?), "
-                     f"cut to {n} rows")
+        notes.append(
+            f"table {name!r}: fields of unequal length ({n}..{max(lengths)} rows; killed mid-flush?), cut to {n} rows"
+        )
         columns = {k: v[:n] for k, v in columns.items()}
     columns.setdefault("t", np.empty(0))
     return columns

@@ -13,6 +13,7 @@ With reference scores (`--reference ENV=LOW:HIGH`, e.g. random and human for Ata
 normalised to (score - LOW) / (HIGH - LOW), and the optimality gap is measured to 1; without them, to
 `--target` (default: the experiment's stop.target_return), or not at all.
 """
+
 from __future__ import annotations
 
 import csv
@@ -51,14 +52,18 @@ def _curve(run: RunDir, column: str) -> tuple[np.ndarray, np.ndarray]:
     rows = []
     if run.metrics.exists():
         with open(run.metrics, newline="") as f:
-            rows = [(float(r["env_frames"]), float(r[column])) for r in csv.DictReader(f)
-                    if r.get(column) not in (None, "")]
+            rows = [
+                (float(r["env_frames"]), float(r[column])) for r in csv.DictReader(f) if r.get(column) not in (None, "")
+            ]
     try:
         summary = json.loads(run.summary.read_text())
     except (OSError, ValueError):
         summary = {}
-    end = summary.get("mean_return") if column == "mean_return" else \
-        (summary.get("evaluation") or {}).get("latest", {}).get("mean_return")
+    end = (
+        summary.get("mean_return")
+        if column == "mean_return"
+        else (summary.get("evaluation") or {}).get("latest", {}).get("mean_return")
+    )
     if end is not None and (not rows or summary.get("env_frames", 0) > rows[-1][0]):
         rows.append((float(summary["env_frames"]), float(end)))
     return np.array([f for f, _ in rows]), np.array([v for _, v in rows])
@@ -75,8 +80,9 @@ def member_score(member: dict, column: str) -> MemberScore:
     span = frames[-1] - frames[0]
     auc = float(np.trapezoid(scores, frames) / span) if len(scores) > 1 and span > 0 else float(scores[-1])
     overrides = [o for o in member.get("overrides", []) if not o.startswith("env.id=")]
-    return MemberScore("+".join(overrides) or "(as written)", exp.env.id, member["seed"], float(scores[-1]), auc,
-                       int(frames[-1]))
+    return MemberScore(
+        "+".join(overrides) or "(as written)", exp.env.id, member["seed"], float(scores[-1]), auc, int(frames[-1])
+    )
 
 
 def score_column(members: list[dict], choice: str) -> str:
@@ -104,8 +110,10 @@ def matrices(scores: list[MemberScore], kind: str, references: dict[str, tuple[f
             columns.append(values)
         counts = {task: len(c) for task, c in zip(tasks, columns)}
         if len(set(counts.values())) != 1 or 0 in counts.values():
-            raise ReportError(f"configuration {name}: runs per task differ ({counts}); a stratified bootstrap "
-                              "needs the same seeds on every task")
+            raise ReportError(
+                f"configuration {name}: runs per task differ ({counts}); a stratified bootstrap "
+                "needs the same seeds on every task"
+            )
         out[name] = np.array(columns, dtype=float).T
     return out
 
@@ -117,30 +125,47 @@ def aggregate(gap_to: float | None):
     def statistics(x: np.ndarray) -> np.ndarray:
         gap = metrics.aggregate_optimality_gap(x, gap_to) if gap_to is not None else np.nan
         return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_median(x), gap])
+
     return statistics
 
 
-def estimates(score_dict: dict[str, np.ndarray], gap_to: float | None, seed: int, reps: int = BOOTSTRAP_REPS
-              ) -> dict[str, dict[str, dict[str, float]]]:
+def estimates(
+    score_dict: dict[str, np.ndarray], gap_to: float | None, seed: int, reps: int = BOOTSTRAP_REPS
+) -> dict[str, dict[str, dict[str, float]]]:
     """configuration -> statistic -> {value, low, high}: rliable's point estimates and stratified bootstrap
     percentile intervals, reproducible from `seed`."""
     from rliable import library
 
     np.random.seed(seed)  # rliable's stratified resampling draws from numpy's global generator, whatever
     # random_state it is given: seeding that is what makes a report reproducible
-    points, intervals = library.get_interval_estimates(score_dict, aggregate(gap_to), reps=reps,
-                                                       confidence_interval_size=CONFIDENCE)
-    return {name: {stat: {"value": _num(points[name][i]), "low": _num(intervals[name][0][i]),
-                          "high": _num(intervals[name][1][i])} for i, stat in enumerate(STATISTICS)}
-            for name in score_dict}
+    points, intervals = library.get_interval_estimates(
+        score_dict, aggregate(gap_to), reps=reps, confidence_interval_size=CONFIDENCE
+    )
+    return {
+        name: {
+            stat: {
+                "value": _num(points[name][i]),
+                "low": _num(intervals[name][0][i]),
+                "high": _num(intervals[name][1][i]),
+            }
+            for i, stat in enumerate(STATISTICS)
+        }
+        for name in score_dict
+    }
 
 
 def _num(x) -> float | None:
     return None if np.isnan(x) else round(float(x), 6)
 
 
-def report(sweep_dir: Path, score: str = "auto", references: dict[str, tuple[float, float]] | None = None,
-           target: float | None = None, seed: int = 0, reps: int = BOOTSTRAP_REPS) -> dict:
+def report(
+    sweep_dir: Path,
+    score: str = "auto",
+    references: dict[str, tuple[float, float]] | None = None,
+    target: float | None = None,
+    seed: int = 0,
+    reps: int = BOOTSTRAP_REPS,
+) -> dict:
     """The whole report as data: what was measured, how, and the estimates per configuration."""
     sweep = RunDir(sweep_dir)
     if not sweep.sweep.exists():
@@ -155,8 +180,10 @@ def report(sweep_dir: Path, score: str = "auto", references: dict[str, tuple[flo
     if unknown:
         raise ReportError(f"--reference for {', '.join(unknown)}: not a task of this sweep ({', '.join(tasks)})")
     if references and len(references) != len(tasks):
-        raise ReportError(f"--reference given for {', '.join(sorted(references))} but not for "
-                          f"{', '.join(t for t in tasks if t not in references)}: normalise every task or none")
+        raise ReportError(
+            f"--reference given for {', '.join(sorted(references))} but not for "
+            f"{', '.join(t for t in tasks if t not in references)}: normalise every task or none"
+        )
     if references:
         gap_to = 1.0
     elif target is not None:
@@ -164,12 +191,24 @@ def report(sweep_dir: Path, score: str = "auto", references: dict[str, tuple[flo
     else:
         targets = {config.load(RunDir(m["run_dir"]).experiment).stop.target_return for m in members}
         gap_to = targets.pop() if len(targets) == 1 else None
-    out = {"sweep": str(sweep.root), "experiment": index.get("experiment"), "command": index.get("command"),
-           "score": {"mean_return": "training mean return", "eval_return": "evaluation mean return"}[column],
-           "normalised": {t: list(r) for t, r in references.items()}, "optimality_gap_to": gap_to,
-           "tasks": tasks, "seeds": sorted({s.seed for s in scores}), "bootstrap": {
-               "reps": reps, "confidence": CONFIDENCE, "seed": seed, "method": "percentile, stratified over tasks"},
-           "runs": [vars(s) for s in scores], "configurations": {}}
+    out = {
+        "sweep": str(sweep.root),
+        "experiment": index.get("experiment"),
+        "command": index.get("command"),
+        "score": {"mean_return": "training mean return", "eval_return": "evaluation mean return"}[column],
+        "normalised": {t: list(r) for t, r in references.items()},
+        "optimality_gap_to": gap_to,
+        "tasks": tasks,
+        "seeds": sorted({s.seed for s in scores}),
+        "bootstrap": {
+            "reps": reps,
+            "confidence": CONFIDENCE,
+            "seed": seed,
+            "method": "percentile, stratified over tasks",
+        },
+        "runs": [vars(s) for s in scores],
+        "configurations": {},
+    }
     for kind in ("final", "auc"):
         for name, stats in estimates(matrices(scores, kind, references), gap_to, seed, reps).items():
             out["configurations"].setdefault(name, {})[kind] = stats
@@ -177,25 +216,37 @@ def report(sweep_dir: Path, score: str = "auto", references: dict[str, tuple[flo
 
 
 def format_report(r: dict) -> str:
-    norm = " normalised by " + ", ".join(f"{t} [{lo:g}, {hi:g}]" for t, (lo, hi) in r["normalised"].items()) \
-        if r["normalised"] else ""
-    lines = [f"sweep {r['sweep']}: {len(r['configurations'])} configurations, {len(r['runs'])} runs "
-             f"(seeds {', '.join(map(str, r['seeds']))}) on {', '.join(r['tasks'])}",
-             f"  score: {r['score']}{norm}; final (at the run's end) and area under the curve (mean over env frames)",
-             f"  IQM, mean, median with {100 * r['bootstrap']['confidence']:.0f}% stratified bootstrap intervals "
-             f"({r['bootstrap']['reps']} resamples, seed {r['bootstrap']['seed']}; rliable)"
-             + (f"; optimality gap to {r['optimality_gap_to']:g}" if r["optimality_gap_to"] is not None else "")]
+    norm = (
+        " normalised by " + ", ".join(f"{t} [{lo:g}, {hi:g}]" for t, (lo, hi) in r["normalised"].items())
+        if r["normalised"]
+        else ""
+    )
+    lines = [
+        f"sweep {r['sweep']}: {len(r['configurations'])} configurations, {len(r['runs'])} runs "
+        f"(seeds {', '.join(map(str, r['seeds']))}) on {', '.join(r['tasks'])}",
+        f"  score: {r['score']}{norm}; final (at the run's end) and area under the curve (mean over env frames)",
+        f"  IQM, mean, median with {100 * r['bootstrap']['confidence']:.0f}% stratified bootstrap intervals "
+        f"({r['bootstrap']['reps']} resamples, seed {r['bootstrap']['seed']}; rliable)"
+        + (f"; optimality gap to {r['optimality_gap_to']:g}" if r["optimality_gap_to"] is not None else ""),
+    ]
     if r["command"]:
         lines.append(f"  made by: {r['command']}")
     width = max(len(n) for n in r["configurations"]) + 2
-    stats = [s for s in ("iqm", "mean", "median", "optimality_gap")
-             if s != "optimality_gap" or r["optimality_gap_to"] is not None]
+    stats = [
+        s
+        for s in ("iqm", "mean", "median", "optimality_gap")
+        if s != "optimality_gap" or r["optimality_gap_to"] is not None
+    ]
     for kind, title in (("final", "final score"), ("auc", "area under the curve")):
         lines += ["", f"{title}:", (f"  {'configuration':<{width}}" + "".join(f"{s:<26}" for s in stats)).rstrip()]
         for name, by_kind in r["configurations"].items():
             cells = [by_kind[kind][s] for s in stats]
-            lines.append((f"  {name:<{width}}" + "".join(
-                f"{c['value']:<8.4g} [{c['low']:.4g}, {c['high']:.4g}]".ljust(26) for c in cells)).rstrip())
+            lines.append(
+                (
+                    f"  {name:<{width}}"
+                    + "".join(f"{c['value']:<8.4g} [{c['low']:.4g}, {c['high']:.4g}]".ljust(26) for c in cells)
+                ).rstrip()
+            )
     return "\n".join(lines)
 
 
@@ -216,15 +267,20 @@ def write_plots(r: dict, directory: Path, references: dict[str, tuple[float, flo
     paths = []
     for kind in ("final", "auc"):
         points = {n: np.array([r["configurations"][n][kind][s]["value"] for s in stats]) for n in names}
-        intervals = {n: np.array([[r["configurations"][n][kind][s][b] for s in stats] for b in ("low", "high")])
-                     for n in names}
-        fig, _ = plot_utils.plot_interval_estimates(points, intervals, metric_names=[s.upper() if s == "iqm" else
-                                                                                     s.replace("_", " ").title()
-                                                                                     for s in stats],
-                                                    algorithms=names, colors=colors,
-                                                    xlabel=f"{KIND_LABELS[kind]} {r['score']}",
-                                                    subfigure_width=3.6, row_height=0.8,
-                                                    xlabel_y_coordinate=-0.5)
+        intervals = {
+            n: np.array([[r["configurations"][n][kind][s][b] for s in stats] for b in ("low", "high")]) for n in names
+        }
+        fig, _ = plot_utils.plot_interval_estimates(
+            points,
+            intervals,
+            metric_names=[s.upper() if s == "iqm" else s.replace("_", " ").title() for s in stats],
+            algorithms=names,
+            colors=colors,
+            xlabel=f"{KIND_LABELS[kind]} {r['score']}",
+            subfigure_width=3.6,
+            row_height=0.8,
+            xlabel_y_coordinate=-0.5,
+        )
         path = directory / f"intervals-{kind}.png"
         fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
@@ -236,9 +292,14 @@ def write_plots(r: dict, directory: Path, references: dict[str, tuple[float, flo
     np.random.seed(r["bootstrap"]["seed"])  # (as in estimates)
     profiles, bands = library.create_performance_profile(score_dict, taus, reps=r["bootstrap"]["reps"])
     fig, ax = plt.subplots(figsize=(6, 4))
-    plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=bands, colors=colors, ax=ax,
-                                         xlabel=f"final {r['score']}" + (" (normalised)" if r["normalised"] else "")
-                                         + r" $(\tau)$")
+    plot_utils.plot_performance_profiles(
+        profiles,
+        taus,
+        performance_profile_cis=bands,
+        colors=colors,
+        ax=ax,
+        xlabel=f"final {r['score']}" + (" (normalised)" if r["normalised"] else "") + r" $(\tau)$",
+    )
     ax.legend([plt.Line2D([0], [0], color=colors[n]) for n in names], names, loc="lower left", fontsize="small")
     path = directory / "profiles.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")

@@ -1,5 +1,6 @@
 """The trace's bottleneck verdict: which stage (env, inference, transport, trainer) bounds a run's throughput,
 named from the mean time shares of each worker kind (srl_hpc.trace.analysis.summarize passes them in)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,18 +41,25 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
     trainer_busy = trainer["computing"] + trainer["publishing"] if trainer else None
     policy_busy = policy["computing"] + policy["replying"] if policy else None
     inline = actor.get("inference_inline", 0.0)
-    actors = (f"actors spend {_pct(actor['stepping'])} of their time stepping envs, "
-              f"{_pct(actor['waiting_inference'])} waiting on inference, "
-              + (f"{_pct(inline)} running inference inline, " if inline else "")
-              + f"{_pct(actor['sending'])} blocked sending samples")
-    trainer_words = ("" if trainer_busy is None else
-                     f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}")
+    actors = (
+        f"actors spend {_pct(actor['stepping'])} of their time stepping envs, "
+        f"{_pct(actor['waiting_inference'])} waiting on inference, "
+        + (f"{_pct(inline)} running inference inline, " if inline else "")
+        + f"{_pct(actor['sending'])} blocked sending samples"
+    )
+    trainer_words = (
+        ""
+        if trainer_busy is None
+        else f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}"
+    )
     policy_words = "" if policy_busy is None else f"the policy worker is busy {_pct(policy_busy)}"
     dropped = extra.get("dropped_fraction") or 0.0
     backlog_words = f"; the trainer drops {_pct(dropped)} of segments as too stale" if dropped > 0.01 else ""
     if extra.get("sample_fps") and extra.get("train_fps") and extra["sample_fps"] > 1.2 * extra["train_fps"]:
-        backlog_words += (f"; actors produce {extra['sample_fps']:,.0f} frames/s but the trainer consumes only "
-                          f"{extra['train_fps']:,.0f}/s")
+        backlog_words += (
+            f"; actors produce {extra['sample_fps']:,.0f} frames/s but the trainer consumes only "
+            f"{extra['train_fps']:,.0f}/s"
+        )
 
     if trainer_busy is not None and trainer_busy >= SATURATED:
         return Verdict("trainer", f"{trainer_words}: it cannot consume faster; {actors}{backlog_words}")
@@ -63,16 +71,24 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
     if top == "sending":
         if trainer_busy is not None and trainer_busy >= BUSY:
             return Verdict("trainer", f"{actors}: back-pressure from the trainer; {trainer_words}{backlog_words}")
-        return Verdict("transport", f"{actors}, yet {trainer_words or 'there is no trainer trace'}: "
-                                    "the sample stream does not carry segments fast enough")
+        return Verdict(
+            "transport",
+            f"{actors}, yet {trainer_words or 'there is no trainer trace'}: "
+            "the sample stream does not carry segments fast enough",
+        )
     wire = ""
     if extra.get("inference_latency") and extra.get("policy_service"):
-        wire = (f"; a reply takes {extra['inference_latency'] * 1e3:.2f} ms (p50) at the actor, of which the "
-                f"policy worker accounts for {extra['policy_service'] * 1e3:.2f} ms")
+        wire = (
+            f"; a reply takes {extra['inference_latency'] * 1e3:.2f} ms (p50) at the actor, of which the "
+            f"policy worker accounts for {extra['policy_service'] * 1e3:.2f} ms"
+        )
     if policy_busy is not None and policy_busy >= BUSY:
         return Verdict("inference", f"{actors}; {policy_words}{wire}")
-    return Verdict("transport", f"{actors}, yet {policy_words or 'there is no policy trace'}{wire}: "
-                                "the time goes on the inference stream, not in compute")
+    return Verdict(
+        "transport",
+        f"{actors}, yet {policy_words or 'there is no policy trace'}{wire}: "
+        "the time goes on the inference stream, not in compute",
+    )
 
 
 def _pct(x: float) -> str:

@@ -21,6 +21,7 @@ Neither the writer nor the reader (srl_hpc.trace.reader) locks the file (locking
 filesystems have no working flock, and HDF5's lock then failed every worker at its start ("unable to lock
 file"). One writer per file, so no lock is needed.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,14 @@ def open_trace(path: str | Path, mode: str = "r") -> h5py.File:
 
 
 class TraceWriter:
-    def __init__(self, path: str | Path, worker: str, flush_interval: float = 2.0,
-                 max_bytes: int = DEFAULT_MAX_BYTES, enabled: bool = True):
+    def __init__(
+        self,
+        path: str | Path,
+        worker: str,
+        flush_interval: float = 2.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        enabled: bool = True,
+    ):
         self.path = Path(path)
         self.worker = worker
         self.flush_interval = flush_interval
@@ -101,12 +108,11 @@ class TraceWriter:
             for name, values in zip(names, zip(*rows)):
                 data = np.asarray(values)
                 if name not in group:  # lzf: compresses these columns well at a fraction of gzip's cost
-                    group.create_dataset(name, data=data, maxshape=(None,), chunks=(CHUNK_ROWS,),
-                                         compression="lzf")
+                    group.create_dataset(name, data=data, maxshape=(None,), chunks=(CHUNK_ROWS,), compression="lzf")
                 else:
                     ds = group[name]
                     ds.resize(ds.shape[0] + len(data), axis=0)
-                    ds[-len(data):] = data
+                    ds[-len(data) :] = data
             rows.clear()
         f.attrs["flushed"] = time.time()
         if f.id.get_filesize() >= self.max_bytes:  # HDF5's own count: no stat on the metadata server

@@ -8,6 +8,7 @@ defaults to SLURM_PROCID and rendezvous goes through MPI; locally through files 
 A restartable worker (an actor) runs as the child of a supervisor in its task's process
 (srl_hpc.worker.supervisor), which does the rendezvous and replaces the worker if it dies or hangs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,17 @@ def process_age() -> float:
 
 
 class Worker:
-    def __init__(self, exp, graph: wiring.Graph, name: str, run_dir, slurm: bool = False, incarnation: int = 0,
-                 link: ChildLink | None = None, ports: dict[str, int] | None = None):
+    def __init__(
+        self,
+        exp,
+        graph: wiring.Graph,
+        name: str,
+        run_dir,
+        slurm: bool = False,
+        incarnation: int = 0,
+        link: ChildLink | None = None,
+        ports: dict[str, int] | None = None,
+    ):
         self.exp = exp
         self.graph = graph
         self.name = name
@@ -109,10 +119,15 @@ class Worker:
         (Slurm's binding) and its torch threads; `start_cost`: the rendezvous' own share of it (MPI_Init's
         seconds and CPU)."""
         torch = sys.modules.get("torch")  # (only workers that run a model import it)
-        self.trace.record("startup", seconds=process_age(), cpu_seconds=time.process_time(), rss_mb=rss_mb(),
-                          cpus_allowed=len(os.sched_getaffinity(0)),
-                          torch_threads=torch.get_num_threads() if torch else 0,
-                          **start_cost)
+        self.trace.record(
+            "startup",
+            seconds=process_age(),
+            cpu_seconds=time.process_time(),
+            rss_mb=rss_mb(),
+            cpus_allowed=len(os.sched_getaffinity(0)),
+            torch_threads=torch.get_num_threads() if torch else 0,
+            **start_cost,
+        )
 
     def connect(self, table: dict) -> None:
         if self.name != wiring.CONTROLLER:
@@ -185,8 +200,13 @@ class Worker:
             depths.update(handler.queue_depths())
         if beat:
             self._last_heartbeat = now
-            self.trace.record("heartbeat", rss_mb=rss_mb(), cpu_seconds=time.process_time(),
-                              open_files=len(os.listdir("/proc/self/fd")), **depths)
+            self.trace.record(
+                "heartbeat",
+                rss_mb=rss_mb(),
+                cpu_seconds=time.process_time(),
+                open_files=len(os.listdir("/proc/self/fd")),
+                **depths,
+            )
             if self.link is not None:
                 self.link.beat()
         if report:
@@ -237,11 +257,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srl_hpc.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--task-id", type=int, default=None, help="default: $SLURM_PROCID (+ --first-task)")
-    parser.add_argument("--first-task", type=int, default=None, metavar="K",
-                        help="slurm.layout: jobs: this group's job runs workers K, K+1, ...: the task id is K + "
-                             "$SLURM_PROCID, since each group's srun counts its tasks from 0")
-    parser.add_argument("--slurm", action="store_true",
-                        help="started by srun: the address from slurm.network, the GPU from $SLURM_LOCALID")
+    parser.add_argument(
+        "--first-task",
+        type=int,
+        default=None,
+        metavar="K",
+        help="slurm.layout: jobs: this group's job runs workers K, K+1, ...: the task id is K + "
+        "$SLURM_PROCID, since each group's srun counts its tasks from 0",
+    )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="started by srun: the address from slurm.network, the GPU from $SLURM_LOCALID",
+    )
     parser.add_argument("--rendezvous", choices=("file", "mpi"), default="file")
     parser.add_argument("--log-dir", type=Path, help="send this worker's output to LOG_DIR/<worker>.log")
     child = parser.add_argument_group("a supervised worker (started by srl_hpc.worker.supervisor, not by hand)")
@@ -296,18 +324,34 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     worker = None
     try:
-        worker = Worker(exp, graph, name, args.run_dir, slurm=args.slurm,
-                        incarnation=args.incarnation, link=rendezvous if args.supervised else None, ports=args.ports)
+        worker = Worker(
+            exp,
+            graph,
+            name,
+            args.run_dir,
+            slurm=args.slurm,
+            incarnation=args.incarnation,
+            link=rendezvous if args.supervised else None,
+            ports=args.ports,
+        )
         ports = worker.bind()
         worker.record_startup(getattr(rendezvous, "start_cost", {}))  # (only MPI has a start of its own)
-        entry = {"worker": name, "host": address.ip, "interface": address.interface, "address_from": address.source,
-                 "ports": ports, "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename)}
+        entry = {
+            "worker": name,
+            "host": address.ip,
+            "interface": address.interface,
+            "address_from": address.source,
+            "ports": ports,
+            "pid": os.getpid(),
+            "node": os.environ.get("SLURMD_NODENAME", os.uname().nodename),
+        }
         waited, cpu = time.monotonic(), time.process_time()
         table = rendezvous.exchange(entry, graph.names)  # a signal until here ends the process at once
         # The CPU a rank spends waiting for the others (the barrier's looks, the allgather) is taken from those
         # still starting; MPI_Init's share of the wait is in the startup row.
-        worker.trace.record("rendezvous", seconds=time.monotonic() - waited, cpu_seconds=time.process_time() - cpu,
-                            workers=len(table))
+        worker.trace.record(
+            "rendezvous", seconds=time.monotonic() - waited, cpu_seconds=time.process_time() - cpu, workers=len(table)
+        )
         # From now on SIGTERM (scancel, the local launcher) and SIGINT wind down cleanly, keeping checkpoints.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: worker.request_stop())
@@ -351,4 +395,3 @@ def _address(exp, name: str, slurm: bool, spans_jobs: bool = False) -> network.A
     if address.loopback and exp.slurm.network is None and (nodes > 1 or spans_jobs):
         raise network.NetworkError(network.loopback_message(name, address))
     return address
-

@@ -14,6 +14,7 @@ Child and supervisor talk over two pipes, one JSON line at a time: the child's r
 the table down (ChildLink stands in for the rendezvous inside the child), then a line per heartbeat,
 and the child's error if it fails. MPI lives in the supervisor, so killing a child never touches it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -107,11 +108,24 @@ class Supervisor:
         down_read, down_write = os.pipe()
         ports = self.table[self.name]["ports"] if self.table is not None else {}  # the predecessor's
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "srl_hpc.worker", "--run-dir", str(self.run_dir.root), "--task-id",
-             str(self.task_id), *(["--slurm"] if self.slurm else []),
-             "--incarnation", str(incarnation), "--supervised", f"{up_write},{down_read}",
-             *([f"--ports={json.dumps(ports)}"] if ports else [])],
-            pass_fds=(up_write, down_read), preexec_fn=die_with_parent)
+            [
+                sys.executable,
+                "-m",
+                "srl_hpc.worker",
+                "--run-dir",
+                str(self.run_dir.root),
+                "--task-id",
+                str(self.task_id),
+                *(["--slurm"] if self.slurm else []),
+                "--incarnation",
+                str(incarnation),
+                "--supervised",
+                f"{up_write},{down_read}",
+                *([f"--ports={json.dumps(ports)}"] if ports else []),
+            ],
+            pass_fds=(up_write, down_read),
+            preexec_fn=die_with_parent,
+        )
         os.close(up_write)
         os.close(down_read)
         error, last_beat, pending = None, None, b""
@@ -161,8 +175,12 @@ class Supervisor:
         if self.table is None:  # before rendezvous there is no controller to tell
             return
         try:
-            control.send_once(self.run_dir, self.exp.curve,
-                              endpoints.address(self.table, wiring.CONTROLLER, endpoints.EVENTS),
-                              kind, {"worker": self.name, **meta})
+            control.send_once(
+                self.run_dir,
+                self.exp.curve,
+                endpoints.address(self.table, wiring.CONTROLLER, endpoints.EVENTS),
+                kind,
+                {"worker": self.name, **meta},
+            )
         except Exception:  # noqa: BLE001  best effort: the controller may be gone too
             traceback.print_exc()
