@@ -111,15 +111,10 @@ class Output:
 
 
 def run_local(experiment, run_dir: Path, *overrides: str, timeout: float = 180, returncode: int = 0, env=None):
-    """`srl-launch EXPERIMENT --run-dir RUN_DIR --set OVERRIDE ...` to its end, within `timeout` seconds (a run
-    that outlives it fails the test with its output); asserts its exit code. Returns (process, summary)."""
+    """`srl-launch EXPERIMENT --run-dir RUN_DIR --set OVERRIDE ...` to its end (srl()); asserts its exit code.
+    Returns (process, summary)."""
     sets = [arg for override in overrides for arg in ("--set", override)]
-    command = [script("srl-launch"), str(experiment), "--run-dir", str(run_dir), *sets]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise AssertionError(f"{' '.join(command)} ran past {timeout:g}s; its output:\n{out[-6000:]}") from None
+    proc = srl(experiment, "--run-dir", run_dir, *sets, timeout=timeout, env=env)
     assert proc.returncode == returncode, proc.stdout[-6000:] + proc.stderr[-6000:]
     return proc, json.loads((run_dir / "summary.json").read_text())
 
@@ -334,18 +329,27 @@ def experiment(tmp_path, name="short", env_id="CartPole-v1", kwargs="{}", wall_t
     return path
 
 
-def srl(*args, timeout=300):
-    args = list(map(str, args))
+def srl(*args, timeout: float = 300, env=None, cwd=None, prefix=()) -> subprocess.CompletedProcess:
+    """How a test runs `srl-launch ARGS` (any subcommand, a run included) to its end, its output captured; `prefix`
+    goes before the command (prlimit, ...). Past `timeout` seconds the test fails with the output so far and,
+    for a run, where its processes hang."""
+    command = [*map(str, prefix), script("srl-launch"), *map(str, args)]
     try:
-        return subprocess.run([script("srl-launch"), *args], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as e:
-        if "--run-dir" not in args:
-            raise
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        hangs = where_it_hangs(Path(command[command.index("--run-dir") + 1])) if "--run-dir" in command else ""
         raise AssertionError(
-            f"srl-launch {' '.join(args)} ran past {timeout}s; its output:\n{out[-3000:]}\n"
-            f"{where_it_hangs(Path(args[args.index('--run-dir') + 1]))}"
+            f"{' '.join(command)} ran past {timeout:g}s; its output:\n{out[-6000:]}\n{hangs}"
         ) from None
+
+
+def srl_started(*args) -> tuple[subprocess.Popen, Output]:
+    """How a test starts `srl-launch ARGS` in the background, to act on the run while it runs: the process and its
+    output (stdout and stderr together), read line by line."""
+    command = [script("srl-launch"), *map(str, args)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, Output(proc)
 
 
 def where_it_hangs(run_dir: Path) -> str:

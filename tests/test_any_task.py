@@ -4,12 +4,11 @@ locally and as one het job on the project's local Slurm."""
 
 import json
 import re
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, srl
 from srl_hpc.envs.tictactoe import TicTacToe
 
 EXPERIMENTS = ROOT / "experiments"
@@ -19,12 +18,7 @@ def launch(name: str, run_dir, *overrides: str, slurm: bool = False, timeout: in
     """A shipped experiment with `overrides` to its end; its summary, once it succeeded with every frame counted."""
     sets = [arg for override in overrides for arg in ("--set", override)]
     mode = ["--slurm", "--follow"] if slurm else []
-    proc = subprocess.run(
-        [script("srl-launch"), str(EXPERIMENTS / f"{name}.yaml"), *mode, "--run-dir", str(run_dir), *sets],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = srl(EXPERIMENTS / f"{name}.yaml", *mode, "--run-dir", run_dir, *sets, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "succeeded", summary
@@ -48,12 +42,7 @@ def test_box_actions_learn_pendulum_and_greedy_evaluation_and_enjoy_play_them(tm
         "workers.eval.episodes=4",
     )
     assert summary["reason"].startswith("evaluation target reached"), summary["reason"]  # random play: about -1200
-    proc = subprocess.run(
-        [script("srl-launch"), "enjoy", str(run_dir), "--episodes", "3", "--greedy"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = srl("enjoy", run_dir, "--episodes", "3", "--greedy", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     returns = [float(r) for r in re.findall(r"episode \d+: return (-?[\d.]+)", proc.stdout)]
     assert len(returns) == 3 and np.mean(returns) > -800, proc.stdout

@@ -7,13 +7,12 @@ an auto-reset step (valid=False, its reward and action ignored)."""
 
 import importlib.util
 import json
-import subprocess
 
 import gymnasium
 import numpy as np
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, srl
 from srl_hpc import config
 from srl_hpc.envs.backends import make_env_group
 
@@ -150,21 +149,16 @@ ACROBOT_FRAME_BOUND = 600_000
 @pytest.mark.e2e
 def test_acrobot_reaches_its_target_within_a_frame_bound_under_each_backend(tmp_path, backend):
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "acrobot_ppo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            f"env.backend={backend}",
-            "--set",
-            f"stop.env_frames={ACROBOT_FRAME_BOUND}",
-            "--set",
-            "stop.wall_time=150",
-        ],
-        capture_output=True,
-        text=True,
+    proc = srl(
+        ROOT / "experiments" / "acrobot_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        f"env.backend={backend}",
+        "--set",
+        f"stop.env_frames={ACROBOT_FRAME_BOUND}",
+        "--set",
+        "stop.wall_time=150",
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -64,7 +64,7 @@ def test_bool_is_not_an_int():
     assert ("seed", 6) in problems(GOOD + "seed: true\n")
 
 
-def test_impossible_values():
+def test_out_of_range_values_are_refused_with_their_key_and_line():
     found = problems(GOOD + "algorithm:\n  lr: -0.1\n  gamma: 1.5\nworkers:\n  actor:\n    ring_size: 0\n")
     assert ("algorithm.lr", 7) in found
     assert ("algorithm.gamma", 8) in found
@@ -86,11 +86,11 @@ def test_more_policy_workers_than_actors():
     assert ("workers.policy.count", 10) in found
 
 
-def test_bad_device():
+def test_an_unknown_device_is_refused_with_its_key():
     assert ("workers.trainer.device", 8) in problems(GOOD + "workers:\n  trainer:\n    device: tpu\n")
 
 
-def test_missing_stop_condition():
+def test_a_run_without_a_stop_condition_is_refused():
     assert any(path == "stop" for path, _ in problems("env:\n  id: CartPole-v1\nstop: {}\n"))
 
 
@@ -120,16 +120,16 @@ def test_name_defaults_to_file_stem(tmp_path):
     assert config.load(path).name == "my_run"
 
 
-def test_bad_name():
+def test_a_name_with_a_space_is_refused_saying_what_a_name_may_hold():
     found = problems(GOOD.replace("name: t", "name: has space"))
     assert "letters, digits" in found[("name", 1)]
 
 
-def test_duplicate_key():
+def test_a_duplicate_key_is_refused_at_its_second_line():
     assert ("seed", 7) in problems(GOOD + "seed: 1\nseed: 2\n")
 
 
-def test_invalid_yaml_reports_line():
+def test_invalid_yaml_is_refused_with_its_line():
     found = problems("name: t\nenv: [unclosed\nstop: {}\n")
     assert any(line in (2, 3) and "invalid YAML" in msg for (_, line), msg in found.items())
 
@@ -153,7 +153,7 @@ def test_missing_file_is_a_config_error(tmp_path):
         config.load(tmp_path / "nope.yaml")
 
 
-def test_placements():
+def test_each_placement_checks_the_policy_workers_it_needs():
     assert config.loads(GOOD + "workers:\n  placement: seed\n  policy: {count: 0}\n").workers.placement == "seed"
     assert ("workers.placement", 7) in problems(GOOD + "workers:\n  placement: ray\n")
     assert ("workers.policy.count", 6) in problems(GOOD + "workers:\n  placement: impala\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import script
+from conftest import srl
 from launcher import doctor
 from launcher.mounts import filesystem_of
 from srl_hpc.services import network
@@ -36,13 +36,7 @@ def reachable_interface() -> str:
 
 
 def doctor_run(*args, env=None, prefix=(), timeout=180) -> tuple[int, list[str]]:
-    proc = subprocess.run(
-        [*prefix, script("srl-launch"), "doctor", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    proc = srl("doctor", *map(str, args), timeout=timeout, env=env, prefix=[*prefix])
     return proc.returncode, proc.stdout.splitlines()
 
 
@@ -84,7 +78,7 @@ def test_the_filesystem_is_the_longest_mount_point_holding_the_path_and_the_last
     assert filesystem_of(Path("/x"), "") == ("/", "unknown")
 
 
-def test_each_judgement_and_its_fix():
+def test_each_check_judges_ok_or_fail_and_a_failure_says_its_fix():
     assert doctor.check_python((3, 11, 2))[0] == "ok"
     status, message, fix = doctor.check_python((3, 10, 12))
     assert status == "FAIL" and "3.10.12" in message and "3.11" in fix
@@ -195,14 +189,10 @@ def test_refused_locks_are_a_warning_that_says_traces_do_not_need_them(tmp_path,
 
 
 def test_set_needs_an_experiment_and_a_bad_experiment_is_refused(tmp_path):
-    proc = subprocess.run(
-        [script("srl-launch"), "doctor", "--set", "slurm.mpi=none"], capture_output=True, text=True, timeout=60
-    )
+    proc = srl("doctor", "--set", "slurm.mpi=none", timeout=60)
     assert proc.returncode == 2 and "--set needs an experiment file" in proc.stderr
     (tmp_path / "bad.yaml").write_text("stop: {wall_time: 60}\nslurm: {netwrk: ib0}\n")
-    proc = subprocess.run(
-        [script("srl-launch"), "doctor", str(tmp_path / "bad.yaml")], capture_output=True, text=True, timeout=60
-    )
+    proc = srl("doctor", tmp_path / "bad.yaml", timeout=60)
     assert proc.returncode == 2 and "netwrk" in proc.stderr and proc.stdout == ""  # an invalid experiment
 
 

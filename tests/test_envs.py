@@ -3,12 +3,11 @@ as the gymnasium path, and a backend that cannot serve an id says so naming env.
 
 import importlib.util
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, srl
 from srl_hpc import config
 from srl_hpc.envs import backends, pool
 from srl_hpc.envs.backends import make_env_group, resolve_backend, spaces
@@ -188,18 +187,8 @@ def test_acrobot_with_backend_auto_reaches_its_target(tmp_path):
     """The task auto picks (envpool when installed, gymnasium's own env otherwise) is learnable: the shipped
     experiment reaches -100 (in about 11 s here; the limit leaves room for a loaded machine)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "acrobot_ppo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.wall_time=180",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
+    proc = srl(
+        ROOT / "experiments" / "acrobot_ppo.yaml", "--run-dir", run_dir, "--set", "stop.wall_time=180", timeout=400
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -17,7 +17,7 @@ import textwrap
 import h5py
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, script, srl
 from srl_hpc.trace import reader, writer
 from srl_hpc.trace.writer import TraceWriter
 
@@ -152,12 +152,8 @@ def test_the_parameter_database_works_where_locks_are_refused(nolock_env, tmp_pa
 def test_a_local_run_succeeds_where_locks_are_refused_and_srl_trace_reads_it(nolock_env, tmp_path):
     run_dir = tmp_path / "run"
     sets = ["stop.wall_time=6", "stop.target_return=null", "monitor.status_interval=2"]
-    proc = subprocess.run(
-        [script("srl-launch"), str(CARTPOLE), "--run-dir", str(run_dir), *(arg for s in sets for arg in ("--set", s))],
-        env=nolock_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = srl(
+        CARTPOLE, "--run-dir", run_dir, *(arg for s in sets for arg in ("--set", s)), timeout=120, env=nolock_env
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_every_frame_accounted_for, script
+from conftest import ROOT, assert_every_frame_accounted_for, srl
 from srl_hpc import config
 from srl_hpc import graph as wiring
 from srl_hpc.services import limits
@@ -72,12 +72,7 @@ def test_a_hard_limit_under_the_need_is_refused_naming_it():
 def test_a_local_run_under_a_hard_limit_too_low_is_refused_before_it_starts(tmp_path):
     run_dir = tmp_path / "run"
     limited = ["bash", "-c", 'ulimit -Sn 100 && ulimit -Hn 100 && exec "$@"', "launch"]
-    proc = subprocess.run(
-        [*limited, script("srl-launch"), str(CARTPOLE), "--run-dir", str(run_dir), "--set", "workers.actor.count=16"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = srl(CARTPOLE, "--run-dir", run_dir, "--set", "workers.actor.count=16", timeout=120, prefix=[*limited])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "policy/0 needs about" in proc.stderr and "is 100 here" in proc.stderr, proc.stderr
     assert not (run_dir / "logs").exists() or not any((run_dir / "logs").iterdir())  # nothing started
@@ -89,24 +84,16 @@ def test_sixteen_actors_under_a_soft_limit_of_64_reach_the_target(tmp_path):
     Every worker raises its soft limit, the run reaches its target, and no worker held more descriptors than
     its planned need (the heartbeat rows' open_files)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            "bash",
-            "-c",
-            'ulimit -Sn 64; exec "$@"',
-            "launch",
-            script("srl-launch"),
-            str(CARTPOLE),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.actor.count=16",
-            "--set",
-            "stop.target_return=200",
-        ],  # the limit is the point, not the return
-        capture_output=True,
-        text=True,
+    proc = srl(
+        CARTPOLE,
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.actor.count=16",
+        "--set",
+        "stop.target_return=200",  # the limit is the point, not the return
         timeout=400,
+        prefix=["bash", "-c", 'ulimit -Sn 64; exec "$@"', "launch"],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = reader.read_run(run_dir).meta["summary"]

@@ -17,7 +17,16 @@ import zmq
 from fuzz_messages import JSON, Port, defects, draw, not_a_count, not_a_number, not_in
 from hypothesis import strategies as st
 
-from conftest import ROOT, Output, assert_every_frame_accounted_for, run_local, script, tensorboard_scalars, wait_until
+from conftest import (
+    ROOT,
+    assert_every_frame_accounted_for,
+    run_local,
+    script,
+    srl,
+    srl_started,
+    tensorboard_scalars,
+    wait_until,
+)
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import unix, wire
 from srl_hpc.streams.layout import number
@@ -65,12 +74,7 @@ def watch(run_dir, video, size: tuple[int, int], *options) -> list[int]:
     back: one frame per step plus the one each episode ends on, at `size`), returns the episode lengths."""
     import cv2
 
-    proc = subprocess.run(
-        [script("srl-launch"), "enjoy", str(run_dir), "--episodes", "2", "--video", str(video), *options],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = srl("enjoy", run_dir, "--episodes", "2", "--video", video, *options, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     episodes = re.findall(r"episode \d+: return (-?[\d.]+), length (\d+)", proc.stdout)
     assert len(episodes) == 2 and "mean return" in proc.stdout, proc.stdout
@@ -141,10 +145,18 @@ def alive_worker_pids(run_dir):
     return pids, alive
 
 
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory) -> SimpleNamespace:
+    """The short CartPole run to its end, once for the tests that read what it left: its output, summary and
+    run directory."""
+    where = tmp_path_factory.mktemp("short_run")
+    proc, summary = run_local(write_experiment(where), where / "run")
+    return SimpleNamespace(proc=proc, summary=summary, run_dir=where / "run", tmp=where)
+
+
 @pytest.mark.e2e
-def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
-    run_dir = tmp_path / "run"
-    proc, summary = run_local(write_experiment(tmp_path), run_dir)
+def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(short_run):
+    summary, run_dir = short_run.summary, short_run.run_dir
     assert summary["status"] == "succeeded"
     assert summary["frames_consumed"] > 0 and summary["policy_version"] > 1
     assert_every_frame_accounted_for(summary)
@@ -158,11 +170,15 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
         "trainer-0.h5",
     ]
     assert len((run_dir / "metrics.csv").read_text().splitlines()) >= 3  # header + progress rows
-    assert "frames" in proc.stdout and "succeeded" in proc.stdout
+    assert "frames" in short_run.proc.stdout and "succeeded" in short_run.proc.stdout
     pids, alive = alive_worker_pids(run_dir)
     assert len(pids) == 5 and alive == []
-    # TensorBoard: every progress line's scalars, by tensorboard's own reader, with env frames as the step
-    scalars = tensorboard_scalars(run_dir / "tb")
+
+
+@pytest.mark.e2e
+def test_tensorboard_gets_every_progress_lines_scalars_with_env_frames_as_the_step(short_run):
+    summary = short_run.summary
+    scalars = tensorboard_scalars(short_run.run_dir / "tb")  # by tensorboard's own reader
     assert set(PPO_BOARD) <= set(scalars), sorted(set(PPO_BOARD) - set(scalars))
     steps = [step for step, _ in scalars["throughput/sample_fps"]]
     assert steps == sorted(steps) and 0 < steps[-1] <= summary["env_frames"]
@@ -173,8 +189,11 @@ def test_samples_flow_versions_rise_and_every_frame_is_accounted_for(tmp_path):
     assert all(v >= 8 for _, v in scalars["episode/length"])  # no CartPole episode ends sooner
     assert all(0 <= v <= 1 for _, v in scalars["train/clip_fraction"])
     assert all(v <= 1 for _, v in scalars["train/explained_variance"])
-    # watching it: whole episodes with the checkpoint, every frame of them in the MP4
-    lengths = watch(run_dir, tmp_path / "cartpole.mp4", (600, 400), "--greedy")
+
+
+@pytest.mark.e2e
+def test_enjoy_plays_whole_episodes_from_the_checkpoint_into_an_mp4(short_run):
+    lengths = watch(short_run.run_dir, short_run.tmp / "cartpole.mp4", (600, 400), "--greedy")
     assert all(8 <= n <= 500 for n in lengths)
 
 
@@ -283,7 +302,7 @@ def test_mappo_on_a_multi_agent_env_trains_and_accounts_for_every_agent_step(tmp
     assert summary["episodes"] > 0 and summary["env_frames"] >= 25 * summary["episodes"]
     latest = summary["evaluation"]["latest"]
     assert len(latest["returns"]) == 6 and latest["lengths"] == [25] * 6  # 2 envs x 3 agents
-    enjoy = subprocess.run([script("srl-launch"), "enjoy", str(run_dir)], capture_output=True, text=True, timeout=120)
+    enjoy = srl("enjoy", run_dir, timeout=120)
     assert enjoy.returncode == 2 and "multi-agent" in enjoy.stderr  # said, not a traceback
 
 
@@ -354,9 +373,7 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
         "workers:\n  actor: {count: 1, ring_size: 4, inference_splits: 2, segment_length: 16}\n"
         "  trainer: {batch_segments: 2}\nstop: {env_frames: 2000}\nmonitor: {status_interval: 1}\n"
     )
-    proc = subprocess.run(
-        [script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120
-    )
+    proc = srl(exp, "--run-dir", run_dir, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["frames_consumed"] > 0 and summary["frames_consumed"] % (2 * 16 * 4) == 0  # whole batches x skip 4
@@ -369,19 +386,7 @@ def test_atari_through_the_vectorised_backend_trains_and_accounts_for_every_fram
 @pytest.mark.slow
 def test_a_run_bigger_than_this_machine_is_refused_before_anything_starts(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(write_experiment(tmp_path)),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.actor.count=50000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = srl(write_experiment(tmp_path), "--run-dir", run_dir, "--set", "workers.actor.count=50000", timeout=60)
     assert proc.returncode == 2
     assert "local mode would start 50,003 worker processes" in proc.stderr and "--slurm" in proc.stderr
     assert "lower workers.actor.count" in proc.stderr
@@ -398,18 +403,8 @@ def test_trainers_sharing_a_gpu_fall_back_from_nccl_to_gloo():
 @pytest.mark.e2e
 def test_two_trainers_train_one_model_in_lockstep(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(write_experiment(tmp_path, wall_time=8)),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.trainer.count=2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = srl(
+        write_experiment(tmp_path, wall_time=8), "--run-dir", run_dir, "--set", "workers.trainer.count=2", timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -431,27 +426,22 @@ def test_with_more_actors_than_the_trainer_takes_they_wait_for_leave_and_nothing
     # 32 actors of 4 envs on 2 cores: several times what one trainer consumes. Without flow control each
     # actor's connection queued a few segments: a policy lag of ~45 versions, a third of the frames dropped.
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.actor.count=32",
-            "--set",
-            "workers.actor.ring_size=4",
-            "--set",
-            "workers.policy.count=2",
-            "--set",
-            "stop.wall_time=20",
-            "--set",
-            "stop.target_return=null",
-            "--set",
-            "workers.actor.max_restarts=0",
-        ],  # no supervisors: 36 processes start, not 68
-        capture_output=True,
-        text=True,
+    proc = srl(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.actor.count=32",
+        "--set",
+        "workers.actor.ring_size=4",
+        "--set",
+        "workers.policy.count=2",
+        "--set",
+        "stop.wall_time=20",
+        "--set",
+        "stop.target_return=null",
+        "--set",
+        "workers.actor.max_restarts=0",  # no supervisors: 36 processes start, not 68
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -485,26 +475,19 @@ def test_a_window_smaller_than_the_actors_ring_groups_does_not_stall_them(tmp_pa
 @pytest.mark.e2e
 def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_dqn.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.wall_time=240",
-            "--set",
-            "stop.target_return=null",
-            "--set",
-            "algorithm.learning_starts=500",
-            "--set",
-            "monitor.status_interval=1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc, output = srl_started(
+        ROOT / "experiments" / "cartpole_dqn.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.wall_time=240",
+        "--set",
+        "stop.target_return=null",
+        "--set",
+        "algorithm.learning_starts=500",
+        "--set",
+        "monitor.status_interval=1",
     )
-    output = Output(proc)
 
     def version_after(text):
         """Read on to the first status line after a line with `text`; its trained version."""
@@ -541,21 +524,16 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
 @pytest.mark.e2e
 def test_apex_dqn_through_a_buffer_worker_accounts_for_every_frame(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_dqn.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.wall_time=12",
-            "--set",
-            "algorithm.learning_starts=500",
-            "--set",
-            "algorithm.max_replay_ratio=2",
-        ],
-        capture_output=True,
-        text=True,
+    proc = srl(
+        ROOT / "experiments" / "cartpole_dqn.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.wall_time=12",
+        "--set",
+        "algorithm.learning_starts=500",
+        "--set",
+        "algorithm.max_replay_ratio=2",
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -591,13 +569,7 @@ def test_a_users_env_factory_and_model_by_dotted_path(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_plugins.py, as the docs say
-    proc = subprocess.run(
-        [script("srl-launch"), str(ROOT / "experiments" / "user_plugins.yaml"), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=env,
-    )
+    proc = srl(ROOT / "experiments" / "user_plugins.yaml", "--run-dir", run_dir, timeout=200, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached")
@@ -612,17 +584,12 @@ def test_a_users_algorithm_by_dotted_path(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}  # examples/my_a2c.py, as the docs say
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "user_algorithm.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.target_return=150",
-        ],
-        capture_output=True,
-        text=True,
+    proc = srl(
+        ROOT / "experiments" / "user_algorithm.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.target_return=150",
         timeout=240,
         env=env,
     )
@@ -822,19 +789,8 @@ def test_a_client_without_the_runs_keys_gets_nothing_in_and_fuzzed_frames_are_dr
 def test_a_crashing_env_stops_the_run_and_names_the_worker(tmp_path):
     run_dir = tmp_path / "run"
     exp = write_experiment(tmp_path, env_id="srl_hpc/CrashAfter-v0", kwargs="{crash_after: 300}", wall_time=60)
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(exp),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.actor.max_restarts=1",
-        ],  # replaced once, crashes again: the run fails
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # replaced once, crashes again: the run fails
+    proc = srl(exp, "--run-dir", run_dir, "--set", "workers.actor.max_restarts=1", timeout=120)
     assert proc.returncode == 1
     assert "RuntimeError: CrashAfter env crashed on purpose" in proc.stdout
     assert "(restart budget of 1 spent)" in proc.stdout
@@ -853,23 +809,9 @@ def start_long_run(tmp_path, *overrides, experiment=None, trained=True, **settin
     fixture stops it if the test does not)."""
     run_dir = tmp_path / "run"
     path = write_experiment(tmp_path, wall_time=300, **settings) if experiment is None else experiment
-    proc = subprocess.Popen(
-        [
-            script("srl-launch"),
-            str(path),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.wall_time=300",
-            "--set",
-            "stop.target_return=null",
-            *overrides,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc, output = srl_started(
+        path, "--run-dir", run_dir, "--set", "stop.wall_time=300", "--set", "stop.target_return=null", *overrides
     )
-    output = Output(proc)
     output.next_matching(
         lambda line: "| sample" in line and (" version     0 " not in line or not trained),
         120,
@@ -899,26 +841,19 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     import torch
 
     run_dir = tmp_path / "run"
-    first = subprocess.Popen(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.wall_time=600",
-            "--set",
-            "workers.trainer.checkpoint_interval=2",
-            "--set",
-            "workers.trainer.snapshot_every=5",
-            "--set",
-            "monitor.status_interval=1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    first, first_output = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.wall_time=600",
+        "--set",
+        "workers.trainer.checkpoint_interval=2",
+        "--set",
+        "workers.trainer.snapshot_every=5",
+        "--set",
+        "monitor.status_interval=1",
     )
-    first_output = Output(first)
     first_output.next_matching(
         lambda line: "| version" in line and int(line.split("| version")[1].split()[0]) >= 20,
         180,
@@ -935,7 +870,7 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert index["tags"] == {**snapshots, "latest": {"version": checkpoint["version"]}}
     assert ParameterDB(run_dir / "parameters" / "default").index() == index
 
-    proc = subprocess.run([script("srl-launch"), "resume", str(run_dir)], capture_output=True, text=True, timeout=400)
+    proc = srl("resume", run_dir, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"attempt 2: resuming after {before['wall_time']:.1f}s, {before['env_frames']:,} env frames" in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -972,18 +907,8 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
 @pytest.mark.e2e
 def test_weights_and_biases_offline_gets_the_same_scalars_in_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(write_experiment(tmp_path)),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "monitor.wandb={project: srl-test}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    proc = srl(
+        write_experiment(tmp_path), "--run-dir", run_dir, "--set", "monitor.wandb={project: srl-test}", timeout=180
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (history,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")  # one W&B run, kept in the run directory
@@ -1008,9 +933,7 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     run_dir = tmp_path / "run"
     exp = tmp_path / "eval.yaml"
     exp.write_text(EVAL_CARTPOLE)
-    proc = subprocess.run(
-        [script("srl-launch"), str(exp), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=400
-    )
+    proc = srl(exp, "--run-dir", run_dir, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("evaluation target reached"), summary["reason"]
@@ -1030,12 +953,7 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     best = ParameterDB(run_dir / "parameters" / "default").tags()["best"]
     assert best["mean_return"] == pytest.approx(max(returns)) and best["worker"] == "eval/0"
     assert best["version"] == versions[returns.index(max(returns))]
-    watched = subprocess.run(
-        [script("srl-launch"), "enjoy", str(run_dir), "--tag", "best", "--episodes", "1", "--greedy"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    watched = srl("enjoy", run_dir, "--tag", "best", "--episodes", "1", "--greedy", timeout=120)
     assert watched.returncode == 0 and f"version (tagged best) {best['version']}," in watched.stdout, watched.stderr
     with open(run_dir / "metrics.csv", newline="") as f:
         assert any(row["eval_return"] for row in csv.DictReader(f))
@@ -1051,7 +969,7 @@ def test_resume_needs_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "experiment.yaml").write_text("name: x\n")
-    proc = subprocess.run([script("srl-launch"), "resume", str(run_dir)], capture_output=True, text=True, timeout=60)
+    proc = srl("resume", run_dir, timeout=60)
     assert proc.returncode == 2 and "no checkpoint to resume from" in proc.stderr
     assert not (run_dir / "attempt").exists()
 
@@ -1059,14 +977,12 @@ def test_resume_needs_a_checkpoint(tmp_path):
 @pytest.mark.e2e
 def test_status_and_cancel_of_a_local_run(tmp_path):
     proc, run_dir, output = start_long_run(tmp_path)
-    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
+    status = srl("status", run_dir, timeout=60)
     assert "state: running" in status.stdout and status.returncode == 0
-    assert (
-        subprocess.run([script("srl-launch"), "cancel", str(run_dir)], capture_output=True, timeout=60).returncode == 0
-    )
+    assert srl("cancel", run_dir, timeout=60).returncode == 0
     output.finish(60)
     assert proc.returncode == 143
-    status = subprocess.run([script("srl-launch"), "status", str(run_dir)], capture_output=True, text=True, timeout=60)
+    status = srl("status", run_dir, timeout=60)
     assert "state: cancelled" in status.stdout and "outcome: cancelled" in status.stdout
     assert status.returncode == 1  # a run that ended without success
     _, alive = alive_worker_pids(run_dir)
@@ -1077,10 +993,10 @@ def test_status_and_cancel_of_a_local_run(tmp_path):
 def test_validate_reports_key_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nstop: {wall_time: 5}\nworkers:\n  actor:\n    ring_size: 0\n")
-    proc = subprocess.run([script("srl-launch"), "validate", str(bad)], capture_output=True, text=True, timeout=60)
+    proc = srl("validate", bad, timeout=60)
     assert proc.returncode == 2
     assert f"{bad}:5: workers.actor.ring_size: must be >= 1" in proc.stderr
-    proc = subprocess.run([script("srl-launch"), str(bad)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    proc = srl(bad, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and not (tmp_path / "runs").exists()  # (runs/ is made in the working directory)
 
 
@@ -1092,24 +1008,17 @@ def child_pid(run_dir, worker):
 @pytest.mark.e2e
 def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "monitor.heartbeat_timeout=20",
-            "--set",
-            "monitor.status_interval=1",
-            "--set",
-            "stop.wall_time=240",
-        ],  # the target it is, not the wall time, if it trains at all
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(proc)
+    proc, output = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "monitor.heartbeat_timeout=20",
+        "--set",
+        "monitor.status_interval=1",
+        "--set",
+        "stop.wall_time=240",
+    )  # the target it is, not the wall time, if it trains at all
     output.line_with("| sample", 120)
     killed, hung, trainer = (child_pid(run_dir, w) for w in ("actor/0", "actor/1", "trainer/0"))
     # The trainer is paused until the hang is found (10 s; the controller gives a silent worker 20): nothing

@@ -30,7 +30,7 @@ def test_versions_and_tags_survive_a_restart(tmp_path):
     assert again.get(version=0)[0] == 0
 
 
-def test_what_is_not_there_is_named(tmp_path):
+def test_a_missing_version_or_tag_is_refused_naming_what_is_stored(tmp_path):
     db = ParameterDB(tmp_path / "p")
     with pytest.raises(VersionNotFound, match="no version stored"):
         db.get()

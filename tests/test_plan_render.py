@@ -53,7 +53,7 @@ def test_groups_are_contiguous_ranges_of_the_worker_list():
     assert p.ntasks == 2 + 2 + 5
 
 
-def test_resources_per_group():
+def test_each_het_group_asks_for_its_nodes_gpus_and_memory_the_controller_riding_with_the_trainer():
     trainer, policy, actor = make().groups
     assert (trainer.nodes, trainer.gpus_per_node, trainer.mem_mb) == (1, 1, 8192 + 1024)  # + slurm.controller_mem
     assert (trainer.rider, trainer.allocated_tasks, trainer.ntasks) == ("controller/0", 1, 2)
@@ -89,7 +89,7 @@ def test_requeue_renders_the_signal_the_trap_and_the_self_requeue_and_the_script
     assert "--next-attempt" in plain  # a job requeued by hand or by preemption resumes too
 
 
-def test_rendered_script_structure():
+def test_the_script_has_one_het_component_per_group_and_one_srun_line_for_all():
     text = render.render(make(), "cmd")
     assert text.splitlines().count("#SBATCH hetjob") == 2
     assert "srun --het-group=0 --mpi=pmix --cpus-per-task=4 --ntasks=2 --overcommit --mem=9216M" in text
@@ -103,7 +103,7 @@ def test_plan_fits_a_cluster_that_has_room():
     plan.check_fits(make(), plan.parse_sinfo(SINFO))
 
 
-def test_parse_sinfo():
+def test_sinfo_is_read_into_partitions_and_their_nodes_gpus():
     facts = plan.parse_sinfo(SINFO)
     assert facts.default_partition == "cpu"
     assert [n.gpus for n in facts.partition_nodes("gpu")] == [4, 4]
@@ -119,7 +119,7 @@ def test_too_many_gpus_names_group_and_resource():
     assert any("'policy'" in p and "5 GPUs per node" in p and "has 4" in p for p in info.value.problems)
 
 
-def test_too_much_memory_and_cpus():
+def test_a_group_asking_more_cpus_or_memory_than_a_node_has_is_refused():
     text = EXPERIMENT.replace("cpus_per_task: 4, mem_per_task: 8G", "cpus_per_task: 64, mem_per_task: 300G")
     with pytest.raises(plan.PlanError) as info:
         plan.check_fits(make(text), plan.parse_sinfo(SINFO))
@@ -127,13 +127,13 @@ def test_too_much_memory_and_cpus():
     assert "'trainer'" in msgs and "CPUs per node" in msgs and "MB of memory per node" in msgs
 
 
-def test_unknown_partition():
+def test_a_partition_the_cluster_lacks_is_refused_naming_the_group():
     text = EXPERIMENT.replace("actor: {partition: cpu", "actor: {partition: bigmem")
     with pytest.raises(plan.PlanError, match="'actor'.*'bigmem' does not exist"):
         plan.check_fits(make(text), plan.parse_sinfo(SINFO))
 
 
-def test_not_enough_nodes():
+def test_a_group_needing_more_nodes_than_its_partition_has_is_refused():
     text = EXPERIMENT.replace("tasks_per_node: 3}", "tasks_per_node: 1}")  # 5 actor nodes, 3 exist
     with pytest.raises(plan.PlanError, match="'actor'.*needs 5 nodes"):
         plan.check_fits(make(text), plan.parse_sinfo(SINFO))

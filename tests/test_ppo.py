@@ -57,7 +57,7 @@ def test_policy_loss_unclipped_inside_range():
     assert out["approx_kl"].item() == pytest.approx(0.1 - np.log(1.1), abs=1e-6)
 
 
-def test_value_loss_and_entropy():
+def test_value_loss_and_entropy_match_their_formulas():
     out = ppo_losses(
         torch.zeros(2),
         torch.zeros(2),

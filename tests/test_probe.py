@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, srl
 from launcher import accounting, probe, probe_network, slurm_jobs
 from launcher import plan as planning
 from launcher import probe_findings as findings
@@ -628,7 +628,7 @@ def test_a_group_that_cannot_reach_another_fails_naming_the_task_and_its_node():
     assert "not measured: policy/0 did not ping" in probe_network.judge_pings(plan_of(cartpole()), found)[0][1]
 
 
-def test_gloo_nccl_and_mpi_failures():
+def test_gloo_nccl_and_mpi_failures_are_reported_with_their_fix():
     exp, found = cartpole(), recorded()
     found["results"]["trainer/0"]["collective"]["gloo"] = {"error": "RuntimeError: Connection refused", "seconds": 1}
     status, message, fix = probe_network.judge_collectives(plan_of(exp), exp, found)[0]
@@ -789,11 +789,9 @@ def test_a_het_job_where_het_steps_are_disabled_is_one_clear_failure_and_nothing
 
 
 def test_doctor_refuses_probe_options_without_probe_and_a_probe_without_an_experiment():
-    proc = subprocess.run([script("srl-launch"), "doctor", "--probe"], capture_output=True, text=True, timeout=60)
+    proc = srl("doctor", "--probe", timeout=60)
     assert proc.returncode == 2 and "--probe needs an experiment file" in proc.stderr
-    proc = subprocess.run(
-        [script("srl-launch"), "doctor", str(CARTPOLE), "--probe-wait", "5"], capture_output=True, text=True, timeout=60
-    )
+    proc = srl("doctor", CARTPOLE, "--probe-wait", "5", timeout=60)
     assert proc.returncode == 2 and "--run-dir and --probe-wait go with --probe" in proc.stderr
 
 

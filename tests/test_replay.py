@@ -70,7 +70,7 @@ def test_sum_tree_total_tracks_many_updates():
         assert tree.max_priority == pytest.approx(leaves.max() if leaves.max() > 0 else 1.0)
 
 
-def test_sum_tree_empty():
+def test_an_empty_sum_tree_totals_zero_and_refuses_to_sample():
     tree = SumTree(5)
     assert tree.total == 0.0
     assert tree.max_priority == 1.0

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, assert_every_frame_accounted_for, run_local, script
+from conftest import ROOT, assert_every_frame_accounted_for, run_local, script, srl
 from srl_hpc import config
 from srl_hpc.algorithm_spec import spec
 from srl_hpc.config.loader import ConfigError, with_overrides
@@ -267,9 +267,7 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     best = db.tags()["best"]
     assert best["version"] == max((v for v in stored if isinstance(v, int)), key=stored.get)
     assert best["elo"] == pytest.approx(stored[best["version"]])
-    listing = subprocess.run(
-        [script("srl-launch"), "params", str(run_dir)], capture_output=True, text=True, timeout=60
-    ).stdout
+    listing = srl("params", run_dir, timeout=60).stdout
     assert "fixed players: random 0, one-ply" in listing, listing
     row = next(line.split() for line in listing.splitlines() if line.split()[:1] == [str(best["version"])])
     assert "best" in row[2:] and f"snapshot-{best['version']}" in row[2:], listing  # (the newest is also `latest`)
@@ -283,12 +281,7 @@ def test_self_play_trains_the_learners_seat_against_stored_versions_rates_them_a
     assert f"best version {best['version']} " in plots.stdout and "against the one-ply player" in plots.stdout, (
         plots.stdout
     )
-    duel = subprocess.run(
-        [script("srl-launch"), "enjoy", str(run_dir), "--against", "random", "--games", "100"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    duel = srl("enjoy", run_dir, "--against", "random", "--games", "100", timeout=120)
     assert duel.returncode == 0, duel.stderr
     won = int(duel.stdout.split("won ")[1].split()[0])
     assert won >= 70, duel.stdout  # a random policy wins about half

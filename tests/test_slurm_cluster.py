@@ -155,19 +155,14 @@ def test_workers_start_through_the_container_runtime_and_the_job_succeeds(tmp_pa
     (bin_dir / "apptainer").chmod(0o755 | stat.S_IXUSR)
     run_dir = tmp_path / "run"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # sbatch passes it on to the job
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(experiment(tmp_path)),
-            "--slurm",
-            "--follow",
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "slurm.container={image: /images/srl.sif, binds: [/datasets]}",
-        ],
-        capture_output=True,
-        text=True,
+    proc = srl(
+        experiment(tmp_path),
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "slurm.container={image: /images/srl.sif, binds: [/datasets]}",
         timeout=300,
         env=env,
     )

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import launcher
-from conftest import ROOT, Output, script, wait_until
+from conftest import ROOT, srl_started, wait_until
 from launcher import slurm, slurm_jobs
 from srl_hpc.rundir import RunDir
 
@@ -22,27 +22,20 @@ def sets(overrides):
 
 
 def srl(*args, timeout=120):
-    return subprocess.run([script("srl-launch"), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return srl(*map(str, args), timeout=timeout)
 
 
 def test_a_held_job_shows_its_reason_and_expected_start_in_follow_and_status_then_runs_to_its_end(tmp_path):
     run_dir = tmp_path / "run"
-    follow = subprocess.Popen(
-        [
-            script("srl-launch"),
-            ROOT / "experiments" / "cartpole_ppo.yaml",
-            "--slurm",
-            "--follow",
-            "--run-dir",
-            run_dir,
-            *sets([*SHORT, "slurm.sbatch_options=[--hold]"]),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    follow, out = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        *sets([*SHORT, "slurm.sbatch_options=[--hold]"]),
     )
     try:
-        out = Output(follow)
         job_id = out.next_matching(lambda line: line.startswith("submitted job "), 60).split()[2].rstrip(";")
         # the first look is at once: held, and Slurm has no start time for a held job
         assert (

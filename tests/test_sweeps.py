@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, script
+from conftest import ROOT, script, srl
 from launcher import sweep
 from launcher.cli import main
 from srl_hpc import config
@@ -115,22 +115,17 @@ def test_a_member_with_a_bad_override_stops_the_sweep_before_any_directory(tmp_p
 @pytest.mark.e2e
 def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_reads_them_all(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = subprocess.run(
-        [
-            script("srl-launch"),
-            str(ROOT / "experiments" / "cartpole_ppo.yaml"),
-            "--sweep",
-            "algorithm.lr=1e-3,3e-4",
-            "--seeds",
-            "1,2,3",
-            "--run-dir",
-            str(sweep_dir),
-            "stop.target_return=null",
-            "stop.env_frames=4096",
-            "monitor.status_interval=1",
-        ],
-        capture_output=True,
-        text=True,
+    proc = srl(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--sweep",
+        "algorithm.lr=1e-3,3e-4",
+        "--seeds",
+        "1,2,3",
+        "--run-dir",
+        sweep_dir,
+        "stop.target_return=null",
+        "stop.env_frames=4096",
+        "monitor.status_interval=1",
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -144,9 +139,7 @@ def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_re
         assert exp.seed == m["seed"] and exp.algorithm.lr == float(m["overrides"][0].split("=")[1])
         summary = json.loads((sweep_dir / m["config"] / f"seed-{m['seed']}" / "summary.json").read_text())
         assert summary["status"] == "succeeded" and summary["frames_consumed"] >= 4096
-    status = subprocess.run(
-        [script("srl-launch"), "status", str(sweep_dir)], capture_output=True, text=True, timeout=60
-    )
+    status = srl("status", sweep_dir, timeout=60)
     assert status.returncode == 0
     assert re.findall(r"== (\S+) seed (\d): (\w+)", status.stdout) == [
         (m["config"], str(m["seed"]), "completed") for m in members

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, script, wait_until
+from conftest import ROOT, script, srl, srl_started, wait_until
 from srl_hpc import config, graph
 from srl_hpc.streams.shm import shm_name
 from srl_hpc.trace import analysis, cli, reader, verdict
@@ -26,9 +26,7 @@ SLOW_TRAINER = ROOT / "experiments" / "testing" / "slow_trainer.yaml"
 
 
 def launch(experiment: Path, run_dir: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [script("srl-launch"), str(experiment), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120
-    )
+    proc = srl(experiment, "--run-dir", run_dir, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -120,7 +118,7 @@ def shares(kind: str, **values) -> dict:
         ({"stepping": 0.2, "waiting_inference": 0.7}, {"computing": 0.1}, {"computing": 0.3}, "transport"),
     ],
 )
-def test_verdict_rule(actor, policy, trainer, stage):
+def test_the_verdict_names_the_stage_that_bounds_throughput(actor, policy, trainer, stage):
     found = verdict.verdict(shares("actor", **actor), shares("policy", **policy), shares("trainer", **trainer))
     assert found.stage == stage
     assert "actors spend" in found.evidence
@@ -278,19 +276,8 @@ def test_truncated_and_non_hdf5_files_are_named_and_the_rest_is_analysed(slow_en
 @pytest.mark.e2e
 def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [
-            script("srl-launch"),
-            str(SLOW_ENV),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "workers.actor.max_restarts=0",
-        ],  # not replaced: the run fails
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # not replaced: the run fails
+    proc, output = srl_started(SLOW_ENV, "--run-dir", run_dir, "--set", "workers.actor.max_restarts=0")
     victim = run_dir / "traces" / "actor-0.h5"
 
     def flushed():  # a few flushes in: the first one holds a single row
@@ -302,7 +289,7 @@ def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
         worker = wait_until(flushed, 60, "the actor to flush 100 env steps", interval=0.2)
         rows = len(worker.table("env_step")["t"])
         os.kill(worker.attrs["pid"], signal.SIGKILL)
-        out, _ = proc.communicate(timeout=90)
+        out = output.finish(90)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,12 +1,10 @@
 """`srl-launch validate` (and every command that runs or submits) builds the env's spaces once and refuses an
 algorithm that cannot train on them, or an env id that names no env, with the key and its YAML line."""
 
-import subprocess
-
 import pytest
 from gymnasium import spaces
 
-from conftest import ROOT, script
+from conftest import ROOT, srl
 from launcher import cli, local, slurm
 from srl_hpc.algorithm_spec import SPECS, spec
 from srl_hpc.config import spaces_check
@@ -154,7 +152,7 @@ def test_a_run_and_prepare_are_refused_before_anything_is_made(tmp_path, capsys,
 
 def test_the_installed_command_exits_non_zero_on_a_refusal(tmp_path):
     path = experiment(tmp_path, "Pendulum-v1", "dqn")
-    proc = subprocess.run([script("srl-launch"), "validate", str(path)], capture_output=True, text=True, timeout=60)
+    proc = srl("validate", path, timeout=60)
     assert proc.returncode != 0 and "algorithm.name" in proc.stderr and "Box(-2.0, 2.0, (1,), float32)" in proc.stderr
     assert proc.stdout == ""
 

@@ -28,7 +28,7 @@ def roundtrip(pair, kind, meta, arrays):
 @pytest.mark.parametrize(
     "dtype", [np.float32, np.float64, np.float16, np.int8, np.int64, np.uint8, np.uint64, np.bool_, np.complex64]
 )
-def test_dtypes(pair, dtype):
+def test_every_dtype_round_trips_exactly(pair, dtype):
     arr = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
     got = roundtrip(pair, "x", {}, {"a": arr}).arrays["a"]
     assert got.dtype == arr.dtype and got.shape == arr.shape and np.array_equal(got, arr)
@@ -42,12 +42,12 @@ def test_shapes_meta_and_several_arrays(pair):
         assert msg.arrays[k].shape == v.shape and np.array_equal(msg.arrays[k], v)
 
 
-def test_empty_arrays(pair):
+def test_empty_arrays_round_trip_with_their_shapes(pair):
     msg = roundtrip(pair, "x", {}, {"e": np.zeros((0, 4), np.float32), "f": np.array([], np.int64)})
     assert msg.arrays["e"].shape == (0, 4) and msg.arrays["f"].shape == (0,)
 
 
-def test_large_array(pair):
+def test_a_large_array_round_trips_exactly(pair):
     arr = np.random.default_rng(0).integers(0, 255, size=(64, 4, 84, 84 * 4), dtype=np.uint8)  # ~29 MB
     assert np.array_equal(roundtrip(pair, "x", {}, {"a": arr}).arrays["a"], arr)
 
@@ -68,7 +68,7 @@ def test_frame_size_mismatch_is_detected():
         wire.unpack([frames[0], b"\0" * 12])
 
 
-def test_missing_frames_detected():
+def test_a_message_missing_frames_is_refused():
     frames = wire.pack("x", {}, {"a": np.zeros(4), "b": np.zeros(2)})
     with pytest.raises(wire.WireError, match="2 arrays"):
         wire.unpack(frames[:2])
