@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from launcher import runs, slurm_jobs, status
@@ -25,13 +26,13 @@ from srl_hpc.rundir import RunDir
 class Run:
     """A submitted (Slurm) or started (local process) run, known by its run directory."""
 
-    def __init__(self, run_dir: Path, job_id: str | None = None, process: subprocess.Popen | None = None):
+    def __init__(self, run_dir: Path, job_id: str | None = None, process: subprocess.Popen | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run = RunDir(run_dir)
         self.job_id = job_id
         self._process = process
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Run({str(self.run_dir)!r}, job_id={self.job_id!r})"
 
     def state(self) -> str:
@@ -77,8 +78,8 @@ def submit(
     *,
     slurm: bool = False,
     run_dir: str | Path | None = None,
-    overrides: list[str] = (),
-    profiles: list[str | Path] = (),
+    overrides: Sequence[str] = (),
+    profiles: Sequence[str | Path] = (),
 ) -> Run:
     """Start an experiment (a YAML path or an Experiment) locally in the background, or submit it to Slurm.
     `profiles`: as --profile (default: $SRL_PROFILE's), composed under a YAML path's own keys."""

@@ -44,7 +44,7 @@ COMMANDS = {name: module.main for name, module in MODULES.items() if name != "ru
 
 # 0 ok, 1 the run failed (returned by the commands), 2 what was asked cannot be done as written, 3 the scheduler
 # refused or did not answer, 128+N a signal (launcher.local); docs/local-mode.md lists them
-EXIT_CODES = {
+EXIT_CODES: dict[type[Exception], int] = {
     common.UsageError: 2,
     config.ConfigError: 2,
     plan.PlanError: 2,
@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="store_true", help="print the installed version")
     commands = top.add_subparsers(metavar="COMMAND", help=", ".join(PARSERS))
-    commands.completer = _COMPLETERS["experiment"]  # the first word may be an experiment file: `run` it
+    # the first word may be an experiment file: `run` it
+    commands.completer = _COMPLETERS["experiment"]  # type: ignore[attr-defined]
     for name, build in PARSERS.items():
         own = build()
         for action in own._actions:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from launcher import overrides, probe, slurm
 from launcher.findings import FAIL, OK, WARN, Result
@@ -241,7 +242,7 @@ def judge_locks(fd: int, where: Path) -> Result:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.lockf(fd, fcntl.LOCK_UN)
     except OSError as e:
-        name = errno.errorcode.get(e.errno, str(e.errno))
+        name = errno.errorcode.get(cast(int, e.errno), str(e.errno))
         return (
             WARN,
             f"fcntl locks refused in {where} ({name}: {e.strerror})",

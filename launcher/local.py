@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from srl_hpc import config
 from srl_hpc import graph as wiring
@@ -51,7 +53,7 @@ def check_fits(exp) -> None:
     available_mb = _mem_available_mb()
     fits = min(PROCESSES_PER_CORE * cores, available_mb // PROCESS_MB)
     if total > fits:
-        biggest = max(("actor", "policy", "trainer", "buffer", "eval"), key=counts.get)
+        biggest = max(("actor", "policy", "trainer", "buffer", "eval"), key=cast(Callable[[str], int], counts.get))
         listed = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
         raise TooBigForThisMachine(
             f"local mode would start {total:,} worker processes ({listed}); this machine ({cores} CPU cores, "
@@ -92,9 +94,9 @@ def run(exp, run: RunDir, out=sys.stdout) -> int:
         else:
             log.close()
 
-    interrupted = []
+    interrupted: list[int] = []
 
-    def on_signal(signum, _frame):
+    def on_signal(signum, _frame) -> None:
         if interrupted:  # a second Ctrl-C: no more patience
             _signal_all(procs, signal.SIGKILL)
         interrupted.append(signum)

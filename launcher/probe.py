@@ -288,7 +288,7 @@ def follow(job_id: str, run_dir: RunDir, plan: planning.Plan, wait: float, say) 
     names = [w for g in plan.groups for w in g.workers]
     ids, groups = slurm.jobs_of(run_dir), slurm.group_jobs(run_dir)
     what = f"job {job_id} was" if not groups else f"jobs {', '.join(ids)} were"
-    counts = {"reported": 0, "all_since": None}
+    counts: dict[str, float | None] = {"reported": 0, "all_since": None}
 
     def all_reported() -> bool:
         return counts["reported"] == len(names)

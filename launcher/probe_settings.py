@@ -96,11 +96,13 @@ def nofile_propagated(cfg: dict[str, str]) -> bool:
     Slurm's default propagates all)."""
     exc = cfg.get("PropagateResourceLimitsExcept")
     if not _unset(exc):
+        assert exc is not None  # _unset(None)
         names = {n.strip().upper() for n in exc.split(",")}
         return not ({"NOFILE", "ALL"} & names)
     prop = cfg.get("PropagateResourceLimits")
     if _unset(prop):
         return True
+    assert prop is not None  # _unset(None)
     names = {n.strip().upper() for n in prop.split(",")}
     return "ALL" in names or "NOFILE" in names
 

@@ -29,7 +29,7 @@ def profile_files(given: Sequence[str | Path] = ()) -> list[Path]:
     the flag or the variable, since it has no line in any file."""
     source = "--profile" if given else "$SRL_PROFILE"
     files = [Path(f) for f in given] or [Path(f) for f in os.environ.get("SRL_PROFILE", "").split(os.pathsep) if f]
-    missing = [(str(f), None, "no such file") for f in files if not f.is_file()]
+    missing: list[tuple[str, int | None, str]] = [(str(f), None, "no such file") for f in files if not f.is_file()]
     if missing:
         raise ConfigError(source, missing)
     return files

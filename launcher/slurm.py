@@ -263,6 +263,7 @@ def submit_groups(request: Request, run: RunDir, command: str) -> list[str]:
     when it starts. A refused submission cancels the jobs already submitted and says Slurm's message. Returns
     the job ids in group order."""
     submitted: dict[str, str] = {}
+    group: str | None
     try:
         for group, script in request.scripts:
             path = run.root / render.script_name(group)

@@ -56,7 +56,7 @@ PRECEDENCE = ["failed", "timeout", "cancelled", "running", "suspended", "pending
 
 
 # a run's summary.json status -> the run state it stands for (when Slurm no longer knows the job)
-OUTCOMES = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
+OUTCOMES: dict[str | None, str] = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled"}
 NO_TIME = {"", "N/A", "Unknown", "None", "(null)"}  # squeue %S when Slurm has no start time
 
 
@@ -267,7 +267,9 @@ class Polite:
     a second apart, even while pending, then the backoff again: a job that stays on (a requeue, a hang)
     is not asked about every second for long. The next hurry needs the summary to have gone first."""
 
-    def __init__(self, first: float = 1.0, most: float = 15.0, pending: float | None = None, fast: int | None = None):
+    def __init__(
+        self, first: float = 1.0, most: float = 15.0, pending: float | None = None, fast: int | None = None
+    ) -> None:
         self.first, self.most = first, most
         self.pending = PENDING_POLL if pending is None else pending
         self.fast = FAST_POLLS if fast is None else fast
@@ -324,15 +326,18 @@ class Watch:
         ask: Polite | None = None,
         started: Callable[[str], bool] | None = None,
         groups: Callable[[], dict[str, str]] | None = None,
-    ):
+    ) -> None:
         self.jobs, self.ending, self.outcome, self.say, self.started = jobs, ending, outcome, say, started
         self.groups = groups or dict
         self.ask = ask or Polite()
+        self.told: str | None
+        self.unknown_since: float | None
+        self.job_id: str | None
         self.state, self.told, self.unknown_since, self.job_id = "unknown", None, None, None
 
     def check(self) -> str | None:
         ending = bool(self.ending and self.ending())
-        if self.state == "pending" and self.started and self.started(self.job_id):
+        if self.state == "pending" and self.started and self.job_id is not None and self.started(self.job_id):
             self.ask.wake()  # the job started within the minute a pending job waits: no need to wait on
         if not self.ask.due(hurry=ending):
             return None

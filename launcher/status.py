@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from launcher import local, slurm, slurm_jobs
@@ -168,7 +169,7 @@ def follow_file(path: Path, position: int = 0) -> int:
     return position + len(data)
 
 
-def ended(run: RunDir, say=None):
+def ended(run: RunDir, say: Callable[[str], None] | None = None) -> Callable[[], bool]:
     """`logs -f`'s stop test: a local run has ended once its summary exists; a Slurm run once none of its
     jobs is live (slurm_jobs.Watch: asked politely, at most once a minute while pending; the summary's outcome
     once Slurm no longer knows the job). say(line): the job's pending reason and state changes."""
@@ -195,7 +196,7 @@ def tail_forever(path: Path, stop) -> None:
         time.sleep(0.5)
 
 
-def _read_json(path: Path):
+def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import submitit
 
@@ -253,7 +254,7 @@ def executor_settings(exp: config.Experiment, members: int, sweep_dir: Path) -> 
     res, s = exp.slurm.sweep, exp.slurm
     # without slurm.requeue a member near its time limit still stops cleanly (checkpoint kept), and is
     # requeued only when preempted
-    ctor = {"slurm_max_num_timeout": s.requeue.max_requeues if s.requeue else 0}
+    ctor: dict[str, int | str] = {"slurm_max_num_timeout": s.requeue.max_requeues if s.requeue else 0}
     prefix = render.exec_prefix(s.container, str(sweep_dir), gpus=res.gpus > 0)
     if s.python or prefix:
         python = shlex.split(s.python) if s.python else [sys.executable]
@@ -261,9 +262,9 @@ def executor_settings(exp: config.Experiment, members: int, sweep_dir: Path) -> 
     setup = [*s.setup, *(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(s.env.items()))]
     params = {
         "name": f"srl-{exp.name}-sweep",
-        "timeout_min": max(1, int(config.parse_minutes(res.time))),
+        "timeout_min": max(1, int(cast(float, config.parse_minutes(res.time)))),  # validated: not None
         "cpus_per_task": res.cpus,
-        "mem_gb": config.parse_size_mb(res.mem) / 1024,
+        "mem_gb": cast(int, config.parse_size_mb(res.mem)) / 1024,
         "slurm_array_parallelism": members,
         "slurm_setup": setup,
     }

@@ -30,7 +30,7 @@ class TrialFailed(RuntimeError):
     """The run did not finish its measured time (its log or state says why); `code`: its exit code (128+N: it
     was stopped by signal N)."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
 
@@ -172,8 +172,8 @@ def round_robin(
     runs slow here, and in turns it is always the first experiment's. Per experiment: the training
     frames/s of each trial (None where it failed), their median over the trials that ran, and each trial's verdict
     (or its failure)."""
-    fps = [[] for _ in candidates]
-    verdicts = [[] for _ in candidates]
+    fps: list[list[float | None]] = [[] for _ in candidates]
+    verdicts: list[list[str | None]] = [[] for _ in candidates]
     label, exp = candidates[0]
     say(f"[settling] {label} (not counted) ...")
     with contextlib.suppress(TrialFailed):  # its own trials will say why

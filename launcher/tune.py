@@ -26,8 +26,9 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from launcher import local, trials
 from launcher.tune_knobs import (
@@ -73,7 +74,7 @@ class Kept:
 
     @property
     def fps(self) -> float:
-        return sum(t.fps for t in self.trials) / len(self.trials)
+        return sum(cast(float, t.fps) for t in self.trials) / len(self.trials)  # kept: trials that ran
 
     @property
     def verdict(self) -> str | None:
@@ -137,7 +138,7 @@ class Search:
         clock: Callable[[], float],
         say: Callable[[str], None],
         invalid: Callable[[dict], str | None],
-    ):
+    ) -> None:
         self.keys, self.measure, self.limits, self.budget, self.min_gain = keys, measure, limits, budget, min_gain
         self.clock, self.say, self.invalid = clock, say, invalid
         self.start = clock()
@@ -201,7 +202,7 @@ class Search:
     def candidates(self, key: str, best: Kept) -> list[tuple[dict, dict]]:
         """(the change, the setting) for each value of `key` (with its companions) not yet measured from the
         best, and neither skipped, undone, nor invalid."""
-        found = []
+        found: list[tuple[dict, dict]] = []
         for change in changes_of(key, best.setting, self.keys):
             candidate = normalized({**best.setting, **change})
             if (
@@ -237,11 +238,11 @@ class Search:
             )
             for change, candidate in candidates
         ]
-        fastest = max((t for t in firsts if t.fps is not None), key=lambda t: t.fps, default=None)
+        fastest = max((t for t in firsts if t.fps is not None), key=lambda t: cast(float, t.fps), default=None)
         # one short trial is noisy (a faster setting can measure below the best in its one trial): the knob's
         # fastest value, if near the best or above it, is checked, paired in time: the best again, then the
         # value again, against the best's new trial
-        if fastest is None or fastest.fps < best.fps * (1 - self.min_gain):
+        if fastest is None or cast(float, fastest.fps) < best.fps * (1 - self.min_gain):
             self.far.add(key)  # tried last from the next best: the least likely to pay there
             return False
         self.far.discard(key)
@@ -355,7 +356,7 @@ def tune(
     budget: float,
     min_gain: float = 0.05,
     slurm: bool = False,
-    given: list[str] = (),
+    given: Sequence[str] = (),
     say=None,
 ) -> Outcome:
     """Search, then write TUNE_DIR/trials.json, trials.md and the tuned experiment file `output` (beside the

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Set
 from pathlib import Path
+from typing import Any
 
 from srl_hpc import config
 
@@ -79,14 +81,14 @@ FIRST = {
 }
 
 
-def order(verdict: str | None, keys: tuple[str, ...], far: set[str] = frozenset()) -> list[str]:
+def order(verdict: str | None, keys: tuple[str, ...], far: Set[str] = frozenset()) -> list[str]:
     """The knobs to try from a setting whose trial had this verdict: those addressing it first; those in `far`
     (every value measured well under the best when last tried, from a neighbouring setting) last."""
     first = [k for k in FIRST.get(verdict or "", ()) if k in keys]
     return sorted(first + [k for k in keys if k not in first], key=lambda k: k in far)
 
 
-def value_of(exp: config.Experiment, key: str):
+def value_of(exp: config.Experiment, key: str) -> Any:
     return functools.reduce(getattr, key.split("."), exp)
 
 

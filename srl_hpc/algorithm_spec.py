@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,14 @@ class AlgorithmSpec:
     reply: tuple[tuple[str, str], ...]  # (name, numpy dtype) per observation
     segment: tuple[str, ...]
     head: str
-    explore: Callable[[object, int, int], dict] = lambda cfg, actor, actors: {}
+    explore: Callable[[Any, int, int], dict] = lambda cfg, actor, actors: {}
     replay: bool = False  # off-policy: segments go to buffer workers, trainers take sampled batches from them
     recurrent: bool = False  # trains recurrent models
     team: bool = False  # replay items are an env's agents together (value decomposition), not one agent's steps
     actions: tuple[str, ...] = ("Discrete",)  # gymnasium action space classes it trains
     observations: tuple[str, ...] = ("Box",)  # gymnasium observation space classes it reads
 
-    def load(self):
+    def load(self) -> Any:
         module, _, name = self.implementation.partition(":")
         return getattr(importlib.import_module(module), name)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 
-def load_object(path: str):
+def load_object(path: str) -> Any:
     module, _, name = path.partition(":")
     try:
         return getattr(importlib.import_module(module), name)

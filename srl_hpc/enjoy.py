@@ -15,6 +15,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from srl_hpc.rundir import RunDir
 from srl_hpc.rundir.checkpoint import Checkpoint
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams.contract import Contract
+
+if TYPE_CHECKING:
+    import cv2
 
 ATARI_HZ = 60
 SEED_OFFSET = 2**29  # watched episodes' seeds: apart from the actors' and the evaluation workers'
@@ -80,13 +84,13 @@ def enjoy(
             hidden = torch.zeros(1, exp.model.state_size) if exp.model.state_size else None
             while not done:
                 if video is not None:
-                    writer = _write(writer, video, env.render(), _fps(env, exp))
+                    writer = _write(writer, video, cast(np.ndarray, env.render()), _fps(env, exp))
                 with torch.inference_mode():
                     action, hidden = choose(model, obs, hidden)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, length, done = total + float(reward), length + 1, terminated or truncated
             if video is not None:
-                writer = _write(writer, video, env.render(), _fps(env, exp))  # the frame it ended on
+                writer = _write(writer, video, cast(np.ndarray, env.render()), _fps(env, exp))  # the frame it ended on
             returns.append(total)
             print(f"episode {episode + 1}: return {total:g}, length {length}", file=out, flush=True)
     finally:
@@ -104,7 +108,9 @@ def enjoy(
     return returns
 
 
-def _load(run: RunDir, exp, obs_space, action_space, version: int | None, tag: str | None):
+def _load(
+    run: RunDir, exp: config.Experiment, obs_space, action_space, version: int | None, tag: str | None
+) -> tuple[torch.nn.Module, int, str]:
     """(model in eval mode, its version, what that version is) from the checkpoint, or the parameter
     database's `version` or version tagged `tag`."""
     model = build_model(exp, obs_space, action_space)
@@ -152,7 +158,7 @@ def duel(
         model, version, source = _load(run, exp, obs_space, action_space, version, tag)
         choose = policy_function(exp, greedy, Contract.of(obs_space, action_space, spec(exp.algorithm), exp))
 
-        def policy(obs):
+        def policy(obs: dict[str, np.ndarray]) -> int:
             with torch.inference_mode():
                 return choose(model, obs, None)[0]
 
@@ -187,12 +193,12 @@ def _fps(env, exp) -> float:
     return env.metadata.get("render_fps") or 30
 
 
-def _write(writer, path: Path, frame: np.ndarray, fps: float):
+def _write(writer: cv2.VideoWriter | None, path: Path, frame: np.ndarray, fps: float) -> cv2.VideoWriter:
     import cv2  # only for videos
 
     if writer is None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frame.shape[1], frame.shape[0]))
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frame.shape[1], frame.shape[0]))  # type: ignore[attr-defined]
         if not writer.isOpened():
             raise OSError(f"OpenCV cannot write an MP4 to {path}")
     writer.write(np.ascontiguousarray(frame[..., ::-1]))  # RGB -> OpenCV's BGR

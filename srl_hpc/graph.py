@@ -25,6 +25,7 @@ Pure: no sockets, no torch; `srl-launch graph EXP.yaml` prints it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from srl_hpc.config import Experiment
@@ -131,6 +132,7 @@ class Graph:
         each node in order, so those are among the `local_id` (SLURM_LOCALID) tasks of its group before it;
         in local mode (None) all share one node."""
         position = self.names.index(name)
+        before: Sequence[WorkerNode]
         if local_id is None:
             before = self.workers[:position]
         else:
@@ -265,6 +267,8 @@ def describe(graph: Graph) -> str:
 
 def compact(names) -> list[str]:
     """('actor/0', 'actor/1', 'actor/2', 'policy/0') -> ['actor/0-2', 'policy/0'] for readable listings."""
+    out: list[str]
+    runs: list[list[str | int]]
     out, runs = [], []
     for name in names:
         kind, _, index = name.partition("/")

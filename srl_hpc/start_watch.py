@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from srl_hpc.rundir import RunDir
@@ -68,12 +69,13 @@ def watch(
     output: Path,
     alive,
     interval: float = INTERVAL,
-    groups: list[tuple[list[str], int]] = (),
+    groups: Sequence[tuple[list[str], int]] = (),
 ) -> str | None:
     """Until the barrier has said go (or srun or the run has ended: `alive()` false, a summary), abandon the
     barrier for the first task srun reports dead. Returns that worker's name, or None. Lines before the current
     attempt's marker (a requeued job's output holds its earlier attempts') are not this attempt's."""
     offset, pending = 0, b""
+    task: int | None
     while alive() and not run.barrier_go.exists() and not run.summary.exists():
         time.sleep(interval)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+from typing import cast
 
 from launcher import local, slurm_jobs, sweep
 from launcher.commands import common
@@ -19,6 +20,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv) -> int:
     args = parser().parse_args(argv)
+    pid: int | None
     if args.run_dir.sweep.exists():
         members = sweep.members_of(args.run_dir)
         if all("job_id" in m for m in members):
@@ -26,7 +28,7 @@ def main(argv) -> int:
             print(f"cancelled the sweep's {len(members)} jobs")
             return 0
         # a local sweep runs its members in one launcher, one after another: stopping it stops the sweep
-        pids = {local.launcher_pid(RunDir(m["run_dir"])) for m in members} - {None}
+        pids = cast(set[int], {local.launcher_pid(RunDir(m["run_dir"])) for m in members} - {None})
         if not pids:
             raise common.UsageError(f"{args.run_dir.root} is a local sweep with no member running")
         for pid in pids:

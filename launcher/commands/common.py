@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from launcher import overrides, runs, slurm
 from launcher.settings import add_profile_option, profile_files
@@ -39,7 +40,7 @@ class UsageError(ValueError):
     pass
 
 
-def experiment(args):
+def experiment(args: argparse.Namespace) -> config.Experiment:
     exp = config.load(args.experiment, profiles=profile_files(args.profile))
     if getattr(args, "seed", None) is not None:
         exp = config.replace(exp, seed=args.seed)
@@ -66,7 +67,7 @@ def parse(p: argparse.ArgumentParser, argv, many: bool = False) -> argparse.Name
     return args
 
 
-def checked_experiment(args):
+def checked_experiment(args: argparse.Namespace) -> config.Experiment:
     """_experiment, then the env's spaces against the algorithm (one throw-away env, no workers): what
     validate checks, before anything runs or is queued."""
     exp = experiment(args)
@@ -97,7 +98,7 @@ def parse_seeds(text: str) -> list[int]:
 ENDED_BADLY = ("failed", "cancelled", "timeout")
 
 
-def unsubmitted_request(exp, args, command: str):
+def unsubmitted_request(exp: config.Experiment, args: argparse.Namespace, command: str) -> tuple[Path, slurm.Request]:
     """(run directory, the request `--slurm` would submit for it) without submitting it (`--dry-run`,
     `prepare`): checked against the cluster where one answers, else with a note on stderr saying so."""
     run_dir = runs.resolve(exp, args.run_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from launcher import status
 from launcher.commands import common
@@ -34,6 +35,6 @@ def main(argv) -> int:
     return 0
 
 
-def _finished(run: RunDir):
+def _finished(run: RunDir) -> Callable[[], bool]:
     """`logs -f`'s stop test (status.ended); the job's pending reason and state changes go to stderr."""
     return status.ended(run, say=lambda line: print(line, file=sys.stderr, flush=True))

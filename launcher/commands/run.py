@@ -104,7 +104,7 @@ def follow(run: RunDir, job_id: str) -> int:
     log = run.log(wiring.CONTROLLER)
     position = 0
 
-    def stream_progress():
+    def stream_progress() -> None:
         nonlocal position
         position = status.follow_file(log, position)
 

@@ -79,7 +79,7 @@ class DQN:
 
     def __init__(
         self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None
-    ):
+    ) -> None:
         self.model = model  # the trainer may swap in its DDP wrapper
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.cfg = cfg

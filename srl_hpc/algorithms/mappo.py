@@ -24,7 +24,7 @@ from srl_hpc.models.heads import global_state
 
 
 class MAPPO(PPO):
-    def __init__(self, model, cfg, device, bf16: bool = False, total_frames: int | None = None):
+    def __init__(self, model, cfg, device, bf16: bool = False, total_frames: int | None = None) -> None:
         super().__init__(model, cfg, device, bf16, total_frames)
         self.agents, self.env_state = model.agents, model.state_size > 0  # (before the trainer may wrap it for DDP)
 

@@ -17,6 +17,7 @@ clipped value loss.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from torch import nn
 from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.models.normalization import ReturnScale, collecting, moments
 
+if TYPE_CHECKING:
+    from srl_hpc.models.distributions import ActionDistribution
+
 
 def act(
     model: nn.Module, obs: torch.Tensor, explore: dict, generator: torch.Generator, *hidden: torch.Tensor
@@ -32,7 +36,7 @@ def act(
     """Actions sampled from the policy, with their log-probabilities and the state values (the behaviour
     policy's, recorded in segments); a recurrent model takes each row's state and returns the next."""
     params, values, *state = model(obs, *hidden)
-    actions, logp = model.action_dist(params).sample_with_log_prob(generator)
+    actions, logp = cast("ActionDistribution", model.action_dist)(params).sample_with_log_prob(generator)
     out = {"actions": actions, "logp": logp, "values": values.float()}
     return out | ({HIDDEN: state[0].float()} if state else {})
 
@@ -40,10 +44,14 @@ def act(
 def greedy(model: nn.Module, obs: torch.Tensor, *hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     """The most likely action (evaluation workers)."""
     params, _, *state = model(obs, *hidden)
-    return {"actions": model.action_dist(params).mode()} | ({HIDDEN: state[0].float()} if state else {})
+    return {"actions": cast("ActionDistribution", model.action_dist)(params).mode()} | (
+        {HIDDEN: state[0].float()} if state else {}
+    )
 
 
-def gae(rewards, values, next_values, dones, gamma: float, lam: float):
+def gae(
+    rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, dones: np.ndarray, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Generalised advantage estimation over segments of shape (N, T).
 
     next_values[t] is the value of the state after step t: 0 when the episode terminated there, the value of
@@ -61,7 +69,16 @@ def gae(rewards, values, next_values, dones, gamma: float, lam: float):
     return advantages, advantages + values
 
 
-def ppo_losses(new_logp, old_logp, advantages, new_values, returns, entropy, clip_coef: float, old_values=None):
+def ppo_losses(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    new_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    clip_coef: float,
+    old_values: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """The three loss terms of one minibatch (each a scalar tensor), plus diagnostics. With old_values the
     value loss is clipped: the larger of the new value's error and that of the old value moved by at most
     clip_coef."""
@@ -98,7 +115,7 @@ class PPO:
 
     def __init__(
         self, model: nn.Module, cfg, device: torch.device, bf16: bool = False, total_frames: int | None = None
-    ):
+    ) -> None:
         self.model = model  # the trainer may swap in its DDP wrapper
         self.cfg = cfg
         self.total_frames = total_frames  # the horizon for learning-rate annealing
@@ -106,7 +123,8 @@ class PPO:
         self.bf16 = bf16  # forward under bf16 autocast: faster NatureCNN updates on CPUs with bf16 instructions
         # fused: one kernel for the whole step over every parameter, faster on CPU (docs/benchmarks.md)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, eps=1e-5, fused=True)
-        self.action_dist = model.action_dist  # (before the trainer may wrap the model for DDP)
+        # (before the trainer may wrap the model for DDP)
+        self.action_dist = cast("ActionDistribution", model.action_dist)
         self.return_scale = ReturnScale() if cfg.scale_rewards else None
         self.restarted_with: dict[str, float] = {}  # hyper-parameters changed by restart(), kept by checkpoints
 
@@ -219,6 +237,7 @@ class PPO:
         discounted returns' moments, and the observations, in one forward pass without gradients."""
         returns = batch.pop("_return_moments", None)
         if returns is not None:
+            assert self.return_scale is not None  # (prepare() adds the moments only with reward scaling)
             self.return_scale.update(returns)
         with collecting(self.model) as any_statistics, torch.no_grad():
             if any_statistics:

@@ -20,7 +20,7 @@ class SumTree:
     Padding leaves stay 0, so they are never found.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
@@ -102,7 +102,7 @@ class PrioritizedReplay:
         alpha: float = 0.6,
         eps: float = 1e-6,
         seed: int = 0,
-    ):
+    ) -> None:
         self.capacity = capacity
         self.alpha = alpha
         self.eps = eps

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from srl_hpc.algorithm_spec import HIDDEN, spec
 from srl_hpc.streams.contract import Contract
@@ -27,14 +28,20 @@ def watching_policy(cfg, actors: int, greedy: bool) -> tuple[Callable, dict]:
     return (lambda model, obs, _explore, _generator, *hidden: implementation.greedy(model, obs, *hidden)), {}
 
 
-def policy_function(exp, greedy: bool, contract: Contract, seed: int | None = None):
+def policy_function(
+    exp, greedy: bool, contract: Contract, seed: int | None = None
+) -> Callable[
+    [nn.Module, np.ndarray | dict, torch.Tensor | None], tuple[int | float | np.ndarray, torch.Tensor | None]
+]:
     """model, one env's observation, recurrent state (None without) -> (the env's action, next state), as
     evaluation workers choose it; sampled actions from a generator seeded with `seed` (default: the run's)."""
     act, explore = watching_policy(exp.algorithm, exp.workers.actor.count, greedy)
     explore = {k: torch.tensor([v], dtype=torch.float32) for k, v in explore.items()}
     generator = torch.Generator().manual_seed(exp.seed if seed is None else seed)
 
-    def choose(model, obs, hidden):
+    def choose(
+        model: nn.Module, obs: np.ndarray | dict, hidden: torch.Tensor | None
+    ) -> tuple[int | float | np.ndarray, torch.Tensor | None]:
         batch = contract.obs.pack(
             {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[None]
         )

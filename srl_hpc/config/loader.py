@@ -9,6 +9,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import yaml
 
@@ -16,18 +17,23 @@ from srl_hpc.algorithm_spec import SPECS, AlgorithmSpec
 from srl_hpc.config.schema import Experiment
 from srl_hpc.dotted import load_object
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Section = TypeVar("Section", bound="DataclassInstance")
+
 
 class ConfigError(ValueError):
     """All problems of one experiment file; str() lists one per line as 'FILE:LINE: key.path: message', FILE
     being a profile's where the key came from one. A flag or variable ("--set", "$SRL_PROFILE") has no lines."""
 
-    def __init__(self, source: str, problems: list[tuple[str, int | None, str]]):
+    def __init__(self, source: str, problems: list[tuple[str, int | None, str]]) -> None:
         self.source = source
         self.problems = sorted(
             problems, key=lambda p: (p[1] is None, _file(p[1], source) != source, _file(p[1], source), p[1] or 0)
         )
 
-        def where(line):
+        def where(line: int | None) -> str:
             if line is None and source.startswith(("--", "$")):
                 return source
             return f"{_file(line, source)}:{line if line else '?'}"
@@ -39,7 +45,9 @@ class ConfigError(ValueError):
 class Line(int):
     """A line number that knows its file: a composed experiment's keys come from several files."""
 
-    def __new__(cls, number: int, file: str):
+    file: str
+
+    def __new__(cls, number: int, file: str) -> Line:
         line = super().__new__(cls, number)
         line.file = file
         return line
@@ -73,7 +81,7 @@ def _compose(text: str, source: str) -> tuple[dict, dict[str, int], list]:
     if node is None or not isinstance(node, yaml.MappingNode):
         line = node.start_mark.line + 1 if node else None
         raise ConfigError(source, [("", line, "the file must be a mapping of sections")])
-    problems: list[tuple[str, int | None, str]] = []
+    problems: list[tuple[str, int, str]] = []
     lines: dict[str, int] = {}
     value = _to_python(node, "", lines, problems)
     return (
@@ -95,6 +103,7 @@ def loads(text: str, source: str = "<string>", profiles: Sequence[str | Path] = 
         _collect_checks(exp, "", lines, problems)
     if problems:
         raise ConfigError(source, problems)
+    assert exp is not None  # (a section that cannot be built has its problems)
     return exp
 
 
@@ -160,7 +169,7 @@ def key_lines(path: str | Path, profiles: Sequence[str | Path] = ()) -> dict[str
 def to_dict(exp: Experiment) -> dict:
     """Plain data (lists, dicts, scalars) for writing the resolved config back as YAML."""
 
-    def plain(v):
+    def plain(v: object) -> Any:
         if dataclasses.is_dataclass(v):
             return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
         if isinstance(v, (tuple, list)):
@@ -228,7 +237,7 @@ def _buffers_for(algorithm: str, buffer: dict) -> None:
         buffer["count"] = 0
 
 
-def _to_python(node, path, lines, problems):
+def _to_python(node: yaml.Node, path: str, lines: dict[str, int], problems: list[tuple[str, int, str]]) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out = {}
@@ -248,7 +257,9 @@ def _to_python(node, path, lines, problems):
 _SCALARS = yaml.SafeLoader("")
 
 
-def _build(cls, value, path, lines, problems):
+def _build(
+    cls: type[Section], value: object, path: str, lines: dict[str, int], problems: list[tuple[str, int | None, str]]
+) -> Section | None:
     """Construct dataclass `cls` from plain data, recording type problems instead of raising."""
     if not isinstance(value, dict):
         problems.append((path, lines.get(path), f"must be a mapping, got {_kind(value)}"))
@@ -280,7 +291,7 @@ def _build(cls, value, path, lines, problems):
 _BAD = object()
 
 
-def _convert(tp, value, path, lines, problems):
+def _convert(tp: Any, value: Any, path: str, lines: dict[str, int], problems: list[tuple[str, int | None, str]]) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -297,13 +308,15 @@ def _convert(tp, value, path, lines, problems):
             return _BAD
         return value
     if dataclasses.is_dataclass(tp):
-        built = _build(tp, value, path, lines, problems)
+        built = _build(cast("type[DataclassInstance]", tp), value, path, lines, problems)
         return _BAD if built is None else built
     if origin is tuple:
         if not isinstance(value, list):
             problems.append((path, lines.get(path), f"must be a list, got {_kind(value)}"))
             return _BAD
-        items = [_convert(typing.get_args(tp)[0], v, f"{path}[{i}]", lines, problems) for i, v in enumerate(value)]
+        items: list[Any] | dict[Any, Any] = [
+            _convert(typing.get_args(tp)[0], v, f"{path}[{i}]", lines, problems) for i, v in enumerate(value)
+        ]
         return _BAD if _BAD in items else tuple(items)
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
@@ -333,7 +346,9 @@ def _is_float(text: str) -> bool:
     return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
 
 
-def _variant(classes, value, path, lines, problems):
+def _variant(
+    classes: list[type], value: object, path: str, lines: dict[str, int], problems: list[tuple[str, int | None, str]]
+) -> type | None:
     """Which dataclass of a union a mapping is, by its `name` key (its Literal type); the first by default.
     A dotted name ("pkg.mod:Config") is a user's algorithm config class, imported here so that a typo
     fails at validation, with its line, rather than in every worker."""
@@ -348,9 +363,11 @@ def _variant(classes, value, path, lines, problems):
     return names.get(name, classes[0])
 
 
-def _user_algorithm(name, path, lines, problems):
+def _user_algorithm(
+    name: str, path: str, lines: dict[str, int], problems: list[tuple[str, int | None, str]]
+) -> type | None:
     try:
-        cls = load_object(name)
+        cls: type = load_object(name)
     except ValueError as e:
         problems.append((path, lines.get(path), str(e)))
         return None
@@ -371,7 +388,7 @@ def _user_algorithm(name, path, lines, problems):
     return cls
 
 
-def _collect_checks(obj, path, lines, problems):
+def _collect_checks(obj, path, lines, problems) -> None:
     """Run every nested dataclass's check() and attach the key path and line of each problem."""
     if hasattr(obj, "check"):
         for key, message in obj.check():

@@ -24,7 +24,7 @@ import textwrap
 import tokenize
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from srl_hpc.config.schema import Experiment
 
@@ -103,9 +103,9 @@ def _title(path: str, variant: str | None = None) -> str:
 
 def _dataclasses_in(tp) -> list[type]:
     if dataclasses.is_dataclass(tp):
-        return [tp]
+        return [cast(type, tp)]
     if typing.get_origin(tp) in (Union, types.UnionType):
-        return [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        return [cast(type, a) for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
     return []
 
 
@@ -171,7 +171,7 @@ def _type_name(tp, link: str | None = None) -> str:
             return f"{_type_name(rest[0], link)} or null" if type(None) in args else _type_name(rest[0], link)
         return link or " or ".join(_type_name(a) for a in rest)
     if dataclasses.is_dataclass(tp):
-        return f"section {link}" if link else f"section {tp.__name__}"
+        return f"section {link}" if link else f"section {cast(type, tp).__name__}"
     if origin is Literal:
         return " or ".join(sorted({type(a).__name__ for a in args}))
     if origin in (tuple, list):
@@ -208,7 +208,7 @@ def _default(f: dataclasses.Field, subs: list[type]) -> str:
             if k.default is not dataclasses.MISSING and getattr(value, k.name) != k.default
         }
         if len(subs) > 1:  # a union: which member by its name
-            changed = {"name": value.name, **changed}
+            changed = {"name": cast(Any, value).name, **changed}
         return f"`{_value(changed)}`" if changed else "the section's defaults"
     return f"`{_value(value)}`"
 
@@ -253,7 +253,7 @@ def _escape(text: str) -> str:
 
 def _docstring(cls: type) -> str:
     """The class's own docstring (not the signature dataclasses makes up when it has none), as one paragraph."""
-    node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    node = cast(ast.ClassDef, ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0])
     doc = ast.get_docstring(node) or ""
     return " ".join(doc.split())
 
@@ -277,14 +277,15 @@ def _own_field_docs(cls: type) -> dict[str, str]:
         if tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
     docs: dict[str, str] = {}
-    for node in ast.parse(source).body[0].body:
+    for node in cast(ast.ClassDef, ast.parse(source).body[0]).body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        above = []
+        above: list[str] = []
         line = node.lineno - 1
         while line >= 1 and lines[line - 1].strip().startswith("#"):
             above.insert(0, comments[line])
             line -= 1
+        assert node.end_lineno is not None  # (ast.parse sets it)
         trailing = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
         docs[node.target.id] = " ".join(above + trailing)
     return docs

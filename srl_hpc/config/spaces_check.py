@@ -80,6 +80,7 @@ def env_problems(exp) -> list[tuple[str, str]]:
     from srl_hpc.envs import backends
 
     env_id = exp.env.id
+    problem: str | tuple[str, str] | None  # (then each problem found below)
     problem = _env_id_problem(env_id)
     if problem:
         return [("env.id", problem)]
@@ -193,7 +194,7 @@ def check(exp, source: str, lines: dict[str, int] | None = None, overrides: Sequ
     lines = lines or {}
     set_keys = [a.partition("=")[0] for a in overrides]
 
-    def was_set(key):
+    def was_set(key: str) -> bool:
         return any(key == k or key.startswith(k + ".") for k in set_keys)
 
     named = [(key, None if was_set(key) else _line(key, lines), message) for key, message in problems]

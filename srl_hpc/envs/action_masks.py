@@ -6,12 +6,14 @@ a masked action."""
 
 from __future__ import annotations
 
+from typing import Any, SupportsFloat
+
 import gymnasium
 import numpy as np
 
 
 class MaskFromInfo(gymnasium.Wrapper):
-    def __init__(self, env: gymnasium.Env):
+    def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
         space = env.action_space
         if isinstance(space, gymnasium.spaces.Discrete):
@@ -24,11 +26,13 @@ class MaskFromInfo(gymnasium.Wrapper):
             {"observation": env.observation_space, "action_mask": gymnasium.spaces.Box(0, 1, (width,), np.int8)}
         )
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         return self._with_mask(obs, info), info
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._with_mask(obs, info), reward, terminated, truncated, info
 

@@ -26,6 +26,7 @@ steps the env once all teams' actions are in.
 from __future__ import annotations
 
 import fnmatch
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -73,7 +74,7 @@ class Team:
     observation is the agent's, flattened, then the env's global state. A Dict observation (a turn-taking game's
     board and action mask) is kept as one array per key."""
 
-    def __init__(self, env, agents: list[str], num_envs: int, state_size: int = 0):
+    def __init__(self, env, agents: list[str], num_envs: int, state_size: int = 0) -> None:
         self.agents = agents
         first = agents[0]
         own, self.single_action_space = env.observation_space(first), env.action_space(first)
@@ -98,11 +99,14 @@ class Team:
         if isinstance(space, gymnasium.spaces.Dict):
             if state_size:
                 raise ValueError("a centralised critic's global state cannot be appended to Dict observations")
-            self.obs = {key: np.zeros((self.num_envs, *s.shape), s.dtype) for key, s in space.spaces.items()}
+            self.obs: dict[str, np.ndarray] | np.ndarray = {
+                key: np.zeros((self.num_envs, *cast(tuple[int, ...], s.shape)), s.dtype)
+                for key, s in space.spaces.items()
+            }
         else:
             self.obs = np.zeros((self.num_envs, *space.shape), space.dtype)
 
-    def observations(self):
+    def observations(self) -> dict[str, np.ndarray] | np.ndarray:
         """A copy of every row's observation."""
         return {k: v.copy() for k, v in self.obs.items()} if isinstance(self.obs, dict) else self.obs.copy()
 
@@ -124,6 +128,7 @@ class Team:
                 else:
                     rows[k] = observations[agent]
         if self.state_size:
+            assert state is not None  # (TeamRows passes the env's state with a state_size)
             rows[:, -self.state_size :] = np.ravel(state)
 
     def present(self, envs: list) -> np.ndarray:
@@ -134,7 +139,7 @@ class TeamRows:
     """Parallel envs whose agents are split into teams, each acted for by its own policy: reset and step take and
     give one entry per team (observations, rewards, ends and `infos["present"]` of the team's rows)."""
 
-    def __init__(self, envs: list, teams: list[list[str]], global_state: bool = False):
+    def __init__(self, envs: list, teams: list[list[str]], global_state: bool = False) -> None:
         self.envs = envs
         self.state_size = state_size(envs[0]) if global_state else 0  # 0: the env has no state() of its own
         self.teams = [Team(envs[0], agents, len(envs), self.state_size) for agents in teams]
@@ -183,7 +188,7 @@ class TeamRows:
             for n, team in enumerate(self.teams)
         ]
 
-    def close(self, **kwargs):
+    def close(self, **kwargs) -> None:
         for env in self.envs:
             env.close()
 
@@ -191,7 +196,7 @@ class TeamRows:
 class AgentRows(VectorEnv):
     """One policy for every agent: TeamRows with a single team, as a gymnasium VectorEnv."""
 
-    def __init__(self, envs: list, global_state: bool = False):
+    def __init__(self, envs: list, global_state: bool = False) -> None:
         self.rows = TeamRows(envs, [list(envs[0].possible_agents)], global_state)
         (team,) = self.rows.teams
         self.envs, self.agents, self.k, self.num_envs = envs, team.agents, team.k, team.num_envs
@@ -201,11 +206,15 @@ class AgentRows(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def reset(self, *, seed: int | None = None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, dict[str, Any]]:
         return self.rows.reset(seed=seed, options=options)[0]
 
-    def step(self, actions):
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[dict[str, np.ndarray] | np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         return self.rows.step([np.asarray(actions)])[0]
 
-    def close(self, **kwargs):
+    def close(self, **kwargs) -> None:
         self.rows.close()

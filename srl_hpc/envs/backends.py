@@ -22,6 +22,8 @@ Vectorised backends start one thread per group: scale with actor processes, not 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import gymnasium
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
@@ -29,6 +31,9 @@ import srl_hpc.envs  # noqa: F401  registers srl_hpc/* ids
 from srl_hpc.dotted import load_object
 from srl_hpc.envs import agents, pool
 from srl_hpc.envs.action_masks import MaskFromInfo
+
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import VectorEnvCreator
 
 SEED_SPACE = 2**31  # ALE and envpool take signed 32-bit seeds
 
@@ -87,7 +92,7 @@ def make_env_teams(
             f"`policies` splits a multi-agent env's agents, but env.id {env_cfg.id!r} is not one "
             "(no PettingZoo parallel API)"
         )
-    teams = agents.assign_teams(list(envs[0].possible_agents), policies)
+    teams = agents.assign_teams(list(cast(Any, envs[0]).possible_agents), policies)
     return agents.TeamRows(envs, list(teams.values()), global_state)
 
 
@@ -126,7 +131,7 @@ def is_factory(env_id: str) -> bool:
     return ":" in env_id and "/" not in env_id.partition(":")[0]
 
 
-def _vector_entry_point(env_id: str):
+def _vector_entry_point(env_id: str) -> VectorEnvCreator | str | None:
     register_namespace(env_id)
     return gymnasium.spec(env_id).vector_entry_point
 
@@ -167,7 +172,7 @@ def global_state_size(env_cfg) -> int:
         env.close()
 
 
-def _team(env_cfg, policies: dict | None, policy: str, global_state: bool = False):
+def _team(env_cfg, policies: dict | None, policy: str, global_state: bool = False) -> agents.Team | VectorEnv:
     """What an actor's group of one env looks like to one policy (spaces, rows); closed again."""
     if policies:
         rows = make_env_teams(env_cfg, 1, policies, global_state)

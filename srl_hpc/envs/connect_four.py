@@ -12,6 +12,8 @@ would win, else plays a random legal one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from srl_hpc.envs.turns import TurnTaking
@@ -48,7 +50,7 @@ def legal_columns(obs: dict) -> np.ndarray:
     return np.flatnonzero(np.asarray(obs["action_mask"])[:COLUMNS])
 
 
-def one_ply_player(rng: np.random.Generator):
+def one_ply_player(rng: np.random.Generator) -> Callable[[dict], int]:
     def choose(obs: dict) -> int:
         planes = np.asarray(obs["observation"]).astype(bool)
         mine, theirs = planes[..., 0], planes[..., 1]

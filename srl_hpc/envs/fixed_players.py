@@ -4,13 +4,15 @@ function (the mover's observation) -> move."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from srl_hpc.envs import connect_four
 from srl_hpc.envs.turns import TurnTaking
 
 
-def random_player(env: TurnTaking, rng: np.random.Generator):
+def random_player(env: TurnTaking, rng: np.random.Generator) -> Callable[[dict], int]:
     """A fixed player: a uniformly random legal move."""
 
     def choose(obs: dict) -> int:
@@ -19,7 +21,7 @@ def random_player(env: TurnTaking, rng: np.random.Generator):
     return choose
 
 
-def one_ply_player(env: TurnTaking, rng: np.random.Generator):
+def one_ply_player(env: TurnTaking, rng: np.random.Generator) -> Callable[[dict], int]:
     """A fixed player (Connect Four only): a winning move, else a block of the other's, else a random one."""
     if env.moves != connect_four.COLUMNS or env.observation_space(env.possible_agents[0])["observation"].shape != (
         connect_four.ROWS,

@@ -8,6 +8,8 @@ which way the pole is falling.
 
 from __future__ import annotations
 
+from typing import cast
+
 import gymnasium
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -16,13 +18,13 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 class KeepEntries(gymnasium.ObservationWrapper):
     """Only the observation entries at `keep` (of a 1-D Box)."""
 
-    def __init__(self, env: gymnasium.Env, keep: tuple[int, ...]):
+    def __init__(self, env: gymnasium.Env, keep: tuple[int, ...]) -> None:
         super().__init__(env)
         self.keep = np.asarray(keep)
-        space = env.observation_space
+        space = cast(gymnasium.spaces.Box, env.observation_space)
         self.observation_space = gymnasium.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
 
-    def observation(self, observation):
+    def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation[self.keep]
 
 

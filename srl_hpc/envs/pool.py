@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from typing import Any, cast
 
 import numpy as np
-from gymnasium.vector import VectorWrapper
+from gymnasium.vector import VectorEnv, VectorWrapper
 
 # envpool seeds at creation (make_pool passes the seed); the actors' reset(seed=...) is the same seed again
 warnings.filterwarnings("ignore", message="EnvPool seeds are fixed when the environment is created")
@@ -63,14 +64,16 @@ class EndOfEpisode(VectorWrapper):
     """An envpool group whose `terminated` is gymnasium's: set also where an episode terminates on the step
     its time limit truncates it (envpool says truncated only). Everything else passes through unchanged."""
 
-    def __init__(self, env, terminal):
+    def __init__(self, env, terminal) -> None:
         super().__init__(env)
         self.terminal = terminal
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         return self.env.reset(seed=seed, options=options)
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
         truncated = np.asarray(truncated, bool)
         if truncated.any():
@@ -94,7 +97,7 @@ def unavailable(env_cfg) -> str | None:
     return None
 
 
-def make_pool(env_cfg, num_envs: int, seed: int):
+def make_pool(env_cfg, num_envs: int, seed: int) -> VectorEnv:
     import envpool
 
     kwargs = dict(env_cfg.kwargs)
@@ -112,6 +115,9 @@ def make_pool(env_cfg, num_envs: int, seed: int):
             "use_fire_reset": False,
             **kwargs,
         }
-    envs = envpool.make_gymnasium(task_id(env_cfg.id), num_envs=num_envs, num_threads=1, seed=seed, **kwargs)
+    # (a gymnasium VectorEnv, which envpool's types do not say)
+    envs = cast(
+        VectorEnv, envpool.make_gymnasium(task_id(env_cfg.id), num_envs=num_envs, num_threads=1, seed=seed, **kwargs)
+    )
     terminal = TERMINAL.get(env_cfg.id)
     return envs if terminal is None else EndOfEpisode(envs, terminal)

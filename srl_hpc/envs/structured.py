@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Any, SupportsFloat, cast
+
 import gymnasium
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -21,23 +23,26 @@ FORCES = (0.5, 1.0, 1.5)  # multiples of CartPole's force_mag
 class MultiDiscreteCartPole(gymnasium.Wrapper):
     """Action (direction 0/1, force 0/1/2): pushed left or right with FORCES[force] x CartPole's force."""
 
-    def __init__(self, env: CartPoleEnv):
+    def __init__(self, env: CartPoleEnv) -> None:
         super().__init__(env)
         self.action_space = gymnasium.spaces.MultiDiscrete([2, len(FORCES)])
-        self.base_force = env.unwrapped.force_mag
+        self.base_force = cast(CartPoleEnv, env.unwrapped).force_mag
 
-    def step(self, action):
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         direction, force = (int(a) for a in action)
-        self.env.unwrapped.force_mag = self.base_force * FORCES[force]
+        cast(CartPoleEnv, self.env.unwrapped).force_mag = self.base_force * FORCES[force]
         return self.env.step(direction)
 
 
 class DictCartPole(gymnasium.ObservationWrapper):
     """{"cart": (x, x_dot), "pole": (theta, theta_dot)}."""
 
-    def __init__(self, env: CartPoleEnv):
+    def __init__(self, env: CartPoleEnv) -> None:
         super().__init__(env)
-        low, high = env.observation_space.low, env.observation_space.high
+        low, high = (
+            cast(gymnasium.spaces.Box, env.observation_space).low,
+            cast(gymnasium.spaces.Box, env.observation_space).high,
+        )
         self.observation_space = gymnasium.spaces.Dict(
             {
                 "cart": gymnasium.spaces.Box(low[:2], high[:2], dtype=np.float32),
@@ -45,7 +50,7 @@ class DictCartPole(gymnasium.ObservationWrapper):
             }
         )
 
-    def observation(self, observation):
+    def observation(self, observation: np.ndarray) -> dict[str, np.ndarray]:
         return {"cart": observation[:2], "pole": observation[2:]}
 
 

@@ -9,6 +9,7 @@ action is the index of the largest of the first `n_actions` observation values.
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -22,7 +23,7 @@ class Synthetic(gymnasium.Env):
         step_seconds: float = 0.0,
         cpu_seconds: float = 0.0,
         episode_length: int = 200,
-    ):
+    ) -> None:
         if obs_size < n_actions or n_actions < 2:
             raise ValueError(f"need obs_size >= n_actions >= 2, got obs_size {obs_size}, n_actions {n_actions}")
         self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
@@ -35,18 +36,20 @@ class Synthetic(gymnasium.Env):
         self.obs = self.np_random.uniform(-1.0, 1.0, self.observation_space.shape).astype(np.float32)
         return self.obs
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.steps = 0
         return self._observe(), {}
 
-    def step(self, action):
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.step_seconds:
             time.sleep(self.step_seconds)
         if self.cpu_seconds:
             end = time.perf_counter() + self.cpu_seconds
             while time.perf_counter() < end:
                 pass
-        reward = float(int(action) == int(np.argmax(self.obs[: self.action_space.n])))
+        reward = float(int(action) == int(np.argmax(self.obs[: cast(gymnasium.spaces.Discrete, self.action_space).n])))
         self.steps += 1
         return self._observe(), reward, False, self.steps >= self.episode_length, {}

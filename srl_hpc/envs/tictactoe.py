@@ -9,6 +9,8 @@ refuses it (AssertionError) instead of letting PettingZoo end the game as a loss
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
 import numpy as np
 
@@ -16,7 +18,7 @@ import numpy as np
 class TicTacToe(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self):
+    def __init__(self) -> None:
         from pettingzoo.classic import tictactoe_v3  # pip install -e '.[multiagent]'
 
         self.game = tictactoe_v3.env()
@@ -31,13 +33,13 @@ class TicTacToe(gymnasium.Env):
         self.action_space = gymnasium.spaces.Discrete(9)
         self.rng = np.random.default_rng()
 
-    def reset(self, seed=None, options=None):
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict[str, Any]]:
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self.game.reset(seed=seed)
         return self._observation(), {}
 
-    def step(self, action):
+    def step(self, action: int | np.integer) -> tuple[dict, float, bool, bool, dict[str, Any]]:
         action = int(action)
         mask = self.game.observe(self.me)["action_mask"]
         assert mask[action] == 1, f"action {action} is masked (mask {mask.tolist()})"

@@ -20,9 +20,9 @@ import numpy as np
 class TurnTaking:
     """A PettingZoo AEC game of players who take turns, as a parallel env whose players all act every step."""
 
-    metadata = {"render_modes": []}
+    metadata: dict[str, list[str]] = {"render_modes": []}
 
-    def __init__(self, game):
+    def __init__(self, game) -> None:
         self.game = game
         game.reset()
         self.possible_agents = list(game.possible_agents)
@@ -38,18 +38,18 @@ class TurnTaking:
         )
         self._action_space = gymnasium.spaces.Discrete(self.moves + 1)
 
-    def observation_space(self, agent: str) -> gymnasium.Space:
+    def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
         return self._observation_space
 
-    def action_space(self, agent: str) -> gymnasium.Space:
+    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
         return self._action_space
 
-    def reset(self, seed: int | None = None, options=None):
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict[str, dict]]:
         self.game.reset(seed=seed)
         self.agents = list(self.possible_agents)
         return self._observations(False), {a: {} for a in self.agents}
 
-    def step(self, actions: dict):
+    def step(self, actions: dict) -> tuple[dict, dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
         mover = self.game.agent_selection
         for agent in self.agents:
             if agent != mover:
@@ -80,7 +80,7 @@ class TurnTaking:
             out[agent] = {"observation": np.asarray(obs["observation"], np.int8), "action_mask": mask}
         return out
 
-    def close(self):
+    def close(self) -> None:
         self.game.close()
 
 

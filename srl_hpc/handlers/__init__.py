@@ -27,7 +27,7 @@ HANDLERS = {  # kind -> module:class, imported on demand (actors never import to
 }
 
 
-def handler_class(kind: str):
+def handler_class(kind: str) -> type[Handler]:
     module, _, name = HANDLERS[kind].partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -36,7 +36,7 @@ class Handler:
     kind = ""
     active = True  # polled by a loop of its own worker
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         self.worker = worker
         self.exp = worker.exp
         self.graph = worker.graph

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import numpy as np
 
 from srl_hpc.algorithm_spec import reads_global_state, spec
+from srl_hpc.envs.agents import AgentRows
 from srl_hpc.envs.backends import first_seed, make_env, make_env_group, make_env_teams, resolve_backend, spaces
 from srl_hpc.handlers import Handler
 from srl_hpc.handlers.ring import RingGroup
@@ -36,17 +38,17 @@ class PolicyLink:
     """What an actor keeps per policy: its ring groups' rows of that policy, the inference stream to one of its
     policy workers, and the sample stream to its trainers. One link, holding every row, without `policies`."""
 
-    def __init__(self, name: str, groups: list[RingGroup]):
+    def __init__(self, name: str, groups: list[RingGroup]) -> None:
         self.name = name  # "" for the one policy of every agent
         self.groups = groups
-        self.inference = None
-        self.samples = None
+        self.inference: InferenceClient | ShmInferenceClient | InlineInferenceClient | None = None  # (set by connect)
+        self.samples: GatedProducer | SampleProducer | None = None  # (set by connect)
 
 
 class ActorHandler(Handler):
     kind = "actor"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         a, exp = self.exp.workers.actor, self.exp
         self.spec = spec(exp.algorithm)
@@ -89,7 +91,7 @@ class ActorHandler(Handler):
                 )
             else:
                 envs = make_env_group(exp.env, per_group, group_seed, reads_global_state(exp.algorithm))
-                seats = None if pool is None else Seats(per_group, envs.k, pool, first=index + g)
+                seats = None if pool is None else Seats(per_group, cast(AgentRows, envs).k, pool, first=index + g)
                 groups.append(
                     [RingGroup(envs, a.segment_length, group_seed, self.contracts[0], gamma=gamma, seats=seats)]
                 )
@@ -111,7 +113,7 @@ class ActorHandler(Handler):
         self._leave_wait_since: float | None = None  # since when every group has waited for leave
         self._segments = [0] * a.inference_splits  # per group: the number of the segment being filled
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         for link in self.links:
             (stream,) = [
                 s
@@ -158,7 +160,7 @@ class ActorHandler(Handler):
             name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation),
         )
 
-    def close(self):
+    def close(self) -> None:
         for link in self.links:
             if isinstance(link.inference, ShmInferenceClient):
                 link.inference.close()
@@ -168,7 +170,7 @@ class ActorHandler(Handler):
         for rows in self.team_rows:
             rows.close()
 
-    def start(self):
+    def start(self) -> None:
         n = self.exp.workers.actor.inference_splits
         self._sent_at = [time.perf_counter()] * n
         self._filling_since = [time.perf_counter()] * n  # when each group's segment began
@@ -179,7 +181,10 @@ class ActorHandler(Handler):
 
     def _has_leave(self, g: int, segment: int, timeout_ms: int) -> bool:
         """Whether group g's segment number `segment` may be sent, for every policy (flow control)."""
-        return all(link.samples.reserve((g, segment), timeout_ms) for link in self.links)
+        return all(
+            cast("GatedProducer | SampleProducer", link.samples).reserve((g, segment), timeout_ms)
+            for link in self.links
+        )
 
     def _unpark(self, g: int, timeout_ms: int) -> bool:
         """Send group g's parked requests once its next segments have leave to be sent (flow control)."""
@@ -187,6 +192,7 @@ class ActorHandler(Handler):
             return False
         self._parked.discard(g)
         for link in self.links:
+            assert link.inference is not None  # (connect comes first)
             link.inference.send(g, link.groups[g].request_obs(), self._meta(link.groups[g]), link.groups[g].hidden)
         self._sent_at[g] = self._filling_since[g] = time.perf_counter()
         return True
@@ -200,7 +206,7 @@ class ActorHandler(Handler):
         """A request's settings: exploration, and with self-play the version each row asks for."""
         return self.explore if group.seats is None else {**self.explore, "opponents": group.seats.versions()}
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         if self._unsent:  # a consumer was busy: retry before stepping on
             self._push(timeout_ms)
             return
@@ -225,7 +231,9 @@ class ActorHandler(Handler):
             self._waiting_since = time.perf_counter()
         replies = self._replies.setdefault(g, [])
         while len(replies) < len(self.links):
-            reply = self.links[len(replies)].inference.wait(g, timeout_ms)
+            reply = cast(
+                "InferenceClient | ShmInferenceClient | InlineInferenceClient", self.links[len(replies)].inference
+            ).wait(g, timeout_ms)
             if reply is None:
                 return  # a policy handler is busy or gone; the worker checks commands and heartbeats
             replies.append(reply)
@@ -238,7 +246,9 @@ class ActorHandler(Handler):
             # No leave yet for the group's next segment: this reply only finishes the segment (bootstrap
             # values), which goes now; the first step's actions are asked for again once leave comes, so
             # that they are the policy's of then, not of before the wait.
-            self._send_segments(g, [group.bootstrap(reply.arrays) for group, reply in zip(groups, replies)])
+            self._send_segments(
+                g, cast(list[dict], [group.bootstrap(reply.arrays) for group, reply in zip(groups, replies)])
+            )
             self._parked.add(g)
             return
         if self.team_rows:
@@ -248,7 +258,9 @@ class ActorHandler(Handler):
         else:
             segments = [groups[0].advance(replies[0].arrays, replies[0].meta["version"])[1]]
         t2 = time.perf_counter()
+        link: PolicyLink | int
         for link, group in zip(self.links, groups):
+            assert link.inference is not None  # (connect comes first)
             link.inference.send(g, group.obs, self._meta(group), group.hidden)
         t3 = time.perf_counter()
         # request_seconds: sending the next request; with the inline transport, the inference itself
@@ -277,7 +289,7 @@ class ActorHandler(Handler):
                 self.trace.record("game", opponent=opponent, seat=seat, learner_return=ret)
             group.finished_games = []
         if segments[0] is not None:
-            self._send_segments(g, segments)
+            self._send_segments(g, cast(list[dict], segments))  # (all finished, taking the same steps)
 
     def _send_segments(self, g: int, segments: list[dict]) -> None:
         """Group g's segments (one per policy, all of the same steps) to their policies' consumers."""
@@ -301,7 +313,7 @@ class ActorHandler(Handler):
             self.trace.record("segment", frames=frames, send_wait=time.perf_counter() - since)
             self._unsent.pop(0)
 
-    def finish(self):
+    def finish(self) -> None:
         self.frames_discarded += sum(frames for _, frames, *_ in self._unsent)  # never taken before the stop
         self._unsent = []
 
@@ -309,7 +321,7 @@ class ActorHandler(Handler):
     def env_frames(self) -> int:
         return sum(group.valid_steps for link in self.links for group in link.groups) * self.frames_per_step
 
-    def queue_depths(self):
+    def queue_depths(self) -> dict[str, int]:
         return {"unsent_segments": len(self._unsent)}
 
     def stats(self) -> dict:

@@ -30,7 +30,7 @@ class BatchAssembler:
         current_version,
         trace,
         frames_per_step: int = 1,
-    ):
+    ) -> None:
         self.samples = samples
         self.credits = credits
         self.poller = zmq.Poller()
@@ -134,7 +134,7 @@ class BatchAssembler:
 class ReplayReceiver:
     """Sampled batches from buffer workers -> training batches (the buffers count the frames)."""
 
-    def __init__(self, batches: SampleConsumer, prepare):
+    def __init__(self, batches: SampleConsumer, prepare) -> None:
         self.batches = batches
         self.prepare = prepare
         self.held_segments = 0  # (nothing is assembled here)

@@ -17,7 +17,7 @@ from srl_hpc.rundir import RunDir
 
 
 class Board:
-    def __init__(self, exp: Experiment, run_dir: RunDir):
+    def __init__(self, exp: Experiment, run_dir: RunDir) -> None:
         self._tensorboard = self._wandb = None
         self.where: list[str] = []  # where the scalars go, for the progress output
         if exp.monitor.tensorboard:

@@ -52,7 +52,7 @@ def team_steps(seg: dict[str, np.ndarray], agents: int, actor: str) -> dict[str,
             "agent at every step"
         )
 
-    def by_team(a):  # (E * agents, T, ...) -> (E, T, agents, ...)
+    def by_team(a: np.ndarray) -> np.ndarray:  # (E * agents, T, ...) -> (E, T, agents, ...)
         return np.swapaxes(a.reshape(-1, agents, *a.shape[1:]), 1, 2)
 
     return {
@@ -84,7 +84,7 @@ def sequences(previous: dict | None, last: dict, following: dict, n: int, burn_i
 class BufferHandler(Handler):
     kind = "buffer"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         self.cfg = self.exp.algorithm
         self.frames_per_step = self.exp.env.frames_per_step
@@ -104,7 +104,7 @@ class BufferHandler(Handler):
         self.state_size = self.exp.model.state_size  # a recurrent model: sequences, not transitions
         self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
 
-    def bind(self):
+    def bind(self) -> dict[str, int]:
         contract = Contract.of(*spaces(self.exp.env), self.spec, self.exp)
         actors = [w.name for w in self.graph.hosts("actor")]
         self.samples = SampleConsumer(
@@ -119,7 +119,7 @@ class BufferHandler(Handler):
             "priorities": self.priorities.bind(reuse.get("priorities")),
         }
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         self.batches = SampleProducer(
             self.worker.ctx,
             [endpoints.address(table, s.server, "replay") for s in self.graph.servers_for("replay", self.name)],
@@ -131,7 +131,7 @@ class BufferHandler(Handler):
             poller.register(self.priorities.socket, zmq.POLLIN)
         self._inputs_and_room.register(self.batches.socket, zmq.POLLOUT)
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         """Wait for segments, priorities, or (when a batch may be sent) room on the replay stream."""
         t0 = time.perf_counter()
         poller = self._inputs if self._ratio_reached() else self._inputs_and_room
@@ -197,7 +197,9 @@ class BufferHandler(Handler):
             return 0
         items = sequences(previous, last, seg, self.n_step, self.burn_in)
         if self.replay is None:
-            fields = {k: (v.shape[1:], v.dtype) for k, v in items.items()}
+            fields: dict[str, tuple[tuple[int, ...], np.dtype | str]] = {
+                k: (v.shape[1:], v.dtype) for k, v in items.items()
+            }
             self.replay = PrioritizedReplay(
                 self.cfg.replay_capacity, fields, alpha=self.cfg.priority_alpha, seed=self.rng_seed
             )
@@ -228,6 +230,7 @@ class BufferHandler(Handler):
     def _send_batch(self) -> bool:
         if self._ratio_reached():
             return False
+        assert self.replay is not None  # (no replay yet: the ratio counts as reached)
         indices, items, weights = self.replay.sample(self.cfg.batch_size, self.cfg.priority_beta)
         msg = wire.pack(
             "replay",
@@ -238,7 +241,7 @@ class BufferHandler(Handler):
         self.batches_sent += sent
         return sent
 
-    def finish(self):
+    def finish(self) -> None:
         """Keep receiving until the controller says every frame sent has arrived; the tails are dropped, counted."""
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while not self.worker.finish_requested and time.monotonic() < deadline:
@@ -255,10 +258,10 @@ class BufferHandler(Handler):
         self.tails.clear()
         self.held.clear()
 
-    def queue_depths(self):
+    def queue_depths(self) -> dict[str, int]:
         return {"replay_size": len(self.replay) if self.replay else 0}
 
-    def stats(self):
+    def stats(self) -> dict:
         lags, self.lags = self.lags, []
         replay = self.replay
         return {

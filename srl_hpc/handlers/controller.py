@@ -36,7 +36,7 @@ REBROADCAST = 0.5  # PUB drops messages to peers that are still connecting: repe
 class ControllerHandler(Handler):
     kind = "controller"
 
-    def __init__(self, worker, out=None):
+    def __init__(self, worker, out=None) -> None:
         super().__init__(worker)
         exp = self.exp
         self.run_dir = worker.run_dir
@@ -62,10 +62,10 @@ class ControllerHandler(Handler):
         self._last_drain = 0.0
         self._last_ping = 0.0
 
-    def bind(self):
+    def bind(self) -> dict[str, int]:
         return self.control.bind()
 
-    def start(self):
+    def start(self) -> None:
         self.totals.start(self.workers)
         self.metrics = MetricsCsv(self.run_dir, resumed=self.attempt > 1 and self.run_dir.metrics.exists())
         self.sinks.append(self.metrics)
@@ -88,7 +88,7 @@ class ControllerHandler(Handler):
             self.outcome = ("cancelled", "stopped by signal")
         return self.outcome is None
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         early = self._last_drain + DRAIN_INTERVAL - time.monotonic()
         if early > 0:
             time.sleep(min(early, timeout_ms / 1000))
@@ -106,7 +106,8 @@ class ControllerHandler(Handler):
         if self.outcome is None and now - self.totals.last_line[0] >= self.exp.monitor.status_interval:
             self._progress()
 
-    def finish(self):
+    def finish(self) -> None:
+        assert self.outcome is not None  # (decided: keep_running ended the loop)
         status, reason = self.outcome
         if time.monotonic() - self.totals.last_line[0] >= 1.0:  # rates over a shorter span would mislead
             self._progress()
@@ -134,6 +135,7 @@ class ControllerHandler(Handler):
             else:
                 rounds, back_after = self.totals.report(worker, msg.meta, final=msg.kind == "final")
                 for evaluation in rounds if self.dashboards is not None else []:
+                    assert self.dashboards is not None  # (iterated with dashboards only)
                     self.dashboards.evaluation(evaluation)
                 if back_after is not None:
                     self.console.line(

@@ -33,7 +33,7 @@ from srl_hpc.models.devices import resolve_device
 from srl_hpc.services import parameter_db
 from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.services.parameters import ParameterSubscriber
-from srl_hpc.streams import endpoints
+from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract
 
 SEED_OFFSET = 2**30  # evaluation seeds sit this far above the actors' (seed * 1_000_003 + actor envs)
@@ -42,7 +42,7 @@ SEED_OFFSET = 2**30  # evaluation seeds sit this far above the actors' (seed * 1
 class EvalHandler(Handler):
     kind = "eval"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         exp, self.cfg = self.exp, self.exp.workers.eval
         torch.set_num_threads(1)
@@ -63,18 +63,19 @@ class EvalHandler(Handler):
         self.evaluated_version = -1
         self.next_round_at = 0.0
         self.playing = False
-        self.newest = None  # the newest weights received and not loaded yet
-        self.playing_arrays = None  # the weights of the version being evaluated, as published
+        self.newest: wire.Message | None = None  # the newest weights received and not loaded yet
+        # the weights of the version being evaluated, as published
+        self.playing_arrays: dict[str, np.ndarray] | None = None
         self.history = ParameterDB(worker.run_dir.parameters_of(""))
         self.finished: list[list[float]] = []  # [version, return, length] of complete rounds, until reported
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         (stream,) = self.graph.servers_for("parameters", self.name)
         self.parameters = ParameterSubscriber.connect(
             self.worker.ctx, endpoints.address(table, stream.server, "parameters")
         )
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         self.newest = self.parameters.poll_newest() or self.newest  # drained every time: nothing piles up
         if self.playing:
             self._step()
@@ -132,9 +133,9 @@ class EvalHandler(Handler):
         self.history.put(self.version, self.playing_arrays)
         self.history.tag(parameter_db.BEST, self.version, mean_return=mean_return, worker=self.name)
 
-    def close(self):
+    def close(self) -> None:
         self.envs.close()
 
-    def stats(self):
+    def stats(self) -> dict:
         finished, self.finished = self.finished, []
         return {"eval_rounds": self.rounds, "eval_episodes": finished}

@@ -37,12 +37,12 @@ def _serve_store() -> dist.TCPStore:
 
 
 class Lockstep:
-    def __init__(self, name: str, peers: list[str], device: torch.device):
+    def __init__(self, name: str, peers: list[str], device: torch.device) -> None:
         self.name = name
         self.peers = peers  # the policy's trainers, by rank
         self.rank = peers.index(name)
         self.device = device
-        self._store = None
+        self._store: dist.TCPStore | None = None
 
     def bind(self) -> dict[str, int]:
         """trainer/0: the store's port, under the DDP endpoint of the rendezvous table."""

@@ -43,7 +43,7 @@ PULL_INTERVAL = 0.005  # seconds between looks for newer weights
 class InferenceEngine:
     """One model that chooses actions for a batch of observations, by its algorithm's `act`."""
 
-    def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False):
+    def __init__(self, model: torch.nn.Module, act, device: torch.device, seed: int, bf16: bool = False) -> None:
         # bf16: weights converted once (published fp32 weights are converted as they load), rather than by
         # autocast on every call, which gains less (docs/benchmarks.md)
         self.model = exact_statistics(model.to(device, torch.bfloat16 if bf16 else torch.float32)).eval()
@@ -105,7 +105,7 @@ class InferenceEngine:
 class PolicyHandler(Handler):
     kind = "policy"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         exp, cfg = self.exp, self.exp.workers.policy
         torch.set_num_threads(cfg.torch_threads)
@@ -133,10 +133,10 @@ class PolicyHandler(Handler):
         self.max_batch = cfg.max_batch
         self.stream = self.graph.served_by("inference", self.name)
         self.active = self.stream is not None and self.stream.transport != "inline"
-        self.server = None
+        self.server: InferenceServer | None = None
         self.rows = 0
 
-    def bind(self):
+    def bind(self) -> dict[str, int]:
         if not self.active:
             return {}
         local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
@@ -145,9 +145,10 @@ class PolicyHandler(Handler):
         )
         return {"inference": port}
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         (stream,) = [s for s in self.graph.servers_for("parameters", self.name)]
         tag = self.policy or LATEST  # its policy's weights
+        self.parameters: InlineSubscriber | ParameterSubscriber
         if "relay" in self.worker.handlers:  # the relay beside us passes the weights on: read what it has
             self.parameters = InlineSubscriber(self.worker.handlers["relay"].publisher, tag)
         elif stream.transport == "inline":  # the trainer hosted beside us publishes
@@ -156,8 +157,9 @@ class PolicyHandler(Handler):
             address = endpoints.address(table, stream.server, "parameters")
             self.parameters = ParameterSubscriber.connect(self.worker.ctx, address, tag)
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         """Dynamic batching: answer every pending request (up to max_batch observations) with one forward pass."""
+        assert self.server is not None  # (polled when active, and bound)
         self.engine.pull(self.parameters, self.trace)
         batch = self.server.poll_batch(self.max_batch, timeout_ms)
         if not batch:
@@ -234,14 +236,14 @@ class PolicyHandler(Handler):
         self.rows += len(obs)
         return out, self.engine.version
 
-    def close(self):
+    def close(self) -> None:
         if self.server is not None:
             self.server.close()
 
-    def queue_depths(self):
+    def queue_depths(self) -> dict[str, int]:
         return {"held_requests": self.server.held()} if self.server else {}
 
-    def stats(self):
+    def stats(self) -> dict:
         return {
             "rows": self.rows,
             "policy_version": self.engine.version,
@@ -254,7 +256,7 @@ class StoredEngines:
     recently used is dropped beyond `capacity`. A version no longer stored (untagged and collected since
     the actor chose it) is played by the newest weights' engine instead, with a warning."""
 
-    def __init__(self, db: ParameterDB, new_engine, trace, capacity: int):
+    def __init__(self, db: ParameterDB, new_engine, trace, capacity: int) -> None:
         self.db, self.new_engine, self.trace, self.capacity = db, new_engine, trace, capacity
         self.engines: collections.OrderedDict[int, InferenceEngine | None] = collections.OrderedDict()
 

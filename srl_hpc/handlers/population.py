@@ -28,7 +28,7 @@ from srl_hpc.streams import endpoints, wire
 class PopulationHandler(Handler):
     kind = "population"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         exp = self.exp
         self.controller = worker.handlers["controller"]  # built before it, in the same worker
@@ -45,7 +45,7 @@ class PopulationHandler(Handler):
         self.newest: dict[str, wire.Message] = {}  # member -> its newest weights
         self.t0 = time.monotonic()
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         self.weights, self.directives = {}, {}
         for member in self.members:
             trainer = self.graph.trainers(member)[0].name
@@ -57,10 +57,10 @@ class PopulationHandler(Handler):
             sock.connect(endpoints.address(table, trainer, "population"))
             self.directives[member] = sock
 
-    def start(self):
+    def start(self) -> None:
         self.t0 = time.monotonic()
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         for member, subscriber in self.weights.items():
             msg = subscriber.poll_newest()
             if msg is not None:
@@ -120,6 +120,6 @@ class PopulationHandler(Handler):
             f"({copy.scores[copy.source]:.1f}, version {version}){': ' + changes if changes else ''}"
         )
 
-    def close(self):
+    def close(self) -> None:
         for sock in self.directives.values():
             sock.close(0)

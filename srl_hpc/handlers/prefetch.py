@@ -15,7 +15,7 @@ class Prefetcher:
     """Polls a batch source in a thread, one batch ahead and no further: the one after waits until the next
     is taken (its segments wait at the actors, unfilled, not here going stale)."""
 
-    def __init__(self, source):
+    def __init__(self, source) -> None:
         self.source = source
         self._batches: queue.Queue = queue.Queue(maxsize=1)
         self._taken = threading.Event()  # the next batch was taken: the thread may assemble another
@@ -67,9 +67,9 @@ class DeviceCopy:
     """A batch's tensors to a GPU from pinned memory on a side stream, so that with pre-fetch on the copy
     overlaps the update running on the main stream."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device) -> None:
         self.device = device
-        self._stream = None
+        self._stream: torch.cuda.Stream | None = None
 
     def to_device(self, tensors: dict) -> dict:
         if self._stream is None:

@@ -43,7 +43,7 @@ BOARD_TAGS = {  # scalar -> its dashboard tag; names that have a "/" are tags al
 class Console:
     """The controller's lines on stdout (the run's log): what happens, and a progress line now and then."""
 
-    def __init__(self, policies: list[str], shows_eval: bool, out=None):
+    def __init__(self, policies: list[str], shows_eval: bool, out=None) -> None:
         self.policies = policies  # several: each one's return instead of the run's
         self.shows_eval = shows_eval
         self.out = out or sys.stdout
@@ -73,7 +73,7 @@ class Console:
 class MetricsCsv:
     """RUN/metrics.csv: a row per progress line; a resumed run's rows continue the file."""
 
-    def __init__(self, run_dir: RunDir, resumed: bool):
+    def __init__(self, run_dir: RunDir, resumed: bool) -> None:
         self._file = open(run_dir.metrics, "a" if resumed else "w", newline="")
         self._writer = csv.writer(self._file)
         if not resumed:
@@ -95,7 +95,7 @@ class MetricsCsv:
 class Dashboards:
     """TensorBoard and W&B (monitor.tensorboard, monitor.wandb), stepped by the run's env frames."""
 
-    def __init__(self, board: Board):
+    def __init__(self, board: Board) -> None:
         self.board = board
 
     def write(self, s: dict) -> None:

@@ -16,6 +16,8 @@ versions -1, -2, ... in their order), and the best-rated snapshot is tagged `bes
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -24,7 +26,7 @@ from srl_hpc.algorithm_spec import spec
 from srl_hpc.algorithms.watching import policy_function
 from srl_hpc.envs.backends import first_seed, make_env, spaces
 from srl_hpc.envs.fixed_players import FIXED_PLAYERS
-from srl_hpc.envs.turns import play
+from srl_hpc.envs.turns import TurnTaking, play
 from srl_hpc.handlers import Handler
 from srl_hpc.models.building import build_model
 from srl_hpc.models.weights import load_arrays
@@ -41,14 +43,14 @@ RECENT, EARLIER = 2, 2  # snapshots each new one plays: the last rated, and earl
 class RatingHandler(Handler):
     kind = "rating"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         exp, self.cfg = self.exp, self.exp.workers.eval
         torch.set_num_threads(1)
         index = self.graph.worker(self.name).index
         self.seed = SEED_OFFSET + worker.seed * 1_000_003 + index * 100_000
         self.rng = np.random.default_rng(self.seed)
-        self.env = make_env(exp.env)
+        self.env = cast(TurnTaking, make_env(exp.env))  # (ratings: a self-play game's)
         self.fixed = {}
         for name, make in FIXED_PLAYERS.items():
             try:
@@ -64,7 +66,7 @@ class RatingHandler(Handler):
         self.rounds = 0
         self.next_round_at = time.monotonic() + self.cfg.interval
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         wait = self.next_round_at - time.monotonic()
         if wait > 0:
             time.sleep(min(wait, timeout_ms / 1000))
@@ -84,9 +86,10 @@ class RatingHandler(Handler):
         self.next_round_at = time.monotonic() + self.cfg.interval
 
     def _round(self, version: int) -> None:
+        assert self.games is not None  # (read in poll first)
         started = time.monotonic()
         earlier = self.rated[:-RECENT]
-        opponents = [
+        opponents: list[str | int] = [
             *self.fixed,
             *self.rated[-RECENT:],
             *(int(v) for v in self.rng.choice(earlier, min(EARLIER, len(earlier)), replace=False)),
@@ -116,18 +119,19 @@ class RatingHandler(Handler):
                 "rating", round=self.rounds, version=-1 - names.index(p) if isinstance(p, str) else p, elo=rating
             )
         self.trace.record("rating_round", version=version, opponents=len(opponents), seconds=time.monotonic() - started)
-        best = max((p for p in ratings if isinstance(p, int)), key=ratings.get)
+        best = max((p for p in ratings if isinstance(p, int)), key=cast(Callable[[int], float], ratings.get))
         self.db.tag(parameter_db.BEST, best, elo=ratings[best], worker=self.name)
 
     def _totals(self) -> dict[tuple, list]:
         totals: dict[tuple, list] = {}
+        assert self.games is not None  # (read in poll first)
         for a, b, points, games in self.games:
             entry = totals.setdefault((a, b), [0.0, 0])
             entry[0] += points
             entry[1] += games
         return totals
 
-    def _player(self, version: int):
+    def _player(self, version: int) -> Callable[[dict], int]:
         """A stored version as a player: its move sampled from its policy, for the mover's observation."""
         model = build_model(self.exp, self.obs_space, self.action_space)
         load_arrays(model, self.db.get(version)[1])
@@ -139,8 +143,8 @@ class RatingHandler(Handler):
 
         return choose
 
-    def close(self):
+    def close(self) -> None:
         self.env.close()
 
-    def stats(self):
+    def stats(self) -> dict:
         return {"eval_rounds": self.rounds}

@@ -20,26 +20,27 @@ from srl_hpc.streams.waiting import waiting
 class RelayHandler(Handler):
     kind = "relay"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         self.publisher: ParameterPublisher | None = None
         self.upstream: zmq.Socket | None = None
         self.versions: dict[str, int] = {}  # tag -> newest version passed on
         self.malformed = 0
 
-    def bind(self):
+    def bind(self) -> dict[str, int]:
         # a replacement (relays live in actors, which are replaced) binds its predecessor's port: children know it
         self.publisher, port = ParameterPublisher.bind(self.worker.ctx, self.worker.ports.get("parameters"))
         return {"parameters": port}
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         (parent,) = [s for s in self.graph.servers_for("parameters", self.name) if s.server != self.name]
         # every tag (the empty prefix): children may follow any
         self.upstream = ParameterSubscriber.connect(
             self.worker.ctx, endpoints.address(table, parent.server, "parameters"), tag=""
         ).socket
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
+        assert self.upstream is not None and self.publisher is not None  # (connect and bind come first)
         if self.upstream.poll(timeout_ms, zmq.POLLIN):
             newest: dict[str, wire.Message] = {}
             for frames in waiting(self.upstream):
@@ -57,5 +58,6 @@ class RelayHandler(Handler):
                 self.publisher.publish(msg.meta["version"], msg.arrays, tags=(tag,))
         self.publisher.maybe_republish()
 
-    def stats(self):
+    def stats(self) -> dict:
+        assert self.publisher is not None  # (bind comes first)
         return {"relayed_bytes_sent": self.publisher.bytes_sent, "malformed_dropped": self.malformed}

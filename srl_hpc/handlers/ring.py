@@ -7,6 +7,8 @@ segment from it). The actor handler (actor.py) steps its groups in turn."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from srl_hpc.algorithm_spec import HIDDEN
@@ -37,7 +39,7 @@ class RingGroup:
         first: tuple | None = None,
         gamma: float = 0.99,
         seats: Seats | None = None,
-    ):
+    ) -> None:
         self.envs = envs  # None for a team of TeamRows: the actor steps all teams' envs together
         self.T = segment_length
         self.contract = contract
@@ -52,8 +54,8 @@ class RingGroup:
         self._discounted = np.zeros(self.n, np.float32)  # each env's discounted return so far (reward scaling)
         self.segment = self._new_segment()
         self.t = 0
-        self.actions = None  # of the step being taken (act() to observe())
-        self._valid = None
+        self.actions: np.ndarray | None = None  # of the step being taken (act() to observe())
+        self._valid: np.ndarray | None = None
         self._pending = False  # the step at t-1 still waits for its next values
         self._terminated = np.zeros(self.n, bool)
         self._resetting = np.zeros(self.n, bool)  # the next step of these envs is their auto-reset
@@ -117,11 +119,13 @@ class RingGroup:
     @property
     def env_actions(self) -> np.ndarray:
         """The actions of the step being taken, as the env takes them (a Box sample into its bounds)."""
+        assert self.actions is not None  # (act() comes first)
         return self.contract.action.to_env(self.actions)
 
     def observe(self, obs, rewards, terminated, truncated, infos) -> None:
         """The second half: what the envs returned for `self.actions`."""
         t, seg, valid = self.t, self.segment, self._valid
+        assert valid is not None  # (act() comes first)
         self._present = infos.get("present")
         done = np.logical_or(terminated, truncated)
         seg["rewards"][:, t] = rewards
@@ -142,7 +146,7 @@ class RingGroup:
             for i in np.flatnonzero(done & self.seats.learner_rows()):
                 ret = float(self.episode_return[i])
                 self.finished_episodes.append((ret, int(self.episode_length[i])))
-                self.finished_games.append((*self.seats.episode_over(i // self.seats.k, ret), ret))
+                self.finished_games.append((*self.seats.episode_over(cast(int, i // self.seats.k), ret), ret))
         self.episode_return[done], self.episode_length[done] = 0.0, 0
         self._terminated, self._resetting = np.asarray(terminated, bool), done
         if self.hidden is not None:

@@ -13,6 +13,7 @@ import collections
 import csv
 import json
 import time
+from typing import cast
 
 from srl_hpc.rundir import RunDir
 
@@ -40,7 +41,7 @@ def earlier_attempts(run_dir: RunDir, attempt: int) -> dict:
 
 
 class RunTotals:
-    def __init__(self, graph, policies: list[str], return_window: int, before: dict):
+    def __init__(self, graph, policies: list[str], return_window: int, before: dict) -> None:
         self.graph = graph
         self.before = before  # earlier attempts': stop rules and totals count the whole run
         self.latest: dict[str, dict] = {}  # worker -> last heartbeat/final meta
@@ -49,11 +50,14 @@ class RunTotals:
         self.failed: dict[str, str] = {}  # worker -> error
         self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
-        self.returns = collections.deque(maxlen=return_window)  # this attempt's: a resumed run refills it
+        # this attempt's: a resumed run refills it
+        self.returns: collections.deque[float] = collections.deque(maxlen=return_window)
         self.ended: list[tuple[float, int]] = []  # (return, length) of the episodes since the last progress line
         self.episodes = before["episodes"]
         self.policies = policies  # several: their returns are kept apart (an agent's, by its policy)
-        self.policy_returns = [collections.deque(maxlen=return_window) for _ in policies]
+        self.policy_returns: list[collections.deque[float]] = [
+            collections.deque(maxlen=return_window) for _ in policies
+        ]
         self.policy_ended: list[list[float]] = [[] for _ in policies]
         self.policy_episodes = [0] * len(policies)
         self.evaluations: list[dict] = []  # evaluation rounds, in the order they came
@@ -215,7 +219,7 @@ class RunTotals:
         """The policy with the highest mean return over a full window, and that mean (None while no window is
         full)."""
         full = [
-            (name, _mean(list(window)))
+            (name, cast(float, _mean(list(window))))  # (a full window)
             for name, window in zip(self.policies, self.policy_returns)
             if window and len(window) == window.maxlen
         ]
@@ -246,7 +250,7 @@ class RunTotals:
     def _losses(self) -> dict[str, float]:
         """Each loss averaged over the trainers that report it (data-parallel trainers report alike); with
         several policies, each policy's under its name ("predator/policy_loss")."""
-        out = {}
+        out: dict[str, float] = {}
         for policy in self.graph.policies():
             reports = [
                 self.latest[t.name]["losses"]
@@ -255,12 +259,12 @@ class RunTotals:
             ]
             prefix = f"{policy}/" if policy else ""
             names = sorted({k for r in reports for k in r})
-            out.update({prefix + k: _mean([r[k] for r in reports if k in r]) for k in names})
+            out.update({prefix + k: cast(float, _mean([r[k] for r in reports if k in r])) for k in names})
         return out
 
     def _queue_depths(self) -> dict[str, int]:
         """Items waiting in each kind of queue, summed over the workers that have one."""
-        depths = collections.Counter()
+        depths: collections.Counter[str] = collections.Counter()
         for meta in self.latest.values():
             depths.update(meta.get("queues", {}))
         return dict(sorted(depths.items()))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from srl_hpc.config.schema import StopConfig
 from srl_hpc.handlers.run_totals import RunTotals
 
 
 class StopRules:
-    def __init__(self, stop: StopConfig, silence_limit: float):
+    def __init__(self, stop: StopConfig, silence_limit: float) -> None:
         self.stop = stop
         self.silence_limit = silence_limit  # seconds without a report after which a worker counts as failed
 
@@ -50,7 +52,7 @@ class StopRules:
                 f"over the last {stop.return_window} episodes"
             )
         best = totals.best_policy() if stop.target_return is not None else None  # a population: its best member
-        if best is not None and best[1] >= stop.target_return:
+        if best is not None and best[1] >= cast(float, stop.target_return):  # (best: a target is set)
             return "succeeded", (
                 f"target reached by {best[0]}: mean return {best[1]:.1f} >= "
                 f"{stop.target_return:g} over its last {stop.return_window} episodes"

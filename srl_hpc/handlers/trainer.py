@@ -47,7 +47,7 @@ class LossMeans:
     """The mean of each loss over the updates since the last report (the last report's again when none came
     since): what TensorBoard and the summary show, smoother than one update's."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._sums: dict[str, float] = {}
         self._count = 0
         self._last: dict[str, float] = {}
@@ -67,7 +67,7 @@ class LossMeans:
 class TrainerHandler(Handler):
     kind = "trainer"
 
-    def __init__(self, worker):
+    def __init__(self, worker) -> None:
         super().__init__(worker)
         exp, cfg = self.exp, self.exp.workers.trainer
         torch.set_num_threads(cfg.torch_threads)
@@ -98,7 +98,7 @@ class TrainerHandler(Handler):
         self.checkpoint = Checkpoint(worker.run_dir.checkpoint_of(self.policy))
         self.history = ParameterDB(worker.run_dir.parameters_of(self.policy))
         self.lockstep = Lockstep(self.name, peers, self.device) if len(peers) > 1 else None
-        self._held_batch = None  # in lockstep: a batch waiting for the others to have one too
+        self._held_batch: dict | None = None  # in lockstep: a batch waiting for the others to have one too
         self._all_ready = False
         self.prefetch: Prefetcher | None = None
         self.copy = DeviceCopy(self.device) if self.device.type == "cuda" else None
@@ -109,11 +109,11 @@ class TrainerHandler(Handler):
         self.wait_seconds = 0.0
         self.losses = LossMeans()  # the heartbeats' losses: means over the updates since the previous one
         self._last_checkpoint = time.monotonic()
-        self._ready_since = None
+        self._ready_since: float | None = None
         if worker.attempt > 1:
             self._resume()
 
-    def _resume(self):
+    def _resume(self) -> None:
         """A resumed run (attempt > 1) continues from the checkpoint: weights, optimizer state, version and
         counters; every trainer reads the same file, so data-parallel trainers start identical."""
         if not self.checkpoint.exists():  # requeued before the first checkpoint: nothing to resume
@@ -132,8 +132,9 @@ class TrainerHandler(Handler):
             flush=True,
         )
 
-    def bind(self):
+    def bind(self) -> dict[str, int]:
         ports = {}
+        self.source: ReplayReceiver | BatchAssembler
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         exp, actor = self.exp, self.exp.workers.actor
         if self.graph.served_by("replay", self.name):
@@ -168,7 +169,7 @@ class TrainerHandler(Handler):
             )
         if self.leader:
             self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
-        self.copies = None  # a population member's: the manager's copies come in here
+        self.copies: zmq.Socket | None = None  # a population member's: the manager's copies come in here
         if self.graph.served_by("population", self.name):
             self.copies = self.worker.ctx.socket(zmq.PULL)
             self.copies.setsockopt(zmq.LINGER, 0)
@@ -177,7 +178,7 @@ class TrainerHandler(Handler):
             ports.update(self.lockstep.bind())
         return ports
 
-    def connect(self, table):
+    def connect(self, table) -> None:
         self.feedback = {
             s.server: SampleProducer(self.worker.ctx, [endpoints.address(table, s.server, "priorities")])
             for s in self.graph.servers_for("priorities", self.name)
@@ -185,7 +186,7 @@ class TrainerHandler(Handler):
         if self.lockstep is not None:  # the algorithm trains through the DDP wrapper
             self.algorithm.model = self.lockstep.connect(table, self.model)
 
-    def start(self):
+    def start(self) -> None:
         self._ready_since = time.perf_counter()
         if self.leader:
             self.publisher.publish(self.version, state_arrays(self.model), self.tags)
@@ -212,7 +213,7 @@ class TrainerHandler(Handler):
         keep_running, self._all_ready = self.lockstep.agree(not stop_requested, self._held_batch is not None)
         return keep_running
 
-    def poll(self, timeout_ms):
+    def poll(self, timeout_ms) -> None:
         t0 = time.perf_counter()
         if self.lockstep is not None:
             batch, self._held_batch = (self._held_batch, None) if self._all_ready else (None, self._held_batch)
@@ -226,6 +227,7 @@ class TrainerHandler(Handler):
             self._take_copy()
         if batch is None:
             return
+        assert self._ready_since is not None  # (set in start)
         t0 = self._ready_since  # the wait counts from the end of the previous training step
         if not self.cfg.train:  # sampling-only: the batch is consumed and discarded
             self.frames_consumed += batch["frames"]
@@ -269,6 +271,7 @@ class TrainerHandler(Handler):
     def _take_copy(self) -> bool:
         """A population member copying another (exploit and explore): the other's weights, trained from now on
         with the new hyper-parameters, published as the next version. False when no copy was waiting."""
+        assert self.copies is not None  # (called with copies only)
         try:
             msg = wire.unpack(self.copies.recv_multipart(zmq.NOBLOCK))
         except zmq.Again:
@@ -276,6 +279,7 @@ class TrainerHandler(Handler):
         load_arrays(self.model, msg.arrays)
         self.algorithm.restart(msg.meta["values"])
         self.version += 1
+        assert isinstance(self.source, BatchAssembler)  # (population members train with ppo: on-policy)
         self.source.oldest_version = self.version  # what its actors played with the old weights is not trained on
         self.publisher.publish(self.version, state_arrays(self.model), self.tags)
         self.trace.record(
@@ -293,7 +297,7 @@ class TrainerHandler(Handler):
         )
         return True
 
-    def finish(self):
+    def finish(self) -> None:
         """Checkpoint first (nothing is lost if the drain is cut short), then account for in-flight frames:
         keep receiving (and dropping, counted) until the controller says every frame sent has arrived."""
         for batch in self.prefetch.stop() if self.prefetch is not None else []:
@@ -311,16 +315,17 @@ class TrainerHandler(Handler):
     def _drop(self, batch: dict) -> None:
         """A batch that will not be trained (at stop): its frames are counted as dropped."""
         if batch["frames"]:
+            assert isinstance(self.source, BatchAssembler)  # (replay batches carry no frames)
             self.trace.record("dropped_at_stop", frames=batch["frames"])
             self.source.frames_dropped += batch["frames"]
 
-    def close(self):
+    def close(self) -> None:
         if self.lockstep is not None:
             self.lockstep.close()
         if self.copies is not None:
             self.copies.close(0)
 
-    def save_checkpoint(self):
+    def save_checkpoint(self) -> None:
         """The checkpoint's version goes into the parameter database first, tagged latest, so that the index
         the checkpoint keeps names it."""
         if not self.history.has(self.version):
@@ -338,13 +343,13 @@ class TrainerHandler(Handler):
         )
         self._last_checkpoint = time.monotonic()
 
-    def queue_depths(self):
+    def queue_depths(self) -> dict[str, int]:
         return {
             "ready_batches": self.prefetch.ready() if self.prefetch is not None else 0,
             "held_segments": self.source.held_segments,
         }
 
-    def stats(self):
+    def stats(self) -> dict:
         out = {
             "version": self.version,
             "train_seconds": round(self.train_seconds, 3),

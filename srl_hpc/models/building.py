@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import gymnasium
 import numpy as np
 import torch
@@ -36,14 +38,16 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
             f"the {head} head needs Discrete actions and Box observations: the env has {action_space} and {obs_space}"
         )
 
-    def torso():
+    def torso() -> DictTorso | MLP | NatureCNN:
         if dict_obs:
-            return DictTorso(obs_space, cfg.hidden_sizes, normalize)
+            return DictTorso(cast(gymnasium.spaces.Dict, obs_space), cfg.hidden_sizes, normalize)
         if cfg.name == "mlp":
-            return MLP(int(np.prod(obs_space.shape)), cfg.hidden_sizes, normalize)
-        return NatureCNN(tuple(obs_space.shape))
+            return MLP(int(np.prod(cast(tuple[int, ...], obs_space.shape))), cfg.hidden_sizes, normalize)
+        return NatureCNN(tuple(cast(tuple[int, ...], obs_space.shape)))
 
-    decoder = ObsDecoder(obs_space) if dict_obs and ACTION_MASK in obs_space.spaces else None
+    decoder = (
+        ObsDecoder(obs_space) if dict_obs and ACTION_MASK in cast(gymnasium.spaces.Dict, obs_space).spaces else None
+    )
     n_actions = action_dist.width
     if head == "central_critic":
         agents = agent_count(exp.env, exp.policies, policy)
@@ -58,7 +62,7 @@ def build_model(exp, obs_space: gymnasium.Space, action_space: gymnasium.Space, 
                 f"observations side by side), got {cfg.name!r}"
             )
         state_size = global_state_size(exp.env)  # the env's own state, at the end of each row's observation
-        own = int(np.prod(obs_space.shape)) - state_size
+        own = int(np.prod(cast(tuple[int, ...], obs_space.shape))) - state_size
         critic = MLP(state_size or agents * own, cfg.hidden_sizes)
         model = CentralisedActorCritic(MLP(own, cfg.hidden_sizes), critic, n_actions, agents, state_size)
     elif head == "actor_critic" and cfg.rnn != "none":

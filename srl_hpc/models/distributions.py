@@ -14,6 +14,7 @@ argument checks, which doubled the cost of acting.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import gymnasium
 import torch
@@ -22,7 +23,7 @@ MASKED = -1e9  # a masked action's logit: exp() is exactly 0, and 0 * MASKED is 
 
 
 class Categorical:
-    def __init__(self, logits: torch.Tensor):
+    def __init__(self, logits: torch.Tensor) -> None:
         self.logp_all = logits.float().log_softmax(-1)
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
@@ -45,7 +46,7 @@ class Categorical:
 
 
 class MultiCategorical:
-    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]):
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
         self.heads = [Categorical(part) for part in logits.split(nvec, -1)]
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
@@ -56,17 +57,17 @@ class MultiCategorical:
         return actions, self.log_prob(actions)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return sum(head.log_prob(actions[..., i]) for i, head in enumerate(self.heads))
+        return cast(torch.Tensor, sum(head.log_prob(actions[..., i]) for i, head in enumerate(self.heads)))
 
     def entropy(self) -> torch.Tensor:
-        return sum(head.entropy() for head in self.heads)
+        return cast(torch.Tensor, sum(head.entropy() for head in self.heads))
 
     def mode(self) -> torch.Tensor:
         return torch.stack([head.mode() for head in self.heads], -1)
 
 
 class DiagGaussian:
-    def __init__(self, params: torch.Tensor):
+    def __init__(self, params: torch.Tensor) -> None:
         self.mean, self.log_std = params.float().chunk(2, -1)
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
@@ -91,7 +92,7 @@ class DiagGaussian:
 class ActionDistribution:
     """The distribution of one action space over a policy head's output of `width` numbers per row."""
 
-    def __init__(self, space: gymnasium.Space):
+    def __init__(self, space: gymnasium.Space) -> None:
         self.kind = type(space).__name__
         if isinstance(space, gymnasium.spaces.Discrete):
             self.width = int(space.n)
@@ -108,7 +109,7 @@ class ActionDistribution:
     def gaussian(self) -> bool:
         return self.kind == "Box"
 
-    def __call__(self, params: torch.Tensor):
+    def __call__(self, params: torch.Tensor) -> Categorical | MultiCategorical | DiagGaussian:
         if self.kind == "Discrete":
             return Categorical(params)
         if self.kind == "MultiDiscrete":

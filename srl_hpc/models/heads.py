@@ -3,6 +3,8 @@ recurrent forms."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -14,7 +16,7 @@ class PolicyHead(nn.Module):
     """Features -> the distribution parameters of `action_dist`: logits (masked by `mask`, where given), or
     a Gaussian's means beside a state-independent log-std per dimension (initially log_std_init)."""
 
-    def __init__(self, width: int, action_dist: ActionDistribution, log_std_init: float = 0.0):
+    def __init__(self, width: int, action_dist: ActionDistribution, log_std_init: float = 0.0) -> None:
         super().__init__()
         self.gaussian = action_dist.gaussian
         self.logits = init_layer(nn.Linear(width, action_dist.dims if self.gaussian else action_dist.width), 0.01)
@@ -23,8 +25,9 @@ class PolicyHead(nn.Module):
     def params(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(The heads call this rather than the module: a module call's own overhead is a few microseconds of
         a policy worker's small batch.)"""
-        out = nn.functional.linear(x, self.logits.weight, self.logits.bias)
+        out = nn.functional.linear(x, self.logits.weight, cast(torch.Tensor, self.logits.bias))
         if self.gaussian:
+            assert self.log_std is not None  # (a Gaussian's)
             return torch.cat([out, self.log_std.to(out.dtype).expand_as(out)], -1)
         return out if mask is None else out.masked_fill(mask == 0, MASKED)
 
@@ -39,12 +42,12 @@ class ActorCritic(nn.Module):
         critic_torso: nn.Module | None = None,
         decoder: ObsDecoder | None = None,
         log_std_init: float = 0.0,
-    ):
+    ) -> None:
         super().__init__()
         self.torso = torso
         self.critic_torso = critic_torso
-        self.policy = PolicyHead(torso.width, action_dist, log_std_init)
-        self.value = init_layer(nn.Linear((critic_torso or torso).width, 1), 1.0)
+        self.policy = PolicyHead(cast(int, torso.width), action_dist, log_std_init)
+        self.value = init_layer(nn.Linear(cast(int, (critic_torso or torso).width), 1), 1.0)
         self.decoder = decoder  # reads the action mask of a Dict observation
         self.action_dist = action_dist
 
@@ -64,11 +67,11 @@ class RecurrentCore(nn.Module):
     state their first step was chosen with, zeroing it before the steps marked in resets (an episode's
     first, as actors do): truncated back-propagation through the segment."""
 
-    def __init__(self, torso: nn.Module, kind: str, size: int):
+    def __init__(self, torso: nn.Module, kind: str, size: int) -> None:
         super().__init__()
         self.torso = torso
         self.lstm = kind == "lstm"
-        self.core = (nn.LSTMCell if self.lstm else nn.GRUCell)(torso.width, size)
+        self.core = (nn.LSTMCell if self.lstm else nn.GRUCell)(cast(int, torso.width), size)
         self.state_size = 2 * size if self.lstm else size
 
     def _step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +81,9 @@ class RecurrentCore(nn.Module):
         h = self.core(x, state)
         return h, h
 
-    def features(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+    def features(
+        self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(core output (B, size) or (N, T, size), the state after the last step)."""
         state = state.to(self.core.weight_hh.dtype)
         if resets is None:
@@ -104,14 +109,16 @@ class RecurrentActorCritic(RecurrentCore):
         size: int,
         decoder: ObsDecoder | None = None,
         log_std_init: float = 0.0,
-    ):
+    ) -> None:
         super().__init__(torso, kind, size)
         self.policy = PolicyHead(size, action_dist, log_std_init)
         self.value = init_layer(nn.Linear(size, 1), 1.0)
         self.decoder = decoder
         self.action_dist = action_dist
 
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+    def forward(
+        self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out, state = self.features(obs, state, resets)
         mask = None if self.decoder is None else self.decoder.mask(obs)
         return self.policy.params(out, mask), self.value(out).squeeze(-1), state
@@ -121,12 +128,14 @@ class RecurrentQ(RecurrentCore):
     """The recurrent core -> action values (dueling as QHead): forward(...) -> (q, state). Replay-based
     training (recurrent DQN) unrolls stored sequences, after a burn-in that rebuilds their state."""
 
-    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int, dueling: bool):
+    def __init__(self, torso: nn.Module, n_actions: int, kind: str, size: int, dueling: bool) -> None:
         super().__init__(torso, kind, size)
         self.advantage = init_layer(nn.Linear(size, n_actions), 1.0)
         self.value = init_layer(nn.Linear(size, 1), 1.0) if dueling else None
 
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None):
+    def forward(
+        self, obs: torch.Tensor, state: torch.Tensor, resets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out, state = self.features(obs, state, resets)
         return q_values(out, self.advantage, self.value), state
 
@@ -138,11 +147,13 @@ class CentralisedActorCritic(nn.Module):
     Rows come env-major, so a batch of whole envs, as every inference request is, carries those; trainers
     pass them in (`state`), as their minibatches mix rows."""
 
-    def __init__(self, torso: nn.Module, critic_torso: nn.Module, n_actions: int, agents: int, state_size: int = 0):
+    def __init__(
+        self, torso: nn.Module, critic_torso: nn.Module, n_actions: int, agents: int, state_size: int = 0
+    ) -> None:
         super().__init__()
         self.torso, self.critic_torso, self.agents, self.state_size = torso, critic_torso, agents, state_size
-        self.logits = init_layer(nn.Linear(torso.width, n_actions), 0.01)
-        self.value = init_layer(nn.Linear(critic_torso.width, 1), 1.0)
+        self.logits = init_layer(nn.Linear(cast(int, torso.width), n_actions), 0.01)
+        self.value = init_layer(nn.Linear(cast(int, critic_torso.width), 1), 1.0)
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.state_size:
@@ -163,11 +174,11 @@ def global_state(obs: torch.Tensor, agents: int) -> torch.Tensor:
 class QHead(nn.Module):
     """Action values; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
 
-    def __init__(self, torso: nn.Module, n_actions: int, dueling: bool):
+    def __init__(self, torso: nn.Module, n_actions: int, dueling: bool) -> None:
         super().__init__()
         self.torso = torso
-        self.advantage = init_layer(nn.Linear(torso.width, n_actions), 1.0)
-        self.value = init_layer(nn.Linear(torso.width, 1), 1.0) if dueling else None
+        self.advantage = init_layer(nn.Linear(cast(int, torso.width), n_actions), 1.0)
+        self.value = init_layer(nn.Linear(cast(int, torso.width), 1), 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return q_values(self.torso(obs), self.advantage, self.value)

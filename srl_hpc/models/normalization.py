@@ -12,7 +12,9 @@ their batches' moments in one all-reduce first, and stay identical.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -39,7 +41,11 @@ def all_reduced(m: torch.Tensor) -> torch.Tensor:
 class RunningMeanStd(nn.Module):
     """Statistics of rows of `dims` numbers; forward normalises (and clips) x (..., dims)."""
 
-    def __init__(self, dims: int):
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+
+    def __init__(self, dims: int) -> None:
         super().__init__()
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(dims, dtype=torch.float64))
@@ -79,7 +85,7 @@ def exact_statistics(model: nn.Module) -> nn.Module:
 
 
 @contextlib.contextmanager
-def collecting(model: nn.Module):
+def collecting(model: nn.Module) -> Iterator[bool]:
     """Inside, every RunningMeanStd of `model` merges what passes through it (the trainer runs one forward
     pass over a batch here, without gradients, before training on it)."""
     stats = [m for m in model.modules() if isinstance(m, RunningMeanStd)]
@@ -100,14 +106,14 @@ class ReturnScale:
     """Reward scaling: rewards divided by the running standard deviation of the discounted return (which
     actors compute per env and send with each step), then clipped. Kept in the trainer's checkpoint."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.stats = RunningMeanStd(1)
 
     def update(self, returns_moments: torch.Tensor) -> None:
         """Merge a batch's moments(discounted returns), summed over data-parallel trainers."""
         self.stats.merge(all_reduced(returns_moments))
 
-    def scale(self, rewards):
+    def scale(self, rewards: np.ndarray) -> np.ndarray:
         std = float((self.stats.var[0] + EPSILON).sqrt())
         return (rewards / std).clip(-CLIP, CLIP)
 

@@ -46,7 +46,7 @@ class OpponentPool:
         size: int = 8,
         fixed: dict[str, float] | None = None,
         env=None,
-    ):
+    ) -> None:
         """fixed: fixed player -> its share of the games; env: the game (a TurnTaking) they play."""
         if rule not in RULES:
             raise ValueError(f"opponents.rule must be one of {RULES}, got {rule!r}")
@@ -105,7 +105,7 @@ class Seats:
     """Per env of a ring group (`k` seats each, rows env-major): the learner's seat this episode and the version
     playing the others."""
 
-    def __init__(self, num_envs: int, k: int, pool: OpponentPool, first: int = 0):
+    def __init__(self, num_envs: int, k: int, pool: OpponentPool, first: int = 0) -> None:
         self.k, self.pool = k, pool
         self.learner = (first + np.arange(num_envs)) % k  # envs start on different seats
         self.opponent = np.array([pool.sample() for _ in range(num_envs)], np.int64)

@@ -12,7 +12,9 @@ updates. Pure: the decision only, from scores; the handler does the messaging an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -46,7 +48,7 @@ class Copy:
 
 
 class Population:
-    def __init__(self, cfg, algorithm, return_window: int, rng: np.random.Generator):
+    def __init__(self, cfg, algorithm, return_window: int, rng: np.random.Generator) -> None:
         self.cfg, self.window, self.rng = cfg, return_window, rng
         self.members = members(cfg.size)
         self.values = {m: starting_values(cfg, algorithm, m) for m in self.members}
@@ -76,7 +78,7 @@ class Population:
             return []
         self.last_round = now
         self.rounds += 1
-        ranked = sorted(ready, key=ready.get)  # worst first
+        ranked = sorted(ready, key=cast(Callable[[str], float], ready.get))  # worst first
         n = max(1, math.floor(self.cfg.fraction * len(ranked)))
         worst, best = ranked[:n], ranked[-n:]
         copies = []

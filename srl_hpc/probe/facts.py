@@ -8,6 +8,7 @@ import platform
 import resource
 import socket
 import sys
+from typing import Any
 
 from srl_hpc import graph as wiring
 from srl_hpc.probe import error_text
@@ -83,7 +84,7 @@ def measure(exp, graph: wiring.Graph, name: str) -> dict:
     unlimited = resource.RLIM_INFINITY
     gpus_given = any(os.environ.get(v) for v in GPU_VARIABLES)
     is_trainer = node.kind == "trainer"
-    facts = {
+    facts: dict[str, Any] = {
         "worker": name,
         "group": node.group,
         "kind": node.kind,

@@ -19,7 +19,7 @@ class Responder(threading.Thread):
     """The task's REP socket, in a thread of its own (it owns the socket): answers every request with the
     task's worker name until stopped."""
 
-    def __init__(self, ctx: zmq.Context, name: str):
+    def __init__(self, ctx: zmq.Context, name: str) -> None:
         super().__init__(name="probe-rep", daemon=True)
         self.ctx, self.me = ctx, name
         self.stop = threading.Event()

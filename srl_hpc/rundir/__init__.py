@@ -29,6 +29,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -69,7 +70,11 @@ def redirect_output(path: Path) -> None:
 class RunDir:
     root: Path
 
-    def __post_init__(self):
+    if TYPE_CHECKING:  # the root may be given as a str; __post_init__ makes it a Path
+
+        def __init__(self, root: str | Path) -> None: ...
+
+    def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
 
     @property

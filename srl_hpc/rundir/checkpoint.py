@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 
 class Checkpoint:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
 
     def exists(self) -> bool:
@@ -49,7 +50,7 @@ class Checkpoint:
         )
         os.replace(tmp, self.path)  # a reader never sees a half-written checkpoint
 
-    def restore(self, model: torch.nn.Module, algorithm, device: torch.device) -> dict[str, int]:
+    def restore(self, model: torch.nn.Module, algorithm, device: torch.device) -> dict[str, Any]:
         """A trainer's everything: weights, the algorithm's state and torch's RNG; returns the counters
         (version, frames_consumed, transitions_trained) and the parameter database's index (None from a
         checkpoint written before the database existed)."""

@@ -43,7 +43,7 @@ def snapshot_tag(version: int) -> str:
 
 
 class ParameterDB:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.tag_dir = self.root / "tags"
 
@@ -66,7 +66,7 @@ class ParameterDB:
         """Store a version (again: the same weights, so a second writer changes nothing a reader sees)."""
         if version < 0:
             raise ValueError(f"a version is >= 0, got {version}")
-        self._write_atomically(self._version_path(version), lambda f: np.savez(f, **arrays))
+        self._write_atomically(self._version_path(version), lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
 
     def has(self, version: int) -> bool:
         return self._version_path(version).exists()

@@ -37,7 +37,7 @@ def arrays_checksum(arrays: dict[str, np.ndarray]) -> int:
 
 
 class ParameterPublisher:
-    def __init__(self, socket: zmq.Socket):
+    def __init__(self, socket: zmq.Socket) -> None:
         self.socket = socket
         self._last: dict[str, wire.Message] = {}
         self._frames: dict[str, list] = {}
@@ -87,7 +87,7 @@ class ParameterPublisher:
 class ParameterSubscriber:
     """Over ZMQ: a SUB socket subscribed to one tag."""
 
-    def __init__(self, socket: zmq.Socket, tag: str = LATEST):
+    def __init__(self, socket: zmq.Socket, tag: str = LATEST) -> None:
         self.socket = socket
         self.socket.setsockopt(zmq.SUBSCRIBE, tag.encode())
         self.version = -1
@@ -114,7 +114,7 @@ class ParameterSubscriber:
 class InlineSubscriber:
     """In the publisher's own worker: its last message for the tag, without a socket."""
 
-    def __init__(self, publisher: ParameterPublisher, tag: str = LATEST):
+    def __init__(self, publisher: ParameterPublisher, tag: str = LATEST) -> None:
         self.publisher = publisher
         self.tag = tag
         self.version = -1

@@ -17,6 +17,7 @@ import ctypes
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 
 from srl_hpc.rundir import RunDir, file_stem, tail
 
@@ -29,7 +30,7 @@ class FileRendezvous:
     """Local mode: each worker polls for the others' entries. Under Slurm without MPI (slurm.mpi: none) the
     workers first meet at a FileBarrier, then each reads the table once."""
 
-    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0, barrier: FileBarrier | None = None):
+    def __init__(self, run: RunDir, n_workers: int, timeout: float = 120.0, barrier: FileBarrier | None = None) -> None:
         self.run = run
         self.n_workers = n_workers
         self.timeout = timeout
@@ -69,11 +70,13 @@ class FileRendezvous:
     def _write_table(self) -> None:
         """The leader, once everyone has arrived: one file of all entries, so that each of N workers reads
         one file, not N (N x N opens on the metadata server)."""
+        assert self.barrier is not None  # (the barrier's before_go)
         _write_atomically(self.run.rendezvous_table, json.dumps(self._read(self.barrier.names)))
 
     def abandon(self) -> None:
         """At an exit before the barrier (also at exit): the others stop waiting for this worker."""
         if not self.done:
+            assert self.barrier is not None  # (registered with a barrier only)
             self.barrier.abandon()
 
 
@@ -100,7 +103,7 @@ class FileBarrier:
     POLL_RATE = 200.0  # looks at the go file per second, all waiting workers together
     LEAD_INTERVAL = 1.0  # seconds between the leader's listings of the arrivals, at most
 
-    def __init__(self, run: RunDir, names: list[str], me: str, timeout: float = TIMEOUT):
+    def __init__(self, run: RunDir, names: list[str], me: str, timeout: float = TIMEOUT) -> None:
         self.run = run
         self.names = names
         self.me = me
@@ -109,7 +112,8 @@ class FileBarrier:
         self.interval = max(0.1, len(names) / self.POLL_RATE)  # seconds between a worker's looks
         self.lead_interval = min(self.interval, self.LEAD_INTERVAL)
         self.phase = self.interval * (names.index(me) if me in names else 0) / len(names)  # its first look
-        self.before_go = None  # the leader calls it once everyone has arrived, before it says go
+        # the leader calls it once everyone has arrived, before it says go
+        self.before_go: Callable[[], None] | None = None
 
     def wait(self) -> None:
         arrivals = self.run.barrier_arrivals
@@ -203,7 +207,7 @@ PR_SET_TIMERSLACK = 29  # prctl(2)
 
 
 @contextlib.contextmanager
-def coarse_timer_slack(seconds: float = 0.01):
+def coarse_timer_slack(seconds: float = 0.01) -> Iterator[None]:
     """While MPI starts, this thread's sleeps may end up to `seconds` late. Open MPI's MPI_Init waits for the
     other ranks by polling with 100 us sleeps: with many ranks on few cores (hundreds of actors on one node,
     the local Slurm) the waiting ranks' wake-ups, and the kernel's switching among them, starve the ranks
@@ -219,7 +223,7 @@ def coarse_timer_slack(seconds: float = 0.01):
 
 
 class MpiRendezvous:
-    def __init__(self, barrier: FileBarrier):
+    def __init__(self, barrier: FileBarrier) -> None:
         self.barrier = barrier
         self.done = False
         # One tiny allgather needs no shared-memory transport, and every rank uses the same PML: groups on nodes

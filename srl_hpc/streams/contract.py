@@ -19,6 +19,7 @@ each other:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import gymnasium
 import numpy as np
@@ -56,7 +57,11 @@ class ObsContract:
     """How observations of `space` travel: `dtype` and `shape` of one row; for a Dict, `fields`
     ((key, dtype, shape, byte offset) each) inside rows of `record.itemsize` bytes."""
 
-    def __init__(self, space: gymnasium.Space):
+    record: np.dtype | None
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def __init__(self, space: gymnasium.Space) -> None:
         self.space = space
         self.fields: tuple[tuple[str, np.dtype, tuple[int, ...], int], ...] = ()
         if isinstance(space, gymnasium.spaces.Dict):
@@ -67,6 +72,7 @@ class ObsContract:
                         f"Box, Discrete, MultiDiscrete or MultiBinary"
                     )
             self.record = np.dtype([(key, sub.dtype, sub.shape) for key, sub in space.spaces.items()])  # packed
+            assert self.record.fields is not None  # (a structured dtype)
             self.fields = tuple(
                 (key, self.record.fields[key][0].base, self.record.fields[key][0].shape, self.record.fields[key][1])
                 for key in space.spaces
@@ -93,7 +99,7 @@ class ObsContract:
 
     def unpack(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Packed rows (..., nbytes) -> key -> (..., *shape) arrays (copies)."""
-        records = np.ascontiguousarray(rows).view(self.record).reshape(rows.shape[:-1])
+        records = np.ascontiguousarray(rows).view(cast(np.dtype, self.record)).reshape(rows.shape[:-1])
         return {key: np.array(records[key]) for key in self.keys}
 
 
@@ -101,7 +107,12 @@ class ActionContract:
     """How actions of `space` travel (`dtype`, `shape` per row), which values a receiver accepts, and how
     a Box action reaches the env (`squash`: "clip" or "tanh")."""
 
-    def __init__(self, space: gymnasium.Space, squash: str = "clip"):
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    start: int | np.ndarray
+    high: np.int64 | np.ndarray
+
+    def __init__(self, space: gymnasium.Space, squash: str = "clip") -> None:
         self.space, self.squash = space, squash
         self.kind = type(space).__name__
         if isinstance(space, gymnasium.spaces.Discrete):
@@ -136,7 +147,7 @@ class ActionContract:
         """What the env steps with: a choice shifted by the space's start, a Box sample into its bounds."""
         if self.kind != "Box":
             return actions + self.start if np.any(self.start) else actions
-        low, high = self.space.low, self.space.high
+        low, high = cast(gymnasium.spaces.Box, self.space).low, cast(gymnasium.spaces.Box, self.space).high
         if self.squash == "tanh":
             return (low + (np.tanh(actions) + 1.0) * 0.5 * (high - low)).astype(self.space.dtype)
         return np.clip(actions, low, high).astype(self.space.dtype)
@@ -186,7 +197,9 @@ class Contract:
 
     def segment_layout(self, segment_length: int, actors: list[str]) -> Layout:
         """What a segment consumer accepts: exactly the segments RingGroup makes."""
-        arrays = {"obs": (self.obs.dtype.str, (BATCH, segment_length, *self.obs.shape))}
+        arrays: dict[str, tuple[str | None, tuple]] = {
+            "obs": (self.obs.dtype.str, (BATCH, segment_length, *self.obs.shape))
+        }
         for name in self.segment_fields()[1:]:
             if name == HIDDEN:
                 arrays[HIDDEN] = ("<f4", (BATCH, self.state_size))
@@ -200,7 +213,7 @@ class Contract:
                 "actor": one_of(actors),
                 "group": integer(),
                 "frames": integer(),
-                "fill_seconds": lambda v: number(v) and v >= 0,
+                "fill_seconds": lambda v: number(v) and cast(float, v) >= 0,
             },
             values=self._values,
         )

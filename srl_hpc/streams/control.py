@@ -60,7 +60,7 @@ def is_event(kind: str, meta: dict, workers) -> bool:
 class ControlServer:
     """The controller's side: events from the run's `workers` (names)."""
 
-    def __init__(self, ctx: zmq.Context, workers: list[str]):
+    def __init__(self, ctx: zmq.Context, workers: list[str]) -> None:
         self.workers = set(workers)
         self.malformed = 0
         self.received = 0  # events taken in, well-formed or not: the controller's load grows with it
@@ -96,7 +96,7 @@ class ControlServer:
 class ControlClient:
     """A worker's side."""
 
-    def __init__(self, ctx: zmq.Context, table: dict, controller: str):
+    def __init__(self, ctx: zmq.Context, table: dict, controller: str) -> None:
         self.events = ctx.socket(zmq.PUSH)
         self.events.setsockopt(zmq.LINGER, 5000)  # the final report must arrive
         self.events.connect(endpoints.address(table, controller, endpoints.EVENTS))

@@ -43,7 +43,7 @@ class GatedProducer:
     trainer's samples port (so that a segment reaches the trainer that gave leave) and one DEALER to its
     credits port. The same interface as SampleProducer (reserve, try_send), which always has leave."""
 
-    def __init__(self, ctx: zmq.Context, name: str, trainers: list[tuple[str, str]]):
+    def __init__(self, ctx: zmq.Context, name: str, trainers: list[tuple[str, str]]) -> None:
         """trainers: (samples address, credits address) of each trainer."""
         self.want = wire.pack("want", {"actor": name}, {})
         self.producers = [SampleProducer(ctx, [samples]) for samples, _ in trainers]
@@ -109,7 +109,7 @@ class CreditLedger:
     """A trainer's side: a ROUTER where actors ask for leave; at most `window` grants outstanding, at least
     `base` (a queue's worth), more while the trainer waits for data."""
 
-    def __init__(self, ctx: zmq.Context, base: int, actors: list[str]):
+    def __init__(self, ctx: zmq.Context, base: int, actors: list[str]) -> None:
         if base < 1:
             raise ValueError(f"a credit window must be at least 1, got {base}")
         self.socket = ctx.socket(zmq.ROUTER)

@@ -54,6 +54,7 @@ def bind(sock: zmq.Socket, port: int | None = None) -> int:
     if port is None and _Binding.ports is None:
         return sock.bind_to_random_port(f"tcp://{_Binding.host}")  # the system picks a free port
     if port is None:
+        assert _Binding.ports is not None  # (returned above otherwise)
         low, high = _Binding.ports
         try:
             return sock.bind_to_random_port(f"tcp://{_Binding.host}", min_port=low, max_port=high + 1, max_tries=1000)

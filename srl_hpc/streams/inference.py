@@ -23,6 +23,7 @@ import socket
 import time
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -60,7 +61,7 @@ class InferenceServer:
         meta: tuple[str, ...] = (),
         reply: tuple[tuple[str, str, tuple], ...] | None = None,
         local: unix.Listener | None = None,
-    ):
+    ) -> None:
         self.socket, self.local = sock, local
         self.obs_shape, self.meta = obs_shape, meta
         self.reply_fields = None if reply is None else {name: (dtype, tuple(shape)) for name, dtype, shape in reply}
@@ -69,7 +70,9 @@ class InferenceServer:
         self._held: collections.deque[Request] = collections.deque()  # taken off the socket, not yet batched
         self._attached: dict[str, shared_memory.SharedMemory] = {}
         # An actor's header for a ring group is the same bytes every time: parsed and checked once
-        self._parsed: dict[bytes, tuple[dict, np.ndarray, shared_memory.SharedMemory, dict]] = {}
+        self._parsed: dict[
+            bytes, tuple[dict, np.ndarray, np.ndarray | None, shared_memory.SharedMemory, dict[str, np.ndarray]]
+        ] = {}
         self._reply_headers: dict[tuple, bytes] = {}
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
@@ -99,7 +102,8 @@ class InferenceServer:
         """
         if not self._held and not self._poller.poll(timeout_ms):
             return []
-        batch, rows = [], 0
+        batch: list[Request] = []
+        rows = 0
         while True:
             req = self._held.popleft() if self._held else self._recv_nowait()
             if req is None:
@@ -119,9 +123,10 @@ class InferenceServer:
     def reply(self, request: Request, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         if request.shm is None:
             self.socket.send_multipart(
-                [request.client, *wire.pack("reply", {**request.meta, **meta}, arrays)], copy=False
+                [cast(bytes, request.client), *wire.pack("reply", {**request.meta, **meta}, arrays)], copy=False
             )
             return
+        assert request.slots is not None and self.local is not None  # (a request through shared memory)
         for name, slot in request.slots.items():
             slot[:] = arrays[name]
         key = (request.meta["group"], *meta.items())
@@ -130,7 +135,7 @@ class InferenceServer:
             if len(self._reply_headers) > 4096:  # (a new version makes new keys)
                 self._reply_headers.clear()
             header = self._reply_headers[key] = wire.pack("reply", {"group": request.meta["group"], **meta})[0]
-        self.local.reply(request.client, header)
+        self.local.reply(cast(socket.socket, request.client), header)
 
     def close(self) -> None:
         self._held.clear()  # their observation views point into the segments
@@ -213,6 +218,7 @@ class InferenceServer:
         return obs
 
     def _checked_state(self, hidden: np.ndarray, rows: int) -> np.ndarray:
+        assert self.state_shape is not None  # (called with a recurrent model only)
         if hidden.dtype != np.float32 or hidden.shape != (rows, *self.state_shape) or not np.isfinite(hidden).all():
             raise wire.WireError(
                 f"recurrent state of shape {hidden.shape} and dtype {hidden.dtype}, expected "
@@ -240,7 +246,7 @@ class InferenceServer:
             shm = shared_memory.SharedMemory(name=name)
             # The actor owns the segment; without this, Python's resource tracker would unlink it when
             # this process exits (and warn about a "leak").
-            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+            resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # noqa: SLF001
             self._attached[name] = shm
         return self._attached[name]
 
@@ -248,7 +254,7 @@ class InferenceServer:
 class ReplyBuffer:
     """An actor's waiting for replies: they are keyed by `group`; a reply for another group waits here."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._replies: dict[int, wire.Message] = {}
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
@@ -268,7 +274,7 @@ class ReplyBuffer:
 class InferenceClient(ReplyBuffer):
     """One actor's side over ZMQ, the arrays inside the messages."""
 
-    def __init__(self, socket: zmq.Socket):
+    def __init__(self, socket: zmq.Socket) -> None:
         super().__init__()
         self.socket = socket
 
@@ -297,7 +303,7 @@ class ShmInferenceClient(ReplyBuffer):
         obs_dtype,
         reply_fields: tuple[tuple[str, str, tuple], ...],
         name: str | None = None,
-    ):
+    ) -> None:
         super().__init__()
         self.conn = unix.Connection(path)
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
@@ -309,7 +315,8 @@ class ShmInferenceClient(ReplyBuffer):
         inputs += [(HIDDEN, dt, shape) for field, dt, shape in reply_fields if field == HIDDEN]  # the state sent
         offset, self._layouts = 0, []
         for _ in range(n_groups):
-            request, reply = {}, {}
+            request: dict[str, list[Any]] = {}
+            reply: dict[str, list[Any]] = {}
             for slots, fields in ((request, inputs), (reply, reply_fields)):
                 for field, dt, shape in fields:
                     slots[field] = [offset, np.dtype(dt).str, list(shape)]
@@ -370,7 +377,7 @@ class ShmInferenceClient(ReplyBuffer):
 class InlineInferenceClient:
     """The policy handler of this very worker answers at once (IMPALA-style placement)."""
 
-    def __init__(self, serve_inline):
+    def __init__(self, serve_inline) -> None:
         self.serve_inline = serve_inline  # (obs, meta, hidden) -> reply arrays, with the handler's newest weights
         self._replies: dict[int, wire.Message] = {}
 

@@ -21,7 +21,7 @@ KERNEL_BUFFER_BYTES = 64 * 1024  # per connection and side (Linux doubles it); l
 
 
 class SampleProducer:
-    def __init__(self, ctx: zmq.Context, addresses: list[str]):
+    def __init__(self, ctx: zmq.Context, addresses: list[str]) -> None:
         self.socket = ctx.socket(zmq.PUSH)
         self.socket.setsockopt(zmq.LINGER, 5000)  # segments already sent must reach their consumer
         self.socket.setsockopt(zmq.SNDHWM, 2)
@@ -45,7 +45,7 @@ class SampleConsumer:
     """Receives the messages of one `layout`. Anything else that reaches the port (a foreign client, a
     damaged frame, a message of the right kind with the wrong shapes) is dropped and counted in `malformed`."""
 
-    def __init__(self, ctx: zmq.Context, layout: Layout, high_water_mark: int = 4):
+    def __init__(self, ctx: zmq.Context, layout: Layout, high_water_mark: int = 4) -> None:
         self.socket = ctx.socket(zmq.PULL)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.RCVHWM, high_water_mark)  # per producer

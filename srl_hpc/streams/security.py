@@ -50,10 +50,10 @@ class PrivateContext(zmq.Context):
     the handshakes its bound sockets refused. Monitors are read by the thread that calls
     handshakes_refused() (the worker's main loop, with its heartbeats)."""
 
-    _monitors: list = None  # declared: pyzmq takes an unknown attribute of a Context for a socket option
+    _monitors: list | None = None  # declared: pyzmq takes an unknown attribute of a Context for a socket option
     _refused: int = 0
 
-    def __init__(self, run: RunDir):
+    def __init__(self, run: RunDir) -> None:
         super().__init__()
         self._monitors = []
         self._refused = 0
@@ -61,9 +61,11 @@ class PrivateContext(zmq.Context):
 
     def watch(self, sock: zmq.Socket) -> None:
         """Count the handshakes `sock` (a bound CURVE server) refuses."""
+        assert self._monitors is not None  # (set in __init__)
         self._monitors.append(sock.get_monitor_socket(HANDSHAKE_FAILURES))
 
     def handshakes_refused(self) -> int:
+        assert self._monitors is not None  # (set in __init__)
         for monitor in self._monitors:
             while monitor.poll(0):
                 if recv_monitor_message(monitor)["event"] & HANDSHAKE_FAILURES:

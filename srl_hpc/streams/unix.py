@@ -51,7 +51,7 @@ def private_dir(path: Path) -> Path:
 class Listener:
     """The server's end: accepts actors' connections and hands out their messages one at a time."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
         private_dir(Path(path).parent)
         with contextlib.suppress(FileNotFoundError):
@@ -127,7 +127,7 @@ class Connection:
     stop, policy workers may end before actors) is like a ZMQ peer that went away: sends go nowhere and
     replies never come, and the worker learns from the controller whether the run stops or failed."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.sock.connect(path)

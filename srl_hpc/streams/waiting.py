@@ -15,7 +15,7 @@ import zmq
 
 def waiting(socket: zmq.Socket, copy: bool = False) -> Iterator[list]:
     """The frames of each message waiting on `socket`, until none is left; never blocks."""
-    while socket.get(zmq.EVENTS) & zmq.POLLIN:
+    while socket.get(zmq.EVENTS) & zmq.POLLIN:  # type: ignore[arg-type, operator]
         try:
             yield socket.recv_multipart(zmq.NOBLOCK, copy=copy)
         except zmq.Again:  # (the events said readable; a receive can still find nothing, e.g. a peer gone)

@@ -35,7 +35,7 @@ def pack(kind: str, meta: dict | None = None, arrays: dict[str, np.ndarray] | No
             raise WireError(f"array {name!r} has dtype {arr.dtype}; only numeric and bool arrays travel")
         arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
         specs.append([name, arr.dtype.str, list(arr.shape)])
-        frames.append(memoryview(arr).cast("B") if arr.size else b"")
+        frames.append(memoryview(arr).cast("B") if arr.size else b"")  # type: ignore[arg-type]
     header = json.dumps({"k": kind, "m": meta or {}, "a": specs}, separators=(",", ":")).encode()
     return [header, *frames]
 

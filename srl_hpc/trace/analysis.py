@@ -14,6 +14,9 @@ policy handler too: its inline inference counts as inference, not as env steppin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import numpy as np
 
 from srl_hpc.trace.learning import evaluation, population, ratings, returns_over_time
@@ -121,7 +124,9 @@ def histogram(values, exact_up_to: int = 16) -> list[dict]:
     ]
 
 
-def intervals(table: Table, duration: str, after: tuple[str, ...] = (), t0: float = 0.0):
+def intervals(
+    table: Table, duration: str, after: tuple[str, ...] = (), t0: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of the `duration` phase of every row, relative to t0."""
     if duration not in table or not len(table["t"]):
         return np.empty(0), np.empty(0)
@@ -144,7 +149,7 @@ def busy_time(starts, ends, edges, weights=None) -> np.ndarray:
         ends = np.maximum(ends, starts + 1e-6)  # a zero-length row still delivers its units
         rate = np.asarray(weights, dtype=float) / (ends - starts)
 
-    def before(points):
+    def before(points: np.ndarray) -> np.ndarray:
         order = np.argsort(points)
         p, r = points[order], rate[order]
         k = np.searchsorted(p, edges)
@@ -188,7 +193,7 @@ def time_shares(worker: WorkerTrace, t0: float = 0.0, handler: str | None = None
 def activity_timeline(worker: WorkerTrace, edges, t0: float = 0.0) -> dict[str, np.ndarray]:
     """Per bin of `edges`, the fraction of the bin spent in each activity (for the timeline plot)."""
     width = np.diff(np.asarray(edges, dtype=float))
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for activity, table, dur, after in activities(worker):
         starts, ends = intervals(worker.table(table), dur, after, t0)
         out[activity] = out.get(activity, 0.0) + busy_time(starts, ends, edges) / width
@@ -206,8 +211,8 @@ def rate_over_time(worker: WorkerTrace, handler: str, edges, t0: float = 0.0) ->
     return busy_time(starts, ends, edges, tab[field]) / np.diff(edges)
 
 
-def mean_shares(shares: list[dict[str, float]]) -> dict[str, float] | None:
-    shares = [s for s in shares if s]
+def mean_shares(shares: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
+    shares = cast(list[dict[str, float]], [s for s in shares if s])
     return {k: float(np.mean([s[k] for s in shares])) for k in shares[0]} if shares else None
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from argcomplete.completers import DirectoriesCompleter
 
@@ -56,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="srl-trace", usage=USAGE)
     top.add_argument("--version", action="store_true", help="print the installed version")
     commands = top.add_subparsers(metavar="COMMAND")
-    commands.completer = RUN_DIRS  # the first word may be a run directory: its summary
+    # the first word may be a run directory: its summary
+    commands.completer = RUN_DIRS  # type: ignore[attr-defined]
     for name, build in (("summary", _summary_parser), ("compare", _compare_parser), ("report", _report_parser)):
         commands.add_parser(name, parents=[build()], add_help=False)
     return top
@@ -64,9 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _summary_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-trace", usage=USAGE, description="Summarize a run's traces.")
-    p.add_argument("run_dir", help="run directory (holds traces/*.h5)").completer = RUN_DIRS
+    p.add_argument("run_dir", help="run directory (holds traces/*.h5)").completer = RUN_DIRS  # type: ignore[attr-defined]
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--plot", metavar="DIR", help="also write PNG figures to DIR").completer = RUN_DIRS
+    p.add_argument("--plot", metavar="DIR", help="also write PNG figures to DIR").completer = RUN_DIRS  # type: ignore[attr-defined]
     return p
 
 
@@ -88,8 +90,8 @@ def cmd_summary(argv) -> int:
 
 def _compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="srl-trace compare", usage=USAGE, description="Two runs side by side.")
-    p.add_argument("run_a").completer = RUN_DIRS
-    p.add_argument("run_b").completer = RUN_DIRS
+    p.add_argument("run_a").completer = RUN_DIRS  # type: ignore[attr-defined]
+    p.add_argument("run_b").completer = RUN_DIRS  # type: ignore[attr-defined]
     p.add_argument("--json", action="store_true", help="print both summaries as JSON {a, b}")
     return p
 
@@ -109,7 +111,7 @@ def _report_parser() -> argparse.ArgumentParser:
         "IQM, mean, median and optimality gap with stratified bootstrap 95% intervals and "
         "performance profiles (rliable), for the final score and the area under the curve.",
     )
-    p.add_argument("sweep_dir", help="a sweep directory (holds sweep.json)").completer = RUN_DIRS
+    p.add_argument("sweep_dir", help="a sweep directory (holds sweep.json)").completer = RUN_DIRS  # type: ignore[attr-defined]
     p.add_argument(
         "--score",
         choices=("auto", "train", "eval"),
@@ -132,7 +134,7 @@ def _report_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
     p.add_argument("--reps", type=int, default=report.BOOTSTRAP_REPS, help="bootstrap resamples")
-    p.add_argument("--out", help="where report.json and the figures go (default: SWEEP/report)").completer = RUN_DIRS
+    p.add_argument("--out", help="where report.json and the figures go (default: SWEEP/report)").completer = RUN_DIRS  # type: ignore[attr-defined]
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -284,6 +286,7 @@ def _ratings_lines(r: dict) -> list[str]:
     if r.get("games"):
         games = r["games"]
         newest, total = games.get(-1, 0), sum(games.values())
+        fixed: dict[str, int] | list[str]
         fixed = {fixed_name(v): n for v, n in games.items() if v <= FIXED}
         stored = {v: n for v, n in games.items() if v >= 0}
         lines += [
@@ -308,7 +311,7 @@ def _ratings_lines(r: dict) -> list[str]:
 
 
 def format_compare(a: dict, b: dict) -> str:
-    rows = [
+    rows: list[tuple[Any, ...]] = [
         ("run (A, B)", a["run_dir"], b["run_dir"]),
         ("experiment", a["experiment"], b["experiment"]),
         ("status", a["status"], b["status"]),

@@ -3,6 +3,8 @@ population's copies. Pure functions over trace.reader's tables, as analysis.py's
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from srl_hpc.trace.reader import RunTrace
@@ -23,7 +25,7 @@ def returns_over_time(run: RunTrace, bins: int = 10, policy: int | None = None) 
     r = np.concatenate([tab["episode_return"] for tab in tables])
     order = np.argsort(t)
     t, r = t[order], r[order]
-    out = {"episodes": int(len(r))}
+    out: dict[str, Any] = {"episodes": int(len(r))}
     if not len(r):
         return out
     out["first"] = float(r[:RETURN_WINDOW].mean())
@@ -44,7 +46,7 @@ def returns_over_time(run: RunTrace, bins: int = 10, policy: int | None = None) 
 
 def evaluation(run: RunTrace) -> dict:
     """Evaluation rounds of every eval worker, in time order: the version played, mean return and length."""
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for worker in run.hosting("eval"):
         tab = worker.table("eval_round")
         if "mean_return" in tab:
@@ -62,7 +64,7 @@ def evaluation(run: RunTrace) -> dict:
                 )
             ]
     rounds.sort(key=lambda e: e["t"])
-    out = {"rounds": len(rounds)}
+    out: dict[str, Any] = {"rounds": len(rounds)}
     if rounds:
         out.update(last=rounds[-1], best=max(rounds, key=lambda e: e["mean_return"]), all=rounds)
     return out
@@ -71,7 +73,7 @@ def evaluation(run: RunTrace) -> dict:
 def ratings(run: RunTrace) -> dict:
     """Self-play: the rating workers' Elo after their last round (versions; the fixed players as negative
     versions, srl_hpc/handlers/rating.py) and the actors' games by opponent (-1: the newest weights)."""
-    out = {"rounds": 0}
+    out: dict[str, Any] = {"rounds": 0}
     for worker in run.hosting("rating"):
         tab = worker.table("rating")
         if "elo" in tab and len(tab["round"]):

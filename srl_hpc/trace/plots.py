@@ -9,7 +9,9 @@ distributions.png  inference batch sizes and policy lag at the trainer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -17,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from srl_hpc.trace import analysis, learning  # noqa: E402
 from srl_hpc.trace.reader import RunTrace  # noqa: E402
@@ -65,15 +68,15 @@ def write_plots(run: RunTrace, summary: dict, out_dir: str | Path) -> list[Path]
 
 def _time_bins(run: RunTrace, summary: dict) -> np.ndarray:
     """Bins about a 60th of the traced time, at least half a second, from the first activity to the last."""
-    windows = [analysis.span(w, run.t0) for w in run.workers]
-    windows = [w for w in windows if w]
+    windows: Sequence[tuple[float, float] | None] = [analysis.span(w, run.t0) for w in run.workers]
+    windows = cast(list[tuple[float, float]], [w for w in windows if w])
     start = min(w[0] for w in windows) if windows else 0.0
     end = max(w[1] for w in windows) if windows else summary["traced_seconds"]
     width = max(0.5, (end - start) / 60)
     return np.arange(start, end + width, width)
 
 
-def _throughput(run: RunTrace, edges, title):
+def _throughput(run: RunTrace, edges, title) -> Figure:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for kind, (unit, *_) in analysis.THROUGHPUT.items():
         workers = run.hosting(kind)
@@ -99,7 +102,7 @@ def _throughput(run: RunTrace, edges, title):
     return fig
 
 
-def _latency(run: RunTrace, summary: dict, title):
+def _latency(run: RunTrace, summary: dict, title) -> Figure:
     stages = [s for s, stats in summary["latency"].items() if stats["n"]]
     cols = 3
     rows = max(1, -(-len(stages) // cols))
@@ -130,7 +133,7 @@ def _latency(run: RunTrace, summary: dict, title):
     return fig
 
 
-def _timeline(run: RunTrace, edges, title):
+def _timeline(run: RunTrace, edges, title) -> Figure:
     workers = [w for w in run.workers if analysis.activities(w)]
     if not workers:
         fig, ax = plt.subplots(figsize=(10, 2))
@@ -162,7 +165,7 @@ def _timeline(run: RunTrace, edges, title):
 POLICY_COLOURS = [("tab:green", "black"), ("tab:orange", "tab:red"), ("tab:cyan", "tab:blue")]  # (episodes, mean)
 
 
-def _returns(run: RunTrace, title):
+def _returns(run: RunTrace, title) -> Figure:
     """Against time and, from the controller's progress rows, against env frames: a resumed run's time axis
     has its gaps between attempts, its frames axis does not."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
@@ -198,7 +201,7 @@ def _returns(run: RunTrace, title):
     return fig
 
 
-def _ratings(table, title):
+def _ratings(table, title) -> Figure:
     """Each version's Elo after the last round (the random player at 0), the fixed players as lines."""
     from srl_hpc.envs.fixed_players import FIXED_PLAYERS
 
@@ -225,7 +228,7 @@ def _ratings(table, title):
     return fig
 
 
-def _distributions(summary: dict, title):
+def _distributions(summary: dict, title) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, xlabel in (
         (left, "batch_size", "observations per inference batch"),

@@ -17,6 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -232,7 +233,7 @@ def _open_failure(exc: Exception) -> str:
     return f"cannot read as HDF5 (corrupt?): {_short(exc)}"
 
 
-def _plain(value):
+def _plain(value: object) -> Any:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value.item() if isinstance(value, np.generic) else value

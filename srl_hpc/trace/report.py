@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def matrices(scores: list[MemberScore], kind: str, references: dict[str, tuple[f
     return out
 
 
-def aggregate(gap_to: float | None):
+def aggregate(gap_to: float | None) -> Callable[[np.ndarray], np.ndarray]:
     """The statistics of one (runs x tasks) matrix, in STATISTICS' order (the gap NaN without a target)."""
     from rliable import metrics
 
@@ -131,7 +132,7 @@ def aggregate(gap_to: float | None):
 
 def estimates(
     score_dict: dict[str, np.ndarray], gap_to: float | None, seed: int, reps: int = BOOTSTRAP_REPS
-) -> dict[str, dict[str, dict[str, float]]]:
+) -> dict[str, dict[str, dict[str, float | None]]]:
     """configuration -> statistic -> {value, low, high}: rliable's point estimates and stratified bootstrap
     percentile intervals, reproducible from `seed`."""
     from rliable import library
@@ -184,6 +185,7 @@ def report(
             f"--reference given for {', '.join(sorted(references))} but not for "
             f"{', '.join(t for t in tasks if t not in references)}: normalise every task or none"
         )
+    gap_to: float | None
     if references:
         gap_to = 1.0
     elif target is not None:
@@ -262,7 +264,7 @@ def write_plots(r: dict, directory: Path, references: dict[str, tuple[float, flo
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     names = list(r["configurations"])
-    colors = dict(zip(names, plt.get_cmap("tab10").colors))
+    colors = dict(zip(names, plt.get_cmap("tab10").colors))  # type: ignore[attr-defined]  # a ListedColormap
     stats = [s for s in STATISTICS if s != "optimality_gap" or r["optimality_gap_to"] is not None]
     paths = []
     for kind in ("final", "auc"):

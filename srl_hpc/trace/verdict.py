@@ -4,6 +4,7 @@ named from the mean time shares of each worker kind (srl_hpc.trace.analysis.summ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 SATURATED = 0.9  # a stage busy this much of its time cannot go faster
 BUSY = 0.5  # a consumer busy at least this much is the likely cause of its producers' waits
@@ -50,7 +51,7 @@ def verdict(actor: dict | None, policy: dict | None, trainer: dict | None, extra
     trainer_words = (
         ""
         if trainer_busy is None
-        else f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(trainer['waiting'])}"
+        else f"the trainer is busy {_pct(trainer_busy)} and waits for data {_pct(cast(dict, trainer)['waiting'])}"
     )
     policy_words = "" if policy_busy is None else f"the policy worker is busy {_pct(policy_busy)}"
     dropped = extra.get("dropped_fraction") or 0.0

@@ -52,7 +52,7 @@ class TraceWriter:
         flush_interval: float = 2.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         enabled: bool = True,
-    ):
+    ) -> None:
         self.path = Path(path)
         self.worker = worker
         self.flush_interval = flush_interval

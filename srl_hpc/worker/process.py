@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import cast
 
 import zmq
 
@@ -68,7 +69,7 @@ class Worker:
         incarnation: int = 0,
         link: ChildLink | None = None,
         ports: dict[str, int] | None = None,
-    ):
+    ) -> None:
         self.exp = exp
         self.graph = graph
         self.name = name
@@ -309,6 +310,7 @@ def main(argv=None) -> int:
     endpoints.configure(address.ip, config.parse_ports(exp.slurm.ports) if args.slurm else None)
     log.info("address %s", address.describe())
 
+    rendezvous: ChildLink | FileRendezvous | MpiRendezvous
     if args.supervised:
         rendezvous = ChildLink(args.supervised)
     else:
@@ -331,7 +333,7 @@ def main(argv=None) -> int:
             args.run_dir,
             slurm=args.slurm,
             incarnation=args.incarnation,
-            link=rendezvous if args.supervised else None,
+            link=cast(ChildLink, rendezvous) if args.supervised else None,
             ports=args.ports,
         )
         ports = worker.bind()
@@ -373,7 +375,9 @@ def main(argv=None) -> int:
             worker.close()
 
 
-def _rendezvous(args, run_dir: RunDir, graph: wiring.Graph, name: str):
+def _rendezvous(
+    args: argparse.Namespace, run_dir: RunDir, graph: wiring.Graph, name: str
+) -> FileRendezvous | MpiRendezvous:
     """How this task meets the others: files in local mode; under Slurm a barrier of files, then MPI (which
     starts here) or the files."""
     if not args.slurm:

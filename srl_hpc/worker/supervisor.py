@@ -48,7 +48,7 @@ def die_with_parent() -> None:
 class ChildLink:
     """The child's end of the pipes: its rendezvous, its heartbeats and its last words to the supervisor."""
 
-    def __init__(self, fds: str):
+    def __init__(self, fds: str) -> None:
         up, down = (int(fd) for fd in fds.split(","))
         self.up = os.fdopen(up, "w", buffering=1)
         self.down = os.fdopen(down, "r")
@@ -72,7 +72,9 @@ class ChildLink:
 
 
 class Supervisor:
-    def __init__(self, exp, names: list[str], run_dir: RunDir, task_id: int, rendezvous, budget: int, slurm: bool):
+    def __init__(
+        self, exp, names: list[str], run_dir: RunDir, task_id: int, rendezvous, budget: int, slurm: bool
+    ) -> None:
         self.exp = exp
         self.names = names  # every worker of the run's graph, in task order
         self.run_dir = run_dir
