@@ -22,7 +22,7 @@ from srl_hpc.config.slurm import ContainerConfig
 
 
 class PlanError(ValueError):
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("the job does not fit the cluster:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -111,8 +111,10 @@ class Plan:
 def make_plan(exp: Experiment, run_dir: str, python: str) -> Plan:
     if not exp.curve:
         raise PlanError(
-            "curve: false is for measuring its cost on a machine of your own; on a cluster every "
-            "node can reach the run's ports, so a Slurm run keeps its sockets private"
+            [
+                "curve: false is for measuring its cost on a machine of your own; on a cluster every "
+                "node can reach the run's ports, so a Slurm run keeps its sockets private"
+            ]
         )
     s = exp.slurm
     graph = wiring.build(exp)

@@ -61,6 +61,13 @@ def test_each_het_group_asks_for_its_nodes_gpus_and_memory_the_controller_riding
     assert (actor.nodes, actor.gpus_per_node, actor.mem_mb) == (2, 0, 3 * 512)
 
 
+def test_a_slurm_run_without_curve_is_refused_in_one_problem_that_says_why():
+    with pytest.raises(plan.PlanError) as info:
+        make(EXPERIMENT + "curve: false\n")
+    (problem,) = info.value.problems
+    assert problem.startswith("curve: false is for measuring its cost") and "sockets private" in problem
+
+
 def test_cpu_devices_ask_for_no_gpus():
     text = EXPERIMENT.replace("device: cuda", "device: cpu")
     assert all(g.gpus_per_node == 0 for g in make(text).groups)
