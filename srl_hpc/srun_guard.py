@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from srl_hpc import config, group_watch, start_watch
@@ -65,6 +66,8 @@ def steps_left(job_id: str) -> list[str]:
 
 def guard(run: RunDir, srun_pid: int, job_id: str, grace: float = GRACE, interval: float = INTERVAL) -> bool:
     """Until srun exits (False), or until it has been ended here, its step gone (True)."""
+    ended_at: float | None
+    next_question: float | None
     ended_at = next_question = None
     answers_without_step = 0
     while alive(srun_pid):
@@ -74,6 +77,7 @@ def guard(run: RunDir, srun_pid: int, job_id: str, grace: float = GRACE, interva
             if run.summary.exists():
                 ended_at, next_question = now, now + grace
             continue
+        assert next_question is not None  # set with ended_at
         if now < next_question:
             continue
         next_question = now + interval
@@ -91,6 +95,18 @@ def guard(run: RunDir, srun_pid: int, job_id: str, grace: float = GRACE, interva
             os.kill(srun_pid, signal.SIGKILL)
             return True
     return False
+
+
+def watched_tasks(
+    graph: wiring.Graph, group: str | None, env: Mapping[str, str]
+) -> tuple[list[str], list[tuple[list[str], int]]]:
+    """The workers this guard's srun runs, by srun's task number, and the het components that number them (see
+    start_watch.global_task). With slurm.layout: jobs (`group`) its srun runs that group's tasks only, numbered
+    from 0: no components."""
+    if group:
+        return [w.name for w in graph.workers if w.group == group], []
+    sizes = [len(members) for _, members in graph.groups()]
+    return graph.names, start_watch.het_groups(sizes, env, hostnames)
 
 
 def main(argv=None) -> int:
@@ -129,12 +145,7 @@ def main(argv=None) -> int:
         )
         siblings.start()
     if not run.summary.exists():
-        graph = wiring.build(config.load(run.experiment))
-        if args.group:  # its srun runs this group's tasks only, numbered from 0
-            names, groups = [w.name for w in graph.workers if w.group == args.group], None
-        else:
-            names = graph.names
-            groups = start_watch.het_groups([len(members) for _, members in graph.groups()], os.environ, hostnames)
+        names, groups = watched_tasks(wiring.build(config.load(run.experiment)), args.group, os.environ)
         if start_watch.watch(run, names, run.slurm_output(job_id), srun_running, groups=groups):
             start_watch.end_srun_if_stuck(args.srun_pid, srun_running)
     if not can_guard:

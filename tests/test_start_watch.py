@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from srl_hpc import start_watch
+from srl_hpc import config, srun_guard, start_watch
+from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
 from srl_hpc.services.rendezvous import FileBarrier, RendezvousError, abandoned_by
 
@@ -108,3 +109,16 @@ def test_in_a_het_step_srun_numbers_each_components_tasks_from_zero_and_the_node
     assert start_watch.global_task("n4", 1, groups) == 4
     assert start_watch.global_task("n9", 0, groups) is None
     assert start_watch.het_groups([2, 1, 2], {}, expand) == [] and start_watch.global_task("n2", 3, []) == 3
+
+
+def test_a_groups_srun_in_the_jobs_layout_numbers_its_own_tasks_and_the_watch_names_the_worker(tmp_path):
+    """With slurm.layout: jobs each group's job has its own srun, whose task numbers start at 0 in that group."""
+    exp = config.loads("name: g\nenv: {id: CartPole-v1}\nworkers:\n  actor: {count: 3}\nstop: {wall_time: 5}\n")
+    graph = wiring.build(exp)
+    names, groups = srun_guard.watched_tasks(graph, "actor", {"SLURM_JOB_NODELIST": "n3"})
+    assert names == ["actor/0", "actor/1", "actor/2"] and groups == []
+    run, output = RunDir(tmp_path), tmp_path / "slurm-8.out"
+    output.write_text("srun: error: n3: task 1: Killed\n")
+    looks = iter([True, False])
+    assert start_watch.watch(run, names, output, lambda: next(looks), interval=0.01, groups=groups) == "actor/1"
+    assert (run.barrier_arrivals / "actor-1.failed").read_text() == "actor/1"  # for the run's leader to pass on
