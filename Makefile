@@ -21,10 +21,11 @@ test: test-install user-install slurm-install  ## install, start the project's l
 quick: lint test-install  ## ruff, then the tests not marked e2e, slurm or slow (under 2 minutes here)
 	$(BIN)/pytest -ra -m "not e2e and not slurm and not slow"
 
-lint: install            ## ruff's checks and format check, the layering check, lint-imports (settings: pyproject.toml); make quick and CI run it
+lint: install            ## ruff's checks and format check, the layering check (lint-imports), mypy (settings: pyproject.toml); make quick and CI run it
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 install: $(BIN)/srl-launch
 
