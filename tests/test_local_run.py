@@ -487,7 +487,10 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
         "algorithm.learning_starts=500",
         "--set",
         "monitor.status_interval=1",
+        "--set",
+        "workers.trainer.checkpoint_interval=2",  # the buffer's replay is saved as often
     )
+    snapshot = run_dir / "checkpoints" / "replay-buffer-0.npz"
 
     def version_after(text):
         """Read on to the first status line after a line with `text`; its trained version."""
@@ -497,7 +500,7 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
         return int(line.rsplit("| version", 1)[1].split()[0])
 
     at_kill = 0
-    while at_kill == 0:  # training under way
+    while at_kill == 0 or not snapshot.exists():  # training under way, the replay saved
         at_kill = version_after("| sample")
     entry = json.loads((run_dir / "rendezvous" / "buffer-0.json").read_text())
     os.kill(entry["pid"], signal.SIGKILL)
@@ -515,10 +518,47 @@ def test_a_killed_buffer_worker_comes_back_on_its_ports_and_training_goes_on(tmp
     table = json.loads((run_dir / "workers.json").read_text())
     assert table["buffer/0"]["ports"] == entry["ports"]  # the replacement serves where the actors send
     with h5py.File(run_dir / "traces" / "buffer-0.restart-1.h5") as f:
+        (restored,) = f["replay_restored"]["items"][:]  # the replacement started from the last snapshot
         steps = f["buffer_step"]
-        assert steps["size"][:].max() >= 500 and steps["sent"][:].sum() > 0  # refilled, and sampled from
+        assert restored >= 500 and steps["size"][0] >= restored and steps["sent"][:].sum() > 0  # and sampled from
     counters = summary["counters"]
     assert summary["frames_sent"] >= summary["frames_received"] > 0 and counters["priority_updates"] > 0
+
+
+@pytest.mark.e2e
+def test_a_resumed_apex_dqn_run_starts_from_the_replay_saved_at_its_stop(tmp_path):
+    run_dir = tmp_path / "run"
+    first, output = srl_started(
+        ROOT / "experiments" / "cartpole_dqn.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "stop.wall_time=25",  # the whole run's: attempt 2 runs what attempt 1 left
+        "--set",
+        "stop.target_return=null",
+        "--set",
+        "algorithm.learning_starts=500",
+        "--set",
+        "monitor.status_interval=1",
+    )
+    output.next_matching(
+        lambda line: "| version" in line and int(line.split("| version")[1].split()[0]) >= 5, 120, "training"
+    )
+    first.send_signal(signal.SIGINT)
+    out = output.finish(60)
+    assert first.returncode == 130, out
+    snapshot = run_dir / "checkpoints" / "replay-buffer-0.npz"  # saved at the stop
+    with np.load(snapshot) as f:
+        saved = len(f["priorities"])
+    assert saved >= 500
+    proc = srl("resume", run_dir, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"replay restored from {snapshot}: {saved:,} items" in (run_dir / "logs" / "buffer-0.log").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["attempt"] == 2 and summary["reason"].startswith("wall time"), summary
+    assert_every_frame_accounted_for(summary)
+    with h5py.File(run_dir / "traces" / "buffer-0.attempt-2.h5") as f:
+        assert f["buffer_step"]["size"][0] >= saved  # its first step held the saved replay
 
 
 @pytest.mark.e2e

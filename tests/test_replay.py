@@ -324,3 +324,21 @@ def test_nstep_too_short_sequence_emits_nothing():
     seq = random_sequences(np.random.default_rng(0), num_envs=2, length=3)
     out = nstep_transitions(seq, n=3, gamma=0.9)
     assert out["obs"].shape == (0, 2) and out["returns"].shape == (0,)
+
+
+@pytest.mark.parametrize("added", [5, 13])  # not yet full, and wrapped around
+def test_a_snapshot_restores_items_priorities_and_the_next_slot(added):
+    replay = PrioritizedReplay(8, {"obs": ((2,), np.float32), "actions": ((), np.int64)}, seed=1)
+    replay.add({"obs": np.arange(added * 2, dtype=np.float32).reshape(added, 2), "actions": np.arange(added)})
+    replay.update_priorities(np.array([0, 3]), np.array([5.0, 0.5]))
+    snapshot = {k: v.copy() for k, v in replay.snapshot().items()}
+    restored = PrioritizedReplay.from_snapshot(snapshot, 8, seed=2)
+    assert len(restored) == len(replay) and (restored.added, restored.sampled) == (0, 0)
+    every = np.arange(len(replay))
+    assert np.array_equal(restored._tree.priorities(every), replay._tree.priorities(every))
+    for name in ("obs", "actions"):
+        assert np.array_equal(restored._storage[name][: len(replay)], replay._storage[name][: len(replay)])
+    item = {"obs": np.full((1, 2), -1, np.float32), "actions": np.array([-1])}
+    assert np.array_equal(restored.add(item), replay.add(item))  # the next item goes where it would have
+    with pytest.raises(ValueError, match="does not fit a replay of capacity 4"):
+        PrioritizedReplay.from_snapshot(snapshot, 4)

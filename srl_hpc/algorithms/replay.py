@@ -9,6 +9,8 @@ buffer can live in any worker process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 
@@ -153,6 +155,32 @@ class PrioritizedReplay:
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Set the priorities of sampled items to (|td error| + eps) ** alpha."""
         self._tree.update(indices, (np.abs(np.asarray(td_errors, np.float64)) + self.eps) ** self.alpha)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps of the replay: its items (`item/<field>`) in their slots, their priorities and
+        the slot the next item goes to."""
+        return {
+            **{f"item/{name}": array[: self._size] for name, array in self._storage.items()},
+            "priorities": self._tree.priorities(np.arange(self._size)),
+            "cursor": np.asarray(self._cursor, np.int64),
+        }
+
+    @classmethod
+    def from_snapshot(
+        cls, snapshot: Mapping[str, np.ndarray], capacity: int, alpha: float = 0.6, seed: int = 0
+    ) -> PrioritizedReplay:
+        """A replay holding a snapshot's items in their slots at their priorities, the next item going where it
+        would have; its counts of items added and sampled start at 0. The capacity must be the snapshot's."""
+        items = {key.removeprefix("item/"): array for key, array in snapshot.items() if key.startswith("item/")}
+        size = len(snapshot["priorities"])
+        if size > capacity or (size < capacity and int(snapshot["cursor"]) != size):
+            raise ValueError(f"a snapshot of {size} items does not fit a replay of capacity {capacity}")
+        replay = cls(capacity, {name: (a.shape[1:], a.dtype) for name, a in items.items()}, alpha=alpha, seed=seed)
+        for name, array in items.items():
+            replay._storage[name][:size] = array
+        replay._tree.update(np.arange(size), snapshot["priorities"])
+        replay._cursor, replay._size = int(snapshot["cursor"]), size
+        return replay
 
 
 def nstep_transitions(seq: dict[str, np.ndarray], n: int, gamma: float) -> dict[str, np.ndarray]:

@@ -73,11 +73,16 @@ class DQNConfig:
     # replay_capacity and learning_starts count sequences): unroll the segment before each one first, from the
     # state the actors stored, without gradients, so training starts from the current network's state
     burn_in: bool = True
+    # a buffer worker saves its replay beside the checkpoints (every workers.trainer.checkpoint_interval and at stop)
+    # when the stored items fit in this many MB, and a resumed run or a replaced buffer worker starts from it; 0: never
+    checkpoint_replay_mb: int = 1024
 
     def check(self) -> list[tuple[str, str]]:
         problems = check_unit(self, ("gamma", "epsilon", "priority_alpha", "priority_beta"))
         problems += check_positive(self, ("lr", "max_grad_norm", "max_replay_ratio"))
         problems += check_counts(self, ("n_step", "batch_size", "target_update_interval", "replay_capacity"))
+        if self.checkpoint_replay_mb < 0:
+            problems.append(("checkpoint_replay_mb", f"must be >= 0 (0: never saved), got {self.checkpoint_replay_mb}"))
         if self.epsilon_alpha < 0:
             problems.append(("epsilon_alpha", f"must be >= 0, got {self.epsilon_alpha}"))
         if self.learning_starts < self.batch_size:

@@ -94,8 +94,9 @@ class BufferConfig:
     """Replay buffer workers (off-policy algorithms): actors spread their segments over them."""
 
     count: int = 0  # buffer worker processes: >= 1 for dqn and vdn (at most actor.count), 0 for ppo and mappo
-    # a buffer worker that dies or hangs is replaced (on the same ports, with an empty replay that the
-    # actors refill), at most this many times per buffer; once more and the run stops, naming it and why
+    # a buffer worker that dies or hangs is replaced (on the same ports, with its last saved replay, see
+    # algorithm.checkpoint_replay_mb, or an empty one), at most this many times per buffer; once more and the
+    # run stops, naming it and why
     max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:

@@ -6,9 +6,11 @@ transition exactly once (replay.nstep_transitions). Transitions enter a Prioriti
 highest priority so far. Once `learning_starts` are stored, the buffer samples batches and pushes them
 to the trainers, at most `max_replay_ratio` transitions sampled per transition stored (actors faster
 than the learner do not make it overfit a small replay); trainers send |TD error| priorities back.
-A buffer worker that dies is replaced (srl_hpc.worker.supervisor) with an empty replay: batches and priorities
-carry the incarnation that sampled them, so priorities meant for the lost replay are not applied to
-the new one's items.
+The replay is saved beside the checkpoints (RUN/checkpoints/replay-<buffer>.npz, every
+workers.trainer.checkpoint_interval and at stop) while its items fit in algorithm.checkpoint_replay_mb. A
+resumed run's buffer worker, and the replacement of one that died (srl_hpc.worker.supervisor), start from
+that snapshot (else empty): what was stored since it was written is lost. Batches and priorities carry the
+incarnation that sampled them, so priorities meant for a lost replay are not applied to the new one's items.
 
 With a recurrent model the items are sequences instead (recurrent DQN, R2D2-style): one env's segment
 with the recurrent state the actor stored at its start, followed by the first n steps of the next segment
@@ -24,6 +26,7 @@ future), and counted either way. Never imports torch.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -103,6 +106,11 @@ class BufferHandler(Handler):
         self.team = agent_count(self.exp.env) if self.spec.team else 0  # agents per replay item
         self.state_size = self.exp.model.state_size  # a recurrent model: sequences, not transitions
         self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
+        self.snapshot_path = worker.run_dir.replay_of(self.name)
+        self._last_snapshot = time.monotonic()
+        self._said_too_big = False
+        if (worker.attempt > 1 or worker.incarnation > 0) and self.snapshot_path.exists():
+            self._restore()
 
     def bind(self) -> dict[str, int]:
         contract = Contract.of(*spaces(self.exp.env), self.spec, self.exp)
@@ -146,6 +154,8 @@ class BufferHandler(Handler):
         self._apply_priorities()
         t3 = time.perf_counter()
         sent = self.batches.socket in ready and self._send_batch()
+        if time.monotonic() - self._last_snapshot > self.exp.workers.trainer.checkpoint_interval:
+            self.save_replay()
         if ready:
             self.trace.record(
                 "buffer_step",
@@ -241,6 +251,46 @@ class BufferHandler(Handler):
         self.batches_sent += sent
         return sent
 
+    def save_replay(self) -> None:
+        """Replace the replay's snapshot (atomically) if it fits in algorithm.checkpoint_replay_mb; say once when
+        it has outgrown that."""
+        self._last_snapshot = time.monotonic()
+        limit = self.cfg.checkpoint_replay_mb
+        if self.replay is None or not len(self.replay) or not limit:
+            return
+        t0 = time.perf_counter()
+        snapshot = self.replay.snapshot()
+        size = sum(a.nbytes for a in snapshot.values())
+        if size > limit * 2**20:
+            if not self._said_too_big:
+                print(
+                    f"[{self.name}] replay not saved: its {size / 2**20:,.0f} MB are over "
+                    f"algorithm.checkpoint_replay_mb ({limit:,}); a resumed run starts with an empty one",
+                    flush=True,
+                )
+                self._said_too_big = True
+            return
+        self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.snapshot_path.with_name(f".{self.snapshot_path.name}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, **snapshot)  # type: ignore[arg-type]
+        os.replace(tmp, self.snapshot_path)
+        self.trace.record("replay_saved", items=len(self.replay), bytes=size, seconds=time.perf_counter() - t0)
+
+    def _restore(self) -> None:
+        """Start from the last snapshot; one that does not fit this run's replay is left, saying why."""
+        with np.load(self.snapshot_path, allow_pickle=False) as f:
+            snapshot = dict(f)
+        try:
+            self.replay = PrioritizedReplay.from_snapshot(
+                snapshot, self.cfg.replay_capacity, alpha=self.cfg.priority_alpha, seed=self.rng_seed
+            )
+        except ValueError as e:
+            print(f"[{self.name}] {self.snapshot_path} not restored ({e}): starting with an empty replay", flush=True)
+            return
+        print(f"[{self.name}] replay restored from {self.snapshot_path}: {len(self.replay):,} items", flush=True)
+        self.trace.record("replay_restored", items=len(self.replay))
+
     def finish(self) -> None:
         """Keep receiving until the controller says every frame sent has arrived; the tails are dropped, counted."""
         deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -257,6 +307,7 @@ class BufferHandler(Handler):
         self.frames_dropped += held * self.frames_per_step
         self.tails.clear()
         self.held.clear()
+        self.save_replay()
 
     def queue_depths(self) -> dict[str, int]:
         return {"replay_size": len(self.replay) if self.replay else 0}

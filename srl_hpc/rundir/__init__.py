@@ -149,6 +149,10 @@ class RunDir:
         """A policy's checkpoint (the experiment's `policies`); "" is the one policy of a run without them."""
         return self.checkpoints / f"{policy or 'latest'}.pt"
 
+    def replay_of(self, buffer: str) -> Path:
+        """A buffer worker's replay, saved beside the checkpoints (algorithm.checkpoint_replay_mb)."""
+        return self.checkpoints / f"replay-{file_stem(buffer)}.npz"
+
     def parameters_of(self, policy: str) -> Path:
         """A policy's parameter database; "" is the one policy of a run without `policies` ("default")."""
         return self.root / "parameters" / (policy or "default")
