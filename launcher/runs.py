@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from launcher import slurm, slurm_jobs
@@ -35,15 +36,29 @@ def create(exp: config.Experiment, run_dir: str | Path | None = None) -> tuple[c
     return exp, run
 
 
-def reopen(run_dir: str | Path) -> tuple[config.Experiment, RunDir]:
-    """A run directory to resume: its experiment, with the attempt counter advanced. The previous attempt's
-    summary is kept as summary.attempt-N.json; the trainer's checkpoint is what the next attempt starts from."""
+# What a resume may change: the checkpoint holds the model and the algorithm's state, which a change of the
+# env, the model, the algorithm or the policies would not fit; the workers, stop conditions, monitoring and
+# Slurm resources are the run's size and shape around it
+RESUMABLE = ("workers", "stop", "monitor", "slurm")
+
+
+def reopen(run_dir: str | Path, changes: Sequence[str] = ()) -> tuple[config.Experiment, RunDir]:
+    """A run directory to resume: its experiment, with `changes` (KEY=VALUE, keys under RESUMABLE) applied and
+    written back, and the attempt counter advanced. The previous attempt's summary is kept as
+    summary.attempt-N.json; the trainer's checkpoint is what the next attempt starts from."""
     run = RunDir(Path(run_dir).resolve())
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} holds no run (no {run.experiment.name})")
     if not run.checkpoint.exists():
         raise FileNotFoundError(f"{run.root}: no checkpoint to resume from (no {run.checkpoint})")
     exp = config.load(run.experiment)
+    if changes:
+        refused = [c.partition("=")[0] for c in changes if c.partition("=")[0].split(".")[0] not in RESUMABLE]
+        if refused:
+            why = f"a resume changes only {', '.join(f'{k}.*' for k in RESUMABLE)}: the checkpoint holds the rest"
+            raise config.ConfigError("resume --set", [(key, None, why) for key in refused])
+        exp = config.with_overrides(exp, list(changes))
+        run.experiment.write_text(config.dump(exp))
     write_run_keys(run)  # (a run made before runs had keys)
     run.begin_next_attempt()
     return exp, run

@@ -180,3 +180,22 @@ def test_shell_completion_of_experiment_files_and_run_directories(tmp_path):
     experiments = sorted([str(tmp_path / "run-exp.yaml"), *runs])  # the directories, to walk into
     assert complete("srl-launch", f"srl-launch validate {tmp_path}/run", tmp_path) == experiments
     assert complete("srl-launch", "srl-launch experiments/cartpole_pp", tmp_path) == ["experiments/cartpole_ppo.yaml"]
+
+
+def test_resume_set_changes_the_runs_size_and_refuses_what_the_checkpoint_holds(capsys, tmp_path):
+    from launcher import runs
+    from srl_hpc.rundir import RunDir
+
+    _, run = runs.create(config.load(ROOT / "experiments" / "cartpole_ppo.yaml"), tmp_path / "run")
+    run.checkpoint.parent.mkdir()
+    run.checkpoint.touch()
+    written = run.experiment.read_text()
+    assert cli.main(["resume", str(run.root), "--set", "model.hidden_sizes=[8]", "--set", "env.id=Acrobot-v1"]) == 2
+    err = capsys.readouterr().err
+    assert "model.hidden_sizes" in err and "env.id" in err and "a resume changes only workers.*, stop.*" in err
+    assert run.experiment.read_text() == written and RunDir(run.root).attempt == 1  # nothing changed
+    assert cli.main(["resume", str(run.root), "--chain", "2", "--set", "workers.actor.count=4"]) == 2
+    assert "--set changes a run as it resumes now" in capsys.readouterr().err
+    exp, resumed = runs.reopen(run.root, ["workers.actor.count=4", "stop.wall_time=90"])
+    assert (exp.workers.actor.count, exp.stop.wall_time, resumed.attempt) == (4, 90, 2)
+    assert config.load(run.experiment) == exp  # what the workers of the attempt read

@@ -910,8 +910,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_reaches_its_target(tmp_
     assert index["tags"] == {**snapshots, "latest": {"version": checkpoint["version"]}}
     assert ParameterDB(run_dir / "parameters" / "default").index() == index
 
-    proc = srl("resume", run_dir, timeout=400)
+    proc = srl("resume", run_dir, "--set", "workers.actor.count=3", timeout=400)  # one actor more
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "attempt 2, with workers.actor.count=3" in proc.stdout
+    assert (run_dir / "traces" / "actor-2.attempt-2.h5").exists() and not (run_dir / "traces" / "actor-2.h5").exists()
     assert f"attempt 2: resuming after {before['wall_time']:.1f}s, {before['env_frames']:,} env frames" in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["attempt"] == 2 and summary["reason"].startswith("target reached")

@@ -27,7 +27,7 @@ srl-launch tune EXPERIMENT.yaml [--slurm] [--budget 600]   short measured runs c
 srl-launch status RUN_DIR                   state, outcome, progress, failed workers of a run or sweep
 srl-launch logs RUN_DIR [--worker actor/3] [-f]   a worker's log (default: the controller's)
 srl-launch cancel RUN_DIR                   stop a run (scancel for Slurm runs; checkpoints are kept)
-srl-launch resume RUN_DIR [--follow]        continue a stopped run from its checkpoint, in the same directory
+srl-launch resume RUN_DIR [--follow] [--set workers.actor.count=N]   continue a stopped run from its checkpoint
 srl-launch resume RUN_DIR --after JOBID | --chain K   queue continuation job(s) (no requeue needed)
 srl-launch enjoy RUN_DIR [--episodes N] [--video out.mp4] [--greedy] [--tag best | --version N]   watch it play
 srl-launch enjoy RUN_DIR --against one-ply [--games 200]   a self-play game's policy against a fixed player

@@ -34,6 +34,14 @@ def parser() -> argparse.ArgumentParser:
         help="a Slurm run: queue K continuation jobs, each after the "
         "one before (for clusters that forbid requeue); a run that has ended by itself is not continued",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the run's size or shape for this attempt and the next (keys under workers, stop, monitor, "
+        "slurm; e.g. workers.actor.count=64), written into its experiment.yaml",
+    )
     return p
 
 
@@ -41,6 +49,11 @@ def main(argv) -> int:
     args = parser().parse_args(argv)
     run = args.run_dir
     if args.after is not None or args.chain is not None:
+        if args.set:
+            raise common.UsageError(
+                "--set changes a run as it resumes now; queued continuations (--after, --chain) run the "
+                "experiment as it is: resume with --set first, or without --after and --chain"
+            )
         if args.chain is not None and args.chain < 1:
             raise common.UsageError(f"--chain must be >= 1, got {args.chain}")
         command = "srl-launch resume " + " ".join(shlex.quote(a) for a in argv)
@@ -61,14 +74,18 @@ def main(argv) -> int:
             )
     elif local.launcher_pid(run) is not None:
         raise common.UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
-    exp, run = runs.reopen(run.root)
+    exp, run = runs.reopen(run.root, args.set)
     command = "srl-launch resume " + " ".join(shlex.quote(a) for a in argv)
     if not run.slurm.exists():
         local.check_fits(exp)
-        print(f"resuming {run.root}: attempt {run.attempt}")
+        print(f"resuming {run.root}: attempt {run.attempt}" + changed(args.set))
         code = local.run(exp, run)
         print(f"run directory: {run.root}")
         return code
     job_id = slurm.submit(slurm.prepare(exp, run.root, sys.executable, command), run, command)
-    print(f"resuming {run.root}: attempt {run.attempt}, submitted {running.jobs_text(run, job_id)}")
+    print(f"resuming {run.root}: attempt {run.attempt}{changed(args.set)}, submitted {running.jobs_text(run, job_id)}")
     return running.follow(run, job_id) if args.follow else 0
+
+
+def changed(assignments: list[str]) -> str:
+    return f", with {' '.join(assignments)}" if assignments else ""
