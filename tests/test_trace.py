@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, script, srl, srl_started, wait_until
 from srl_hpc import config, graph
 from srl_hpc.streams.shm import shm_name
-from srl_hpc.trace import analysis, cli, reader, verdict
+from srl_hpc.trace import analysis, cli, reader, verdict, writer
 from srl_hpc.trace.reader import RunTrace, WorkerTrace
 
 SLOW_ENV = ROOT / "experiments" / "testing" / "slow_env.yaml"
@@ -310,3 +310,15 @@ def test_a_sigkilled_worker_trace_is_read_up_to_its_last_flush(tmp_path):
     assert summary["status"] == "failed"
     assert summary["failed_workers"]["actor/0"] == "process was killed by SIGKILL"  # max_restarts 0: no supervisor
     assert cli.main([str(run_dir)]) == 0
+
+
+def test_a_worker_that_records_little_is_flushed_at_its_heartbeat_not_after_many_rows(tmp_path):
+    path = tmp_path / "eval-0.h5"
+    trace = writer.TraceWriter(path, "eval/0", flush_interval=0.0)
+    for round_ in range(3):  # far fewer than record() counts before it looks at the clock
+        trace.record("eval_round", version=round_)
+    trace.flush_if_due()  # (the first look starts the clock)
+    assert reader.read_file(path)[0].tables == {}
+    trace.flush_if_due()
+    assert list(reader.read_file(path)[0].table("eval_round")["version"]) == [0, 1, 2]
+    trace.close()

@@ -2,8 +2,9 @@
 
 Layout: one group per table (e.g. /inference), one 1-D chunked, compressed dataset per field, all of
 equal length; field "t" is the wall-clock time (unix seconds) of each row. Rows are buffered in memory
-and appended every `flush_interval` seconds, then the file is flushed (H5Fflush), so a worker killed at any
-other moment leaves a file that reads up to its last flush. A cap bounds the file; when reached, recording
+and appended every `flush_interval` seconds (looked for every CHECK_EVERY rows, and at each heartbeat of the
+worker: flush_if_due), then the file is flushed (H5Fflush), so a worker killed at any other moment leaves a
+file that reads up to its last flush. A cap bounds the file; when reached, recording
 stops and the file's attribute `capped_at` says when.
 
 The file stays open from the worker's start to its close. Run directories live on shared filesystems
@@ -95,6 +96,15 @@ class TraceWriter:
     def flush(self) -> None:
         with self._lock:
             self._flush()
+
+    def flush_if_due(self) -> None:
+        """Flush if `flush_interval` has passed since the last one. record() looks at the clock only every
+        CHECK_EVERY rows, which a worker that records little (an evaluation worker: a round and a heartbeat a
+        second) takes minutes to write; its heartbeat calls this, so that no worker's rows wait longer."""
+        if self._last_flush is None:
+            self._last_flush = time.monotonic()
+        elif time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()

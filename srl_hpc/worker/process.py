@@ -208,6 +208,7 @@ class Worker:
                 open_files=len(os.listdir("/proc/self/fd")),
                 **depths,
             )
+            self.trace.flush_if_due()
             if self.link is not None:
                 self.link.beat()
         if report:
