@@ -34,7 +34,9 @@ from srl_hpc.population import pbt
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
 GROUPS = ("trainer", "policy", "buffer", "actor", "eval")
-RESTARTABLE = ("actor", "buffer")  # kinds whose lost state the run rebuilds by itself: env episodes, replay
+# kinds whose lost state the run rebuilds by itself: env episodes, a replay (from its last snapshot), evaluation
+# rounds (a rating worker's games are in the parameter database)
+RESTARTABLE = ("actor", "buffer", "eval")
 
 
 def restart_budget(exp, worker: str) -> int | None:

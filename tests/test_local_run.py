@@ -1006,6 +1006,35 @@ def test_an_evaluation_worker_reports_greedy_rounds_and_the_run_stops_on_their_r
     assert rounds["last"]["mean_return"] == pytest.approx(latest["mean_return"])
 
 
+@pytest.mark.e2e
+def test_a_killed_evaluation_worker_is_replaced_and_its_replacement_plays_rounds(tmp_path):
+    from srl_hpc.trace import reader
+
+    run_dir = tmp_path / "run"
+    exp = tmp_path / "eval.yaml"
+    exp.write_text(EVAL_CARTPOLE.replace("interval: 3", "interval: 1"))
+    proc, output = srl_started(exp, "--run-dir", run_dir, "--set", "stop.target_eval_return=null")
+    replacement = run_dir / "traces" / "eval-0.restart-1.h5"
+
+    def rounds(path):  # its eval rounds so far (a read racing a flush may fail: none yet)
+        worker = reader.read_file(path)[0] if path.exists() else None
+        return len(worker.table("eval_round")["t"]) if worker is not None else 0
+
+    wait_until(lambda: rounds(run_dir / "traces" / "eval-0.h5"), 120, "a first evaluation round", interval=0.5)
+    os.kill(child_pid(run_dir, "eval/0"), signal.SIGKILL)
+    output.line_with("eval/0 is back (replacement 1)", 60)
+    wait_until(lambda: rounds(replacement), 60, "a round of the replacement's", interval=0.5)
+    proc.send_signal(signal.SIGINT)
+    out = output.finish(60)
+    assert proc.returncode == 130, out
+    assert "eval/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["failed_workers"] == {}, summary
+    assert [r["error"] for r in summary["restarts"]["eval/0"]] == ["was killed by SIGKILL"]
+    with h5py.File(replacement) as f:
+        assert f["eval_round"]["version"][:].min() > 0  # with trained weights, as published
+
+
 @pytest.mark.slow
 def test_resume_needs_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"

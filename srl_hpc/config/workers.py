@@ -116,10 +116,13 @@ class EvalConfig:
     # the most likely action (PPO: argmax of the logits; DQN: of the Q values); false: actions as the least
     # exploring actor chooses them (PPO: sampled; DQN: that actor's epsilon)
     greedy: bool = True
+    # a dead or hung evaluation worker is replaced (its next round plays the newest weights; a rating worker
+    # reads the games so far from the parameter database), at most this many times per worker
+    max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
         return (
-            check_non_negative(self, ("count",))
+            check_non_negative(self, ("count", "max_restarts"))
             + check_counts(self, ("episodes",))
             + check_positive(self, ("interval",))
         )

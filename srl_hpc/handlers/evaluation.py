@@ -1,20 +1,19 @@
-"""Eval handler (workers.eval): whole episodes with the newest published weights, for a score a researcher
-can report. Training returns mix many policy versions and exploration; an evaluation round plays one
-version, greedy by default, on envs whose seeds no actor uses.
+"""Eval handler (workers.eval): whole episodes with the newest published weights, for a score a researcher can report.
+Training returns mix many policy versions and exploration; an evaluation round plays one version, greedy by default,
+on envs whose seeds no actor uses.
 
-A round takes the newest weights (newer than the previous round's), resets `episodes` envs, plays each
-env's first episode (a multi-agent env's: each agent's) to its end and reports every (version, return,
-length) to the controller, which shows them in the progress line, metrics.csv, TensorBoard and
-summary.json, and may stop the run on them (stop.target_eval_return). A round starts `interval` seconds
-after the previous one started, or when it ends if it took longer; in between the worker waits on the
-parameter stream, using no CPU. Weights that come during a round wait for the next one (only the newest
+A round takes the newest weights (newer than the previous round's, or for the replacement of a worker that died,
+newer than its model's own), resets `episodes` envs, plays each env's first episode (a multi-agent env's: each
+agent's) to its end and reports every (version, return, length) to the controller, which shows them in the progress
+line, metrics.csv, TensorBoard and summary.json, and may stop the run on them (stop.target_eval_return). A round
+starts `interval` seconds after the previous one started, or when it ends if it took longer; in between the worker
+waits on the parameter stream, using no CPU. Weights that come during a round wait for the next one (only the newest
 is kept: a Pong model is 6.5 MB a version).
 
-A round whose mean return beats the one of the version tagged `best` in the parameter database stores the
-weights it played there and moves `best` to them, with its mean return: `srl-launch enjoy RUN --tag best`
-plays it, and a resumed run keeps comparing against it. (Two evaluation workers ending rounds in the same
-instant may both move the tag; the later one wins, even if its return is the lower.)
-"""
+A round whose mean return beats the one of the version tagged `best` in the parameter database stores the weights it
+played there and moves `best` to them, with its mean return: `srl-launch enjoy RUN --tag best` plays it, and a
+resumed run keeps comparing against it. (Two evaluation workers ending rounds in the same instant may both move the
+tag; the later one wins, even if its return is the lower.)"""
 
 from __future__ import annotations
 
@@ -60,7 +59,9 @@ class EvalHandler(Handler):
         self.rows = self.envs.num_envs  # an episode per env; a multi-agent env's: one per agent
         self.explore = {k: np.full(self.rows, v, np.float32) for k, v in explore.items()}
         self.rounds = 0
-        self.evaluated_version = -1
+        # a replacement (incarnation > 0) waits for weights newer than its model's own (untrained, or the
+        # checkpoint's): its predecessor has evaluated those
+        self.evaluated_version = self.engine.version if worker.incarnation else -1
         self.next_round_at = 0.0
         self.playing = False
         self.newest: wire.Message | None = None  # the newest weights received and not loaded yet

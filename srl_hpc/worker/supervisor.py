@@ -1,11 +1,11 @@
 """Workers that come back: the process started for a restartable task supervises the worker it runs.
 
-A Slurm task cannot be respawned inside its job step, so the task's own process does it, the same way
-locally and under Slurm. For a restartable worker (an actor, a buffer worker), `python -m srl_hpc.worker`
-becomes a small supervisor that does the task's rendezvous once (MPI or files) and runs the worker as a
-child process. A child that dies (an error, a kill) or hangs (alive, but no heartbeat for half the
-monitor's heartbeat_timeout) is replaced by a new incarnation that gets the same rendezvous table and
-binds the ports its predecessor bound (so every peer reaches it at the address it already has), up to
+A Slurm task cannot be respawned inside its job step, so the task's own process does it, the same way locally
+and under Slurm. For a restartable worker (an actor, a buffer or an evaluation worker),
+`python -m srl_hpc.worker` becomes a small supervisor that does the task's rendezvous once (MPI or files) and runs the
+worker as a child process. A child that dies (an error, a kill) or hangs (alive, but no heartbeat for half the
+monitor's heartbeat_timeout) is replaced by a new incarnation that gets the same rendezvous table and binds the
+ports its predecessor bound (so every peer reaches it at the address it already has), up to
 `workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller the worker failed and
 why, and the run stops cleanly. The controller hears of each restart too (it keeps the lost incarnation's
 counters).
