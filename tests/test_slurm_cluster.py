@@ -175,9 +175,10 @@ def test_workers_start_through_the_container_runtime_and_the_job_succeeds(tmp_pa
     assert summary_of(run_dir)["status"] == "succeeded"
 
 
-def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
+def test_a_prepared_run_directory_sbatched_by_hand_runs_to_its_stop(tmp_path):
     run_dir = tmp_path / "run"
-    proc = srl("prepare", ROOT / "experiments" / "cartpole_ppo.yaml", "--run-dir", run_dir)
+    stop = ["--set", "stop.target_return=null", "--set", "stop.wall_time=8"]  # the run's own stop, not learning
+    proc = srl("prepare", ROOT / "experiments" / "cartpole_ppo.yaml", "--run-dir", run_dir, *stop)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"sbatch {run_dir / 'job.sbatch'}"
     text = (run_dir / "job.sbatch").read_text()
@@ -193,7 +194,8 @@ def test_a_prepared_run_directory_sbatched_by_hand_reaches_the_target(tmp_path):
         lambda: srl("status", run_dir).stdout,
         interval=0.5,
     )
-    assert summary_of(run_dir)["reason"].startswith("target reached")
+    summary = summary_of(run_dir)
+    assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time"), summary
     assert len(set(het_nodes(job_id))) == 3
     no_process_left(run_dir)
 
