@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import launcher
-from conftest import ROOT, srl_started, wait_until
+from conftest import ROOT, srl, srl_started, wait_until
 from launcher import slurm, slurm_jobs
 from srl_hpc.rundir import RunDir
 
@@ -19,10 +19,6 @@ SHORT = ["stop.target_return=null", "stop.wall_time=5", "monitor.status_interval
 
 def sets(overrides):
     return [arg for o in overrides for arg in ("--set", o)]
-
-
-def srl(*args, timeout=120):
-    return srl(*map(str, args), timeout=timeout)
 
 
 def test_a_held_job_shows_its_reason_and_expected_start_in_follow_and_status_then_runs_to_its_end(tmp_path):
