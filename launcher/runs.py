@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from launcher import slurm, slurm_jobs
@@ -42,10 +42,13 @@ def create(exp: config.Experiment, run_dir: str | Path | None = None) -> tuple[c
 RESUMABLE = ("workers", "stop", "monitor", "slurm")
 
 
-def reopen(run_dir: str | Path, changes: Sequence[str] = ()) -> tuple[config.Experiment, RunDir]:
+def reopen(
+    run_dir: str | Path, changes: Sequence[str] = (), check: Callable[[config.Experiment], None] | None = None
+) -> tuple[config.Experiment, RunDir]:
     """A run directory to resume: its experiment, with `changes` (KEY=VALUE, keys under RESUMABLE) applied and
-    written back, and the attempt counter advanced. The previous attempt's summary is kept as
-    summary.attempt-N.json; the trainer's checkpoint is what the next attempt starts from."""
+    written back, and the attempt counter advanced, once `check` (which raises) has passed it: a refused resume
+    changes nothing. The previous attempt's summary is kept as summary.attempt-N.json; the trainer's checkpoint
+    is what the next attempt starts from."""
     run = RunDir(Path(run_dir).resolve())
     if not run.experiment.exists():
         raise FileNotFoundError(f"{run.root} holds no run (no {run.experiment.name})")
@@ -58,6 +61,9 @@ def reopen(run_dir: str | Path, changes: Sequence[str] = ()) -> tuple[config.Exp
             why = f"a resume changes only {', '.join(f'{k}.*' for k in RESUMABLE)}: the checkpoint holds the rest"
             raise config.ConfigError("resume --set", [(key, None, why) for key in refused])
         exp = config.with_overrides(exp, list(changes))
+    if check is not None:
+        check(exp)
+    if changes:
         run.experiment.write_text(config.dump(exp))
     write_run_keys(run)  # (a run made before runs had keys)
     run.begin_next_attempt()

@@ -196,6 +196,9 @@ def test_resume_set_changes_the_runs_size_and_refuses_what_the_checkpoint_holds(
     assert run.experiment.read_text() == written and RunDir(run.root).attempt == 1  # nothing changed
     assert cli.main(["resume", str(run.root), "--chain", "2", "--set", "workers.actor.count=4"]) == 2
     assert "--set changes a run as it resumes now" in capsys.readouterr().err
+    assert cli.main(["resume", str(run.root), "--set", "workers.actor.count=50000"]) == 2  # too big for here
+    assert "local mode would start" in capsys.readouterr().err
+    assert run.experiment.read_text() == written and RunDir(run.root).attempt == 1  # refused: nothing changed
     exp, resumed = runs.reopen(run.root, ["workers.actor.count=4", "stop.wall_time=90"])
     assert (exp.workers.actor.count, exp.stop.wall_time, resumed.attempt) == (4, 90, 2)
     assert config.load(run.experiment) == exp  # what the workers of the attempt read

@@ -74,10 +74,9 @@ def main(argv) -> int:
             )
     elif local.launcher_pid(run) is not None:
         raise common.UsageError(f"{run.root} is still running (local launcher pid {local.launcher_pid(run)})")
-    exp, run = runs.reopen(run.root, args.set)
+    exp, run = runs.reopen(run.root, args.set, check=None if run.slurm.exists() else local.check_fits)
     command = "srl-launch resume " + " ".join(shlex.quote(a) for a in argv)
     if not run.slurm.exists():
-        local.check_fits(exp)
         print(f"resuming {run.root}: attempt {run.attempt}" + changed(args.set))
         code = local.run(exp, run)
         print(f"run directory: {run.root}")
