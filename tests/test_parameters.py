@@ -77,7 +77,13 @@ def test_the_publisher_counts_one_copy_per_subscriber_of_the_tag():
         subs = [
             ParameterSubscriber.connect(ctx, f"tcp://127.0.0.1:{port}", tag) for tag in ("latest", "latest", "best")
         ]
-        wait_until(lambda: publisher.subscribers_of("latest") >= 2, 5, "two subscribers of latest", interval=0.01)
+        # each subscription comes over its own connection, in no set order: wait for all three
+        wait_until(
+            lambda: publisher.subscribers_of("latest") >= 2 and publisher.subscribers_of("best") >= 1,
+            5,
+            "two subscribers of latest and one of best",
+            interval=0.01,
+        )
         assert publisher.subscribers_of("latest") == 2 and publisher.subscribers_of("best") == 1
         arrays = {"w": np.ones(1000, np.float32)}
 
