@@ -34,18 +34,20 @@ from srl_hpc.population import pbt
 CONTROLLER = "controller/0"
 # het groups in task-id order; each group is a field of the experiment's `slurm` section
 GROUPS = ("trainer", "policy", "buffer", "actor", "eval")
-# kinds whose lost state the run rebuilds by itself: env episodes, a replay (from its last snapshot), evaluation
+# kinds whose lost state the run rebuilds by itself: env episodes, requests in flight (their actors send them
+# again), training since the last checkpoint (a lone trainer's), a replay (from its last snapshot), evaluation
 # rounds (a rating worker's games are in the parameter database)
-RESTARTABLE = ("actor", "buffer", "eval")
+RESTARTABLE = ("actor", "policy", "trainer", "buffer", "eval")
 
 
 def restart_budget(exp, worker: str) -> int | None:
-    """How many times `worker` may be replaced; None: it is not supervised (it holds state a replacement
-    could not rebuild, or that every other worker depends on: trainers, policy workers, the controller; or
-    its budget is 0, and a supervisor that can never restart it would only double the run's processes)."""
+    """How many times `worker` may be replaced; None: it is not supervised (the controller, which every other
+    worker depends on; trainers in lockstep, whose process group cannot take a stranger in; or a budget of 0,
+    where a supervisor that can never restart it would only double the run's processes)."""
     kind = worker.partition("/")[0]
-    budget = getattr(exp.workers, kind).max_restarts if kind in RESTARTABLE else 0
-    return budget or None
+    if kind not in RESTARTABLE or (kind == "trainer" and exp.workers.trainer.count > 1):
+        return None
+    return getattr(exp.workers, kind).max_restarts or None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zmq
 
-from srl_hpc.streams import unix, wire
+from srl_hpc.streams import inference, unix, wire
 from srl_hpc.streams.inference import InferenceClient, InferenceServer, ShmInferenceClient
 from srl_hpc.streams.shm import remove_segment, shm_name
 
@@ -189,6 +189,68 @@ def test_same_node_clients_each_get_their_own_replies_and_one_that_leaves_is_for
     assert req.obs.tolist() == [[1.0], [1.0]] and server.malformed == 1
     for c in clients[1:]:
         c.close()
+
+
+def test_a_request_lost_with_its_server_goes_again_to_the_replacement_and_a_repeated_reply_is_taken_once():
+    """The server dies holding the request; a new one binds the same port; the client sends it again."""
+    ctx = zmq.Context()
+    try:
+        first, port = InferenceServer.bind(ctx)
+        client = InferenceClient(inference.connect(ctx, f"tcp://127.0.0.1:{port}"))
+        client.send(0, np.full((2, 3), 7, np.float32), {"epsilon": 0.5})
+        (lost,) = wait_pending(first, 1)
+        first.socket.close(linger=0)  # dies with it, unanswered
+        assert client.wait(0, 300) is None
+        second, _ = InferenceServer.bind(ctx, port=port)
+        reply = None
+        for _ in range(50):  # the client notices the loss while it waits, and sends again
+            reply = client.wait(0, 100)
+            if reply is None and second.held() == 0:
+                batch = second.poll_batch(max_rows=100, timeout_ms=0)
+                for req in batch:
+                    assert req.obs.tolist() == lost.obs.tolist() and req.meta == lost.meta
+                    second.reply(req, {"version": 3}, {"actions": np.arange(2)})
+                    second.reply(req, {"version": 3}, {"actions": np.arange(2) + 5})  # answered twice
+            if reply is not None:
+                break
+        assert reply is not None and reply.meta == {"group": 0, "epsilon": 0.5, "version": 3}
+        assert reply.arrays["actions"].tolist() == [0, 1] and client.resent == 1
+        client.send(0, np.zeros((2, 3), np.float32))
+        (req,) = wait_pending(second, 1)
+        second.reply(req, {"version": 4}, {"actions": np.arange(2) + 10})
+        assert client.wait(0, 2000).arrays["actions"].tolist() == [10, 11]  # not the repeated old reply
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_same_node_client_connects_to_its_servers_replacement_and_sends_its_request_again(tmp_path):
+    ctx = zmq.Context()
+    path = unix.socket_path(tmp_path, "policy/0")
+    first, _ = InferenceServer.bind(ctx, local_path=path)
+    client = ShmInferenceClient(path, 2, 2, (1,), np.float32, (("actions", "<i8", ()),))
+    second = None
+    try:
+        client.send(0, np.full((2, 1), 4, np.float32))
+        client.send(1, np.full((2, 1), 5, np.float32))
+        for req in serve(first, 2):
+            if req.meta["group"] == 1:
+                first.reply(req, {"version": 1}, {"actions": np.ones(2, np.int64)})
+        first.close()  # dies holding group 0's request
+        assert client.wait(1, 2000).arrays["actions"].tolist() == [1, 1]  # answered before: not sent again
+        assert client.wait(0, 200) is None
+        second, _ = InferenceServer.bind(ctx, local_path=path)
+        assert client.wait(0, 200) is None  # connects again and sends group 0's request
+        (req,) = serve(second, 1)
+        assert req.meta["group"] == 0 and req.obs.tolist() == [[4.0], [4.0]]
+        second.reply(req, {"version": 2}, {"actions": np.full(2, 9, np.int64)})
+        reply = client.wait(0, 2000)
+        assert reply.meta == {"group": 0, "version": 2} and reply.arrays["actions"].tolist() == [9, 9]
+        assert client.resent == 1
+    finally:
+        client.close()
+        if second is not None:
+            second.close()
+        ctx.destroy(linger=0)
 
 
 def test_the_same_node_socket_directory_must_be_private(tmp_path):

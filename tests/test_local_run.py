@@ -1091,6 +1091,8 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
         "monitor.status_interval=1",
         "--set",
         "stop.wall_time=240",
+        "--set",
+        "workers.trainer.max_restarts=0",  # paused below as long as the hung actor: not to be replaced for it
     )  # the target it is, not the wall time, if it trains at all
     output.line_with("| sample", 120)
     killed, hung, trainer = (child_pid(run_dir, w) for w in ("actor/0", "actor/1", "trainer/0"))
@@ -1129,6 +1131,99 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
     report = subprocess.run([script("srl-trace"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "restarted workers (each read as one trace): actor/0 x1, actor/1 x1" in report.stdout
+
+
+@pytest.mark.e2e
+def test_a_killed_policy_worker_is_replaced_its_requests_go_again_and_the_run_reaches_its_target(tmp_path):
+    """Over ZMQ, with the run's keys, as actors on other nodes reach it (test_inference.py has the same node's
+    shared-memory transport connect again and send the request again)."""
+    from srl_hpc.trace import reader
+
+    run_dir = tmp_path / "run"
+    proc, output = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "workers.actor.inference_transport=zmq",
+        "--set",
+        "monitor.status_interval=1",
+        "--set",
+        "stop.target_return=200",
+        "--set",
+        "stop.wall_time=240",
+    )
+    output.line_with("| sample", 120)
+    killed = child_pid(run_dir, "policy/0")
+    os.kill(killed, signal.SIGKILL)  # between replies: the actors' requests in flight go with it
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    assert "policy/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert "policy/0 is back (replacement 1)" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert list(summary["restarts"]) == ["policy/0"] and summary["failed_workers"] == {}, summary
+    assert summary["counters"]["requests_resent"] >= 1, summary["counters"]
+    assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0
+    assert not os.path.exists(f"/proc/{killed}")
+    replacement, problems = reader.read_file(run_dir / "traces" / "policy-0.restart-1.h5")
+    assert replacement is not None and not problems, problems
+    pulled, served = replacement.table("param_pull"), replacement.table("inference")
+    assert len(served["t"]) and pulled["t"][0] <= served["t"][0]  # the published weights, before its first answer
+
+
+@pytest.mark.e2e
+def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_its_target(tmp_path):
+    import torch
+
+    from srl_hpc.trace import reader
+
+    run_dir = tmp_path / "run"
+    proc, output = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--run-dir",
+        run_dir,
+        "--set",
+        "monitor.status_interval=1",
+        "--set",
+        "workers.trainer.checkpoint_interval=2",
+        "--set",
+        "stop.target_return=200",
+        "--set",
+        "stop.wall_time=240",
+    )
+    checkpoint, killed = run_dir / "checkpoints" / "latest.pt", None
+    for _ in range(30):  # until the trainer has published versions its checkpoint does not hold
+        line = output.line_with("| version", 120)
+        reported = int(line.rsplit("| version", 1)[1].split()[0])
+        trainer = child_pid(run_dir, "trainer/0")
+        os.kill(trainer, signal.SIGSTOP)  # still, while its checkpoint is read
+        saved = torch.load(checkpoint, weights_only=False)["version"] if checkpoint.exists() else None
+        if saved is not None and reported > saved:
+            os.kill(trainer, signal.SIGKILL)
+            killed = trainer
+            break
+        os.kill(trainer, signal.SIGCONT)
+    assert killed is not None, "the trainer never ran ahead of its checkpoint"
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    assert "trainer/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert "trainer/0 is back (replacement 1)" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert list(summary["restarts"]) == ["trainer/0"] and summary["failed_workers"] == {}, summary
+    assert summary["no_final_report"] == [], summary
+    # what the lost trainer held is counted once, as lost; everything else was trained on or dropped
+    lost = summary["frames_lost_with_replaced_workers"]
+    assert summary["frames_consumed"] + summary["frames_dropped"] + lost == summary["frames_received"] > 0
+    assert summary["frames_sent"] - summary["frames_received"] == summary["frames_in_flight_lost"] >= 0
+    assert not os.path.exists(f"/proc/{killed}")
+    log = (run_dir / "logs" / "trainer-0.log").read_text()
+    assert f"versions {saved + 1}-" in log  # lost with the trainer; its replacement goes on from the checkpoint
+    replacement, problems = reader.read_file(run_dir / "traces" / "trainer-0.restart-1.h5")
+    assert replacement is not None and not problems, problems
+    after = replacement.table("train_step")["version"]
+    assert len(after) and after[0] > reported  # versions never repeat: no policy worker ignores the new ones
 
 
 def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():

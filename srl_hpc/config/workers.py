@@ -51,12 +51,16 @@ class PolicyWorkerConfig:
     device: str = "cpu"
     torch_threads: int = 1  # torch.set_num_threads where inference runs (impala: each actor); see slurm.policy
     precision: Precision = "fp32"  # "bf16": inference with the weights in bf16 (CPUs with avx512_bf16/AMX, GPUs)
+    # a policy worker that dies or hangs is replaced on the same ports, at most this many times per worker; its
+    # actors send their unanswered requests again, and it answers once it holds the newest published weights
+    max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
-        problems = check_counts(self, ("max_batch", "torch_threads")) + check_device(self.device)
-        if self.count < 0:
-            problems.append(("count", f"must be >= 0, got {self.count}"))
-        return problems
+        return (
+            check_counts(self, ("max_batch", "torch_threads"))
+            + check_device(self.device)
+            + check_non_negative(self, ("count", "max_restarts"))
+        )
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,13 @@ class TrainerConfig:
     # from all actors together; beyond it actors wait for leave to send, so policy lag and the frames in
     # queues stay bounded whatever the number of actors
     queue_batches: int = 2
+    # a lone trainer (count 1) that dies or hangs is replaced on the same ports from the last checkpoint, at most
+    # this many times; training since that checkpoint is lost. Trainers in lockstep are not replaced
+    max_restarts: int = 3
 
     def check(self) -> list[tuple[str, str]]:
         problems = check_counts(self, ("count", "batch_segments", "torch_threads", "queue_batches"))
-        problems += check_non_negative(self, ("snapshot_every", "keep_untagged"))
+        problems += check_non_negative(self, ("snapshot_every", "keep_untagged", "max_restarts"))
         problems += check_device(self.device)
         if self.checkpoint_interval <= 0:
             problems.append(("checkpoint_interval", f"must be > 0, got {self.checkpoint_interval}"))

@@ -33,6 +33,8 @@ from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, Sh
 from srl_hpc.streams.samples import SampleProducer
 from srl_hpc.streams.shm import shm_name
 
+PolicyClient = InferenceClient | ShmInferenceClient | InlineInferenceClient  # one per policy an actor acts for
+
 
 class PolicyLink:
     """What an actor keeps per policy: its ring groups' rows of that policy, the inference stream to one of its
@@ -41,7 +43,7 @@ class PolicyLink:
     def __init__(self, name: str, groups: list[RingGroup]) -> None:
         self.name = name  # "" for the one policy of every agent
         self.groups = groups
-        self.inference: InferenceClient | ShmInferenceClient | InlineInferenceClient | None = None  # (set by connect)
+        self.inference: PolicyClient | None = None  # (set by connect)
         self.samples: GatedProducer | SampleProducer | None = None  # (set by connect)
 
 
@@ -231,9 +233,7 @@ class ActorHandler(Handler):
             self._waiting_since = time.perf_counter()
         replies = self._replies.setdefault(g, [])
         while len(replies) < len(self.links):
-            reply = cast(
-                "InferenceClient | ShmInferenceClient | InlineInferenceClient", self.links[len(replies)].inference
-            ).wait(g, timeout_ms)
+            reply = cast(PolicyClient, self.links[len(replies)].inference).wait(g, timeout_ms)
             if reply is None:
                 return  # a policy handler is busy or gone; the worker checks commands and heartbeats
             replies.append(reply)
@@ -331,5 +331,7 @@ class ActorHandler(Handler):
             "frames_sent": self.frames_sent,
             "frames_discarded": self.frames_discarded,
             "episodes": self.episodes,
+            # requests sent again to a policy worker's replacement
+            "requests_resent": sum(cast(PolicyClient, link.inference).resent for link in self.links),
             ("returns" if self.policy_index is None else "policy_returns"): returns,
         }

@@ -24,6 +24,7 @@ from srl_hpc.handlers.stop_rules import StopRules
 from srl_hpc.streams.control import ControlServer, report_interval
 
 STOP_TIMEOUT = 30.0  # longest the two-phase stop may take before the controller gives up waiting
+QUIET = 1.0  # seconds without a frame arriving after which a replaced drainer's lost frames are taken as lost
 PING_INTERVAL = 1.0
 DECIDE_INTERVAL = 0.1  # stop conditions are checked this often, not on every event of a big run
 # Reports are taken in at most this often, all that wait at once: what one costs the controller is then the
@@ -170,9 +171,10 @@ class ControllerHandler(Handler):
         others = [w for w in self.workers if w not in self.drainers]
         self._broadcast_until("stop", lambda: all(w in finals for w in others), deadline)
         sent = total("frames_sent")
-        self._broadcast_until(
-            "stop", lambda: total("frames_received") >= sent or all(w in finals for w in self.drainers), deadline
+        arrived = ArrivalWatch(
+            lambda: total("frames_received"), sent, any(w in self.totals.restarts for w in self.drainers)
         )
+        self._broadcast_until("stop", lambda: arrived.all() or all(w in finals for w in self.drainers), deadline)
         self._broadcast_until("finish", lambda: all(w in finals for w in self.drainers), deadline)
         missing = [w for w in self.workers if w not in finals]
         received = total("frames_received")
@@ -181,6 +183,7 @@ class ControllerHandler(Handler):
             "frames_received": received,
             "frames_consumed": total("frames_consumed"),
             "frames_dropped": total("frames_dropped"),
+            "frames_lost_with_replaced_workers": self.totals.frames_lost_with_replaced,
             "frames_in_flight_lost": max(0, sent - received),
             "no_final_report": missing,
         }
@@ -236,3 +239,21 @@ class ControllerHandler(Handler):
     def _malformed(self) -> int:
         """Foreign or damaged messages dropped by any worker's receiving sockets, the controller's included."""
         return self.totals.sum("malformed_dropped") + self.control.malformed
+
+
+class ArrivalWatch:
+    """Phase 2's end: every frame sent has arrived. A drainer that was replaced lost what reached it after its
+    last report, so the count may never meet what was sent: then the frames have arrived once the count has
+    stood still for QUIET seconds (the drainers report every 0.2 s while they drain)."""
+
+    def __init__(self, received, sent: int, replaced: bool) -> None:
+        self.received, self.sent, self.replaced = received, sent, replaced
+        self.last = (received(), time.monotonic())
+
+    def all(self) -> bool:
+        now, count = time.monotonic(), self.received()
+        if count >= self.sent:
+            return True
+        if count != self.last[0]:
+            self.last = (count, now)
+        return self.replaced and now - self.last[1] > QUIET

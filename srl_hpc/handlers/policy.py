@@ -135,13 +135,21 @@ class PolicyHandler(Handler):
         self.active = self.stream is not None and self.stream.transport != "inline"
         self.server: InferenceServer | None = None
         self.rows = 0
+        # a replacement answers nothing until it holds the newest published weights: its predecessor's
+        # actors acted with those, and the trainer would drop samples of older ones
+        self.weights_due = worker.incarnation > 0
 
     def bind(self) -> dict[str, int]:
         if not self.active:
             return {}
         local = unix.socket_path(self.worker.run_dir.root, self.name) if self.stream.transport != "zmq" else None
         self.server, port = InferenceServer.bind(
-            self.worker.ctx, self.contract.obs.shape, self.explore_keys, self.contract.reply_fields(), local_path=local
+            self.worker.ctx,
+            self.contract.obs.shape,
+            self.explore_keys,
+            self.contract.reply_fields(),
+            local_path=local,
+            port=self.worker.ports.get("inference"),  # a replacement's: its predecessor's, which the actors know
         )
         return {"inference": port}
 
@@ -160,6 +168,12 @@ class PolicyHandler(Handler):
     def poll(self, timeout_ms) -> None:
         """Dynamic batching: answer every pending request (up to max_batch observations) with one forward pass."""
         assert self.server is not None  # (polled when active, and bound)
+        if self.weights_due:
+            newest = self.parameters.wait_newest(timeout_ms)  # (the trainer publishes again every few seconds)
+            if newest is None:
+                return
+            self.engine.load(newest, self.trace)
+            self.weights_due = False
         self.engine.pull(self.parameters, self.trace)
         batch = self.server.poll_batch(self.max_batch, timeout_ms)
         if not batch:

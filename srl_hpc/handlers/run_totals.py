@@ -49,6 +49,8 @@ class RunTotals:
         self.finals: set[str] = set()
         self.failed: dict[str, str] = {}  # worker -> error
         self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
+        # frames a replaced incarnation had received and neither consumed nor dropped (at its last report)
+        self.frames_lost_with_replaced = 0
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         # this attempt's: a resumed run refills it
         self.returns: collections.deque[float] = collections.deque(maxlen=return_window)
@@ -134,7 +136,10 @@ class RunTotals:
         previous = self.latest.get(worker)
         if previous is None or meta.get("incarnation", 0) <= previous.get("incarnation", 0):
             return None
-        self.retired.update(_counts(previous))
+        counts = _counts(previous)
+        self.retired.update(counts)
+        held = counts.get("frames_received", 0) - counts.get("frames_consumed", 0) - counts.get("frames_dropped", 0)
+        self.frames_lost_with_replaced += int(max(0, held))
         if not self.restarts.get(worker):
             return None
         restart = self.restarts[worker][-1]

@@ -110,16 +110,19 @@ class TrainerHandler(Handler):
         self.losses = LossMeans()  # the heartbeats' losses: means over the updates since the previous one
         self._last_checkpoint = time.monotonic()
         self._ready_since: float | None = None
-        if worker.attempt > 1:
+        self._oldest_version = 0  # on-policy samples of older versions are dropped
+        self._counted_before = (0, 0)  # a replacement's (frames, transitions): its predecessor reported those
+        if worker.attempt > 1 or worker.incarnation > 0:
             self._resume()
+        if worker.incarnation > 0:
+            self._replace()
 
     def _resume(self) -> None:
-        """A resumed run (attempt > 1) continues from the checkpoint: weights, optimizer state, version and
-        counters; every trainer reads the same file, so data-parallel trainers start identical."""
-        if not self.checkpoint.exists():  # requeued before the first checkpoint: nothing to resume
-            print(
-                f"[{self.name}] attempt {self.worker.attempt}, but no checkpoint yet: training from scratch", flush=True
-            )
+        """A resumed run (attempt > 1) or a replaced trainer continues from the checkpoint: weights, optimizer
+        state, version and counters; every trainer reads the same file, so data-parallel trainers start
+        identical."""
+        if not self.checkpoint.exists():  # requeued or replaced before the first checkpoint: nothing to resume
+            print(f"[{self.name}] no checkpoint yet: training from scratch", flush=True)
             return
         counters = self.checkpoint.restore(self.model, self.algorithm, self.device)
         if self.leader and counters["parameter_index"] is not None:
@@ -132,8 +135,24 @@ class TrainerHandler(Handler):
             flush=True,
         )
 
+    def _replace(self) -> None:
+        """A replacement trains on from the checkpoint, whose version may be older than the last its predecessor
+        published (kept for it): the restored weights are then published as the version after that one, and
+        on-policy samples of older versions are dropped (counted), those of the lost versions among them."""
+        self._counted_before = (self.frames_consumed, self.transitions_trained)
+        published = self.worker.kept.get("version", 0)
+        if published > self.version:
+            print(
+                f"[{self.name}] versions {self.version + 1}-{published} were lost with its predecessor: the "
+                f"checkpoint's weights (version {self.version}) go on as version {published + 1}",
+                flush=True,
+            )
+            self.version = published + 1
+            self._oldest_version = self.version
+
     def bind(self) -> dict[str, int]:
         ports = {}
+        reuse = self.worker.ports  # a replacement's: its predecessor's, which every peer knows
         self.source: ReplayReceiver | BatchAssembler
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         exp, actor = self.exp, self.exp.workers.actor
@@ -146,16 +165,16 @@ class TrainerHandler(Handler):
             batches = SampleConsumer(
                 self.worker.ctx, self.contract.replay_layout(buffers, team, sequence), high_water_mark=2
             )
-            ports["replay"] = batches.bind()
+            ports["replay"] = batches.bind(reuse.get("replay"))
             self.source = ReplayReceiver(batches, prepare)
         else:
             actors = [w.name for w in self.graph.hosts("actor")]
             samples = SampleConsumer(self.worker.ctx, self.contract.segment_layout(actor.segment_length, actors))
-            ports["samples"] = samples.bind()
+            ports["samples"] = samples.bind(reuse.get("samples"))
             per_message = actor.ring_size // actor.inference_splits  # env segments in one actor message
             window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
             credits = CreditLedger(self.worker.ctx, window, actors)
-            ports["credits"] = credits.bind()
+            ports["credits"] = credits.bind(reuse.get("credits"))
             self.source = BatchAssembler(
                 samples,
                 credits,
@@ -167,13 +186,14 @@ class TrainerHandler(Handler):
                 self.trace,
                 exp.env.frames_per_step,
             )
+            self.source.oldest_version = self._oldest_version
         if self.leader:
-            self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx)
+            self.publisher, ports["parameters"] = ParameterPublisher.bind(self.worker.ctx, reuse.get("parameters"))
         self.copies: zmq.Socket | None = None  # a population member's: the manager's copies come in here
         if self.graph.served_by("population", self.name):
             self.copies = self.worker.ctx.socket(zmq.PULL)
             self.copies.setsockopt(zmq.LINGER, 0)
-            ports["population"] = endpoints.bind(self.copies)
+            ports["population"] = endpoints.bind(self.copies, reuse.get("population"))
         if self.lockstep is not None:
             ports.update(self.lockstep.bind())
         return ports
@@ -190,6 +210,7 @@ class TrainerHandler(Handler):
         self._ready_since = time.perf_counter()
         if self.leader:
             self.publisher.publish(self.version, state_arrays(self.model), self.tags)
+            self.worker.keep(version=self.version)
         if self.cfg.prefetch:
             self.prefetch = Prefetcher(self.source)
             self.prefetch.start()
@@ -249,6 +270,7 @@ class TrainerHandler(Handler):
         if self.leader:
             arrays = state_arrays(self.model)
             self.publisher.publish(self.version, arrays, self.tags)
+            self.worker.keep(version=self.version)
             if self.cfg.snapshot_every and self.version % self.cfg.snapshot_every == 0:
                 self.history.put(self.version, arrays)
                 self.history.tag(parameter_db.snapshot_tag(self.version), self.version)
@@ -282,6 +304,7 @@ class TrainerHandler(Handler):
         assert isinstance(self.source, BatchAssembler)  # (population members train with ppo: on-policy)
         self.source.oldest_version = self.version  # what its actors played with the old weights is not trained on
         self.publisher.publish(self.version, state_arrays(self.model), self.tags)
+        self.worker.keep(version=self.version)
         self.trace.record(
             "copy",
             round=msg.meta["round"],
@@ -361,6 +384,10 @@ class TrainerHandler(Handler):
             out.update(
                 parameter_bytes_sent=self.publisher.bytes_sent, parameter_versions_sent=self.publisher.versions_sent
             )
+        frames, transitions = (
+            self.frames_consumed - self._counted_before[0],
+            self.transitions_trained - self._counted_before[1],
+        )
         if isinstance(self.source, ReplayReceiver):
-            return {**out, "transitions_trained": self.transitions_trained}
-        return {**out, "frames_consumed": self.frames_consumed, **self.source.stats()}
+            return {**out, "transitions_trained": transitions}
+        return {**out, "frames_consumed": frames, **self.source.stats()}

@@ -22,6 +22,9 @@ DESCRIPTORS_PER_PEER = {"inference": 3, "control": 2}
 # ZMQ sockets per end of a stream; libzmq caps the sockets of one context (ZMQ_MAX_SOCKETS, 1023 by
 # default), not their connections. An actor's gated sample stream is a PUSH and a DEALER per trainer.
 SOCKETS_PER_END = {"control": 2, "samples": 2}
+# A client that watches its connection to the server, to learn that a replacement took the server's place:
+# a monitor, two more sockets (a descriptor each) on the client's end
+MONITORED = ("inference", "credits")
 
 
 class LimitError(RuntimeError):
@@ -37,7 +40,7 @@ def descriptors_needed(graph, name: str) -> int:
         if s.server == name:
             total += per_peer * sum(c != name for c in s.clients)
         elif name in s.clients:
-            total += per_peer
+            total += per_peer + (2 if s.kind in MONITORED else 0)
     return total
 
 
@@ -47,6 +50,8 @@ def sockets_needed(graph, name: str) -> int:
     for s in graph.streams:
         if s.server == name or name in s.clients:
             total += SOCKETS_PER_END.get(s.kind, 1)
+        if name in s.clients and s.server != name and s.kind in MONITORED:
+            total += 2
     return total
 
 

@@ -110,6 +110,10 @@ class ParameterSubscriber:
             self.version = newest.meta["version"]
         return newest
 
+    def wait_newest(self, timeout_ms: int) -> wire.Message | None:
+        """The newest weights newer than what we hold, waiting up to `timeout_ms` for some."""
+        return self.poll_newest() if self.socket.poll(timeout_ms, zmq.POLLIN) else None
+
 
 class InlineSubscriber:
     """In the publisher's own worker: its last message for the tag, without a socket."""
@@ -124,4 +128,12 @@ class InlineSubscriber:
         if msg is None or msg.meta["version"] <= self.version:
             return None
         self.version = msg.meta["version"]
+        return msg
+
+    def wait_newest(self, timeout_ms: int) -> wire.Message | None:
+        """The newest weights newer than what we hold, waiting up to `timeout_ms` for the publisher beside us
+        (a relay's thread, or the trainer's) to have some."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while (msg := self.poll_newest()) is None and time.monotonic() < deadline:
+            time.sleep(0.005)
         return msg

@@ -16,11 +16,11 @@ envs are slow and a segment takes seconds to fill, a fixed window idled every ac
 100 ms steps sent what 16 did); where the trainer is the bound, the window stays a queue's worth and the data
 stays fresh.
 
-The grants of an actor that was replaced are taken back when its replacement first asks (a new
-connection under the same name). Any other grant not used within GRANT_TIMEOUT seconds (an actor that
-died and is not replaced, a grant lost with a dead connection, a segment that took that long to fill) is
-taken back too, so a lost actor cannot shrink the window for good; at worst one more segment is then in
-flight.
+The grants of an actor that was replaced are taken back when its replacement first asks (a new connection under
+the same name). An actor whose trainer was replaced (its connection to the credits port dropped) forgets that
+trainer's grants and asks its replacement again. Any other grant not used within GRANT_TIMEOUT seconds (an actor
+that died and is not replaced, a grant lost with a dead connection, a segment that took that long to fill) is
+taken back too, so a lost actor cannot shrink the window for good; at worst one more segment is then in flight.
 """
 
 from __future__ import annotations
@@ -48,12 +48,14 @@ class GatedProducer:
         self.want = wire.pack("want", {"actor": name}, {})
         self.producers = [SampleProducer(ctx, [samples]) for samples, _ in trainers]
         self.sockets = []
+        self.monitors = []  # each trainer's connection dropping: it was replaced, with the grants it knew of
         self.poller = zmq.Poller()
         for _, credits in trainers:
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(credits)
             self.sockets.append(sock)
+            self.monitors.append(sock.get_monitor_socket(zmq.EVENT_DISCONNECTED))
             self.poller.register(sock, zmq.POLLIN)
         self.credits = [0] * len(trainers)  # leaves received, not yet reserved
         self.asked = [False] * len(trainers)
@@ -95,6 +97,8 @@ class GatedProducer:
 
     def _receive(self) -> None:
         for i, sock in enumerate(self.sockets):
+            if list(waiting(self.monitors[i])):  # a new trainer: ask it (ZMQ holds the ask until it is there)
+                self.credits[i], self.asked[i] = 0, False
             for frames in waiting(sock):
                 try:
                     kind = wire.unpack(frames).kind

@@ -87,13 +87,14 @@ class InferenceServer:
         meta: tuple[str, ...] = (),
         reply: tuple[tuple[str, str, tuple], ...] | None = None,
         local_path: str | None = None,
+        port: int | None = None,
     ) -> tuple[InferenceServer, int]:
-        """A ROUTER on a free port of every interface (and a listener at `local_path` for same-node
-        actors); returns (server, port)."""
+        """A ROUTER on `port` (a replaced server's) or a free port of every interface (and a listener at
+        `local_path` for same-node actors); returns (server, port)."""
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         local = unix.Listener(local_path) if local_path else None
-        return cls(sock, obs_shape, meta, reply, local), endpoints.bind(sock)
+        return cls(sock, obs_shape, meta, reply, local), endpoints.bind(sock, port)
 
     def poll_batch(self, max_rows: int, timeout_ms: int) -> list[Request]:
         """Every pending request up to `max_rows` observations (at least one request if any is pending).
@@ -272,27 +273,60 @@ class ReplyBuffer:
 
 
 class InferenceClient(ReplyBuffer):
-    """One actor's side over ZMQ, the arrays inside the messages."""
+    """One actor's side over ZMQ, the arrays inside the messages.
+
+    A server that goes away (killed, or hung and then killed by its supervisor) takes the requests it held
+    with it; its replacement binds the same port and the DEALER reconnects by itself. The client learns of
+    the loss from its socket's monitor and sends every unanswered request again, numbered (`seq`), so that
+    a reply to the first copy of a request that reaches it late is recognised and dropped."""
 
     def __init__(self, socket: zmq.Socket) -> None:
         super().__init__()
         self.socket = socket
+        self.monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.resent = 0  # requests sent again after their server went away
+        self._seq = 0
+        self._unanswered: dict[int, tuple[int, np.ndarray, dict, np.ndarray | None]] = {}  # group -> its request
 
     def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
+        self._seq += 1
+        self._unanswered[group] = (self._seq, obs, meta or {}, hidden)  # (the ring keeps obs until the reply)
+        self._send(group)
+
+    def _send(self, group: int) -> None:
+        seq, obs, meta, hidden = self._unanswered[group]
         arrays = {"obs": obs} if hidden is None else {"obs": obs, HIDDEN: hidden}
-        self.socket.send_multipart(wire.pack("infer", {"group": group, **(meta or {})}, arrays), copy=False)
+        self.socket.send_multipart(wire.pack("infer", {"group": group, "seq": seq, **meta}, arrays), copy=False)
 
     def _receive(self, timeout_ms: int) -> wire.Message | None:
-        if not self.socket.poll(timeout_ms, zmq.POLLIN):
-            return None
-        return wire.unpack(self.socket.recv_multipart(copy=False))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.socket.poll(max(0, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
+            msg = wire.unpack(self.socket.recv_multipart(copy=False))
+            group, seq = msg.meta.get("group"), msg.meta.pop("seq", None)
+            if group in self._unanswered and self._unanswered[group][0] == seq:
+                del self._unanswered[group]
+                return msg
+        self._resend_if_lost()
+        return None
+
+    def _resend_if_lost(self) -> None:
+        """After a disconnect, every unanswered request again (queued by ZMQ until the server is back)."""
+        events = list(waiting(self.monitor))  # (several disconnects at once: one resend)
+        if not events:
+            return
+        for group in self._unanswered:
+            self._send(group)
+            self.resent += 1
 
 
 class ShmInferenceClient(ReplyBuffer):
     """The client when the server shares this node: each ring group owns an observation slot (and, with
     a recurrent model, a state slot) and reply slots in one shared memory segment; a Unix socket connection
     to the server (`path`) carries only headers. A slot is rewritten only after its reply arrived, so
-    neither side reads a half-written array. `reply_fields` as Contract.reply_fields gives them."""
+    neither side reads a half-written array. `reply_fields` as Contract.reply_fields gives them.
+
+    A server that goes away closes the connection; the client connects again once a replacement listens
+    at `path` and sends it each unanswered request's header again (the arrays are still in their slots)."""
 
     def __init__(
         self,
@@ -305,7 +339,10 @@ class ShmInferenceClient(ReplyBuffer):
         name: str | None = None,
     ) -> None:
         super().__init__()
+        self.path = path
         self.conn = unix.Connection(path)
+        self.resent = 0  # requests sent again after their server went away
+        self._unanswered: dict[int, bytes] = {}  # group -> its request's header
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
         self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.max_rows = max_rows
@@ -346,10 +383,31 @@ class ShmInferenceClient(ReplyBuffer):
             )[0]
         self.conn.send(header)
         self._rows[group] = rows
+        self._unanswered[group] = header
 
     def _receive(self, timeout_ms: int) -> wire.Message | None:
+        if self.conn.server_gone and not self._reconnect():
+            time.sleep(timeout_ms / 1000)  # nothing will come: wait as long as a live server's silence would
+            return None
         data = self.conn.recv(timeout_ms)
-        return None if data is None else wire.unpack([data])
+        if data is None:
+            return None
+        msg = wire.unpack([data])
+        self._unanswered.pop(msg.meta["group"], None)
+        return msg
+
+    def _reconnect(self) -> bool:
+        """Connect to the server's replacement, if one listens yet, and send it every unanswered request."""
+        try:
+            conn = unix.Connection(self.path)
+        except ConnectionError:
+            return False
+        self.conn.close()
+        self.conn = conn
+        for header in self._unanswered.values():
+            conn.send(header)
+            self.resent += 1
+        return True
 
     def wait(self, group: int, timeout_ms: int) -> wire.Message | None:
         msg = super().wait(group, timeout_ms)
@@ -376,6 +434,8 @@ class ShmInferenceClient(ReplyBuffer):
 
 class InlineInferenceClient:
     """The policy handler of this very worker answers at once (IMPALA-style placement)."""
+
+    resent = 0  # (no server to lose)
 
     def __init__(self, serve_inline) -> None:
         self.serve_inline = serve_inline  # (obs, meta, hidden) -> reply arrays, with the handler's newest weights

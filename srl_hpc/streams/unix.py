@@ -20,7 +20,6 @@ import os
 import select
 import socket
 import stat
-import time
 from pathlib import Path
 
 ROOT = Path("/dev/shm")
@@ -124,8 +123,8 @@ class Listener:
 
 class Connection:
     """An actor's end: one connection to its policy handler's listener. A server that goes away (at a run's
-    stop, policy workers may end before actors) is like a ZMQ peer that went away: sends go nowhere and
-    replies never come, and the worker learns from the controller whether the run stops or failed."""
+    stop, policy workers may end before actors; or killed, to be replaced) sets `server_gone`: sends go
+    nowhere and replies never come until the client connects again."""
 
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -147,7 +146,6 @@ class Connection:
     def recv(self, timeout_ms: int) -> bytes | None:
         """The next message, or None after `timeout_ms` without one."""
         if self.server_gone:
-            time.sleep(timeout_ms / 1000)  # nothing will come: wait as long as a live server's silence would
             return None
         if not self.poller.poll(timeout_ms):
             return None

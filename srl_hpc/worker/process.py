@@ -69,6 +69,7 @@ class Worker:
         incarnation: int = 0,
         link: ChildLink | None = None,
         ports: dict[str, int] | None = None,
+        kept: dict | None = None,
     ) -> None:
         self.exp = exp
         self.graph = graph
@@ -82,6 +83,7 @@ class Worker:
         self.incarnation = incarnation  # > 0: the replacement of a worker that died or hung (srl_hpc.worker.supervisor)
         self.link = link
         self.ports = ports or {}  # a replacement binds its predecessor's ports: its peers know those
+        self.kept = kept or {}  # what its predecessor kept for it (keep())
         # a resumed attempt and a replacement draw new episodes
         self.seed = exp.seed + 1_000 * (self.attempt - 1) + 1_000_000 * incarnation
         # every socket speaks CURVE with the run's keys (or none does: curve false, for a benchmark)
@@ -165,6 +167,11 @@ class Worker:
         self.ctx.destroy()  # each socket's own LINGER
 
     # -- what handlers use
+    def keep(self, **state) -> None:
+        """Leave `state` to a replacement of this worker (its `kept`), should this one die; nothing unsupervised."""
+        if self.link is not None:
+            self.link.keep(state)
+
     def request_stop(self) -> None:
         self.stop_requested = True
 
@@ -278,6 +285,7 @@ def main(argv=None) -> int:
     child.add_argument("--supervised", metavar="UP,DOWN", help="the pipe fds to its supervisor")
     child.add_argument("--incarnation", type=int, default=0)
     child.add_argument("--ports", type=json.loads, default={}, help="JSON: bind these (a predecessor's ports)")
+    child.add_argument("--kept", type=json.loads, default={}, help="JSON: what its predecessor kept (Worker.keep)")
     args = parser.parse_args(argv)
     # submitit's time-limit signal reaches every process of a sweep member's Slurm step: the member's
     # launcher acts on it (launcher.sweep), a worker must not die of it
@@ -336,6 +344,7 @@ def main(argv=None) -> int:
             incarnation=args.incarnation,
             link=cast(ChildLink, rendezvous) if args.supervised else None,
             ports=args.ports,
+            kept=args.kept,
         )
         ports = worker.bind()
         worker.record_startup(getattr(rendezvous, "start_cost", {}))  # (only MPI has a start of its own)

@@ -1,18 +1,19 @@
 """Workers that come back: the process started for a restartable task supervises the worker it runs.
 
 A Slurm task cannot be respawned inside its job step, so the task's own process does it, the same way locally
-and under Slurm. For a restartable worker (an actor, a buffer or an evaluation worker),
-`python -m srl_hpc.worker` becomes a small supervisor that does the task's rendezvous once (MPI or files) and runs the
-worker as a child process. A child that dies (an error, a kill) or hangs (alive, but no heartbeat for half the
-monitor's heartbeat_timeout) is replaced by a new incarnation that gets the same rendezvous table and binds the
-ports its predecessor bound (so every peer reaches it at the address it already has), up to
-`workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller the worker failed and
-why, and the run stops cleanly. The controller hears of each restart too (it keeps the lost incarnation's
-counters).
+and under Slurm. For a restartable worker (srl_hpc.graph.restart_budget: any but the controller and trainers
+that train in lockstep), `python -m srl_hpc.worker` becomes a small supervisor that does the task's rendezvous
+once (MPI or files) and runs the worker as a child process. A child that dies (an error, a kill) or hangs
+(alive, but no heartbeat for half the monitor's heartbeat_timeout) is replaced by a new incarnation that gets
+the same rendezvous table and binds the ports its predecessor bound (so every peer reaches it at the address it
+already has), up to `workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller
+the worker failed and why, and the run stops cleanly. The controller hears of each restart too (it keeps the
+lost incarnation's counters).
 
-Child and supervisor talk over two pipes, one JSON line at a time: the child's rendezvous entry up and
-the table down (ChildLink stands in for the rendezvous inside the child), then a line per heartbeat,
-and the child's error if it fails. MPI lives in the supervisor, so killing a child never touches it.
+Child and supervisor talk over two pipes, one JSON line at a time: the child's rendezvous entry up and the table
+down (ChildLink stands in for the rendezvous inside the child), then a line per heartbeat, what the child keeps
+for a replacement (a trainer's last published version), and the child's error if it fails. MPI lives in the
+supervisor, so killing a child never touches it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class ChildLink:
     def beat(self) -> None:
         self._say({"beat": 1})
 
+    def keep(self, state: dict) -> None:
+        self._say({"keep": state})
+
     def report_error(self, error: str) -> None:
         self._say({"error": error})
 
@@ -85,6 +89,7 @@ class Supervisor:
         self.slurm = slurm  # its children are started by srun too, as far as they can tell
         self.hang_timeout = exp.monitor.heartbeat_timeout / 2  # the controller, at the full timeout, is later
         self.table: dict | None = None
+        self.kept: dict = {}  # what the incarnations kept for their replacements, merged
         self.child: subprocess.Popen | None = None
         self.stopping = False
 
@@ -124,6 +129,7 @@ class Supervisor:
                 "--supervised",
                 f"{up_write},{down_read}",
                 *([f"--ports={json.dumps(ports)}"] if ports else []),
+                *([f"--kept={json.dumps(self.kept)}"] if self.kept else []),
             ],
             pass_fds=(up_write, down_read),
             preexec_fn=die_with_parent,
@@ -142,6 +148,9 @@ class Supervisor:
                         os.write(down_write, (json.dumps(self._table(message["entry"])) + "\n").encode())
                         last_beat = time.monotonic()
                     elif "beat" in message:
+                        last_beat = time.monotonic()
+                    elif "keep" in message:
+                        self.kept.update(message["keep"])
                         last_beat = time.monotonic()
                     elif "error" in message:
                         error = message["error"]
