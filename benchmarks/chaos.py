@@ -1,0 +1,170 @@
+"""Chaos: a run that must reach its target while a seeded schedule kills or freezes one of its workers every
+few seconds, beside the same run left alone, in one invocation.
+
+    python benchmarks/chaos.py experiments/cartpole_ppo.yaml --every 10 --seed 1
+    python benchmarks/chaos.py experiments/cartpole_dqn.yaml --every 8 --kinds actor,buffer,trainer --signals kill
+
+Every --every seconds (from the run's start) the schedule draws a worker of one of --kinds that is
+running now and sends it one of --signals: SIGKILL (a crash) or SIGSTOP (a hang: alive and silent, which its
+supervisor finds after half of monitor.heartbeat_timeout and replaces). Only workers that are replaced are
+drawn (srl_hpc.graph.restart_budget): the controller and trainers in lockstep are not. Budgets are raised so that
+the schedule cannot spend them (workers.<kind>.max_restarts = --budget) and monitor.heartbeat_timeout is
+--heartbeat-timeout, so that a hang is found in half of it.
+
+For each run it prints whether the target was reached, the wall time, the faults sent and the restarts the
+run recorded, the frames lost with replaced workers and the frame accounting; the last line is JSON. Local
+mode only: taking a whole host of the namespaced local Slurm away is not done here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from launcher import local, runs
+from srl_hpc import config
+from srl_hpc import graph as wiring
+
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+
+def supervised_children(run_root: Path, names: list[str]) -> dict[str, int]:
+    """The pid of the process that runs each supervised worker of the run now (its supervisor's child)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv]
+        if "srl_hpc.worker" not in args or "--supervised" not in args or str(run_root) not in args:
+            continue
+        found[names[int(args[args.index("--task-id") + 1])]] = int(entry.name)
+    return found
+
+
+class Schedule(threading.Thread):
+    """Sends a drawn signal to a drawn worker every `every` seconds until the run ends."""
+
+    def __init__(self, run_root: Path, names: list[str], kinds: list[str], signals: list[str], every: float, seed: int):
+        super().__init__(daemon=True)
+        self.run_root, self.names, self.kinds, self.signals = run_root, names, kinds, signals
+        self.every, self.rng = every, random.Random(seed)
+        self.faults: list[dict] = []
+        self.done = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            live = {
+                w: pid
+                for w, pid in supervised_children(self.run_root, self.names).items()
+                if w.split("/")[0] in self.kinds
+            }
+            if not live:
+                continue
+            worker = self.rng.choice(sorted(live))
+            how = self.rng.choice(self.signals)
+            try:
+                os.kill(live[worker], SIGNALS[how])
+            except ProcessLookupError:  # it ended meanwhile
+                continue
+            self.faults.append({"at": round(time.monotonic() - self.t0, 1), "worker": worker, "signal": how})
+            print(f"  chaos: {how} {worker} at {self.faults[-1]['at']}s", flush=True)
+
+
+def one_run(exp: config.Experiment, out: Path, label: str, chaos: dict | None) -> dict:
+    exp, run = runs.create(exp, out / label)
+    schedule = None
+    if chaos is not None:
+        names = wiring.build(exp).names
+        kinds = [
+            k for k in chaos["kinds"] if any(wiring.restart_budget(exp, n) and n.startswith(k + "/") for n in names)
+        ]
+        schedule = Schedule(run.root, names, kinds, chaos["signals"], chaos["every"], chaos["seed"])
+        schedule.start()
+    t0 = time.monotonic()
+    code = local.run(exp, run, out=io.StringIO())
+    if schedule is not None:
+        schedule.done.set()
+    summary = json.loads(run.summary.read_text()) if run.summary.exists() else {}
+    return {
+        "run": label,
+        "exit_code": code,
+        "reached": summary.get("reason", "").startswith("target reached"),
+        "reason": summary.get("reason"),
+        "wall_time": summary.get("wall_time"),
+        "launcher_seconds": round(time.monotonic() - t0, 1),
+        "env_frames": summary.get("env_frames"),
+        "faults": schedule.faults if schedule else [],
+        "restarts": {w: len(r) for w, r in summary.get("restarts", {}).items()},
+        "failed_workers": summary.get("failed_workers"),
+        **{
+            k: summary.get(k)
+            for k in (
+                "frames_sent",
+                "frames_received",
+                "frames_consumed",
+                "frames_dropped",
+                "frames_lost_with_replaced_workers",
+                "frames_in_flight_lost",
+            )
+        },
+        "requests_resent": summary.get("counters", {}).get("requests_resent"),
+        "run_dir": str(run.root),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("experiment", type=Path)
+    p.add_argument("--every", type=float, default=10.0, help="seconds between faults (default 10)")
+    p.add_argument("--seed", type=int, default=1, help="of the schedule (default 1)")
+    p.add_argument("--kinds", default=",".join(wiring.RESTARTABLE), help="worker kinds drawn from")
+    p.add_argument("--signals", default="kill,stop", help="drawn from: kill (SIGKILL), stop (SIGSTOP)")
+    p.add_argument("--budget", type=int, default=100, help="workers.<kind>.max_restarts of each kind (default 100)")
+    p.add_argument("--heartbeat-timeout", type=float, default=20.0, help="monitor.heartbeat_timeout (default 20)")
+    p.add_argument("--no-baseline", action="store_true", help="only the run under chaos")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary directory)")
+    args = p.parse_args(argv)
+    kinds, signals = args.kinds.split(","), args.signals.split(",")
+    for what, values, known in (("--kinds", kinds, wiring.RESTARTABLE), ("--signals", signals, tuple(SIGNALS))):
+        if unknown := [v for v in values if v not in known]:
+            raise SystemExit(f"{what}: {unknown} not among {list(known)}")
+    overrides = [f"workers.{k}.max_restarts={args.budget}" for k in wiring.RESTARTABLE]
+    overrides += [f"monitor.heartbeat_timeout={args.heartbeat_timeout}", *args.set]
+    exp = config.with_overrides(config.load(args.experiment), overrides)
+    if exp.stop.target_return is None and exp.stop.target_eval_return is None:
+        raise SystemExit(f"{args.experiment}: no stop.target_return: there is no target to reach")
+    out = Path(args.out or tempfile.mkdtemp(prefix=f"chaos-{exp.name}-"))
+    chaos = {"kinds": kinds, "signals": signals, "every": args.every, "seed": args.seed}
+    results = []
+    for label, plan in ([] if args.no_baseline else [("alone", None)]) + [("chaos", chaos)]:
+        print(f"{label}: {args.experiment}", flush=True)
+        r = one_run(exp, out, label, plan)
+        results.append(r)
+        print(
+            f"{label}: {'reached' if r['reached'] else 'NOT reached'} ({r['reason']}) in {r['wall_time']}s, "
+            f"{r['env_frames'] or 0:,} env frames; {len(r['faults'])} faults, restarts {r['restarts']}, failed "
+            f"{r['failed_workers']}; frames sent {r['frames_sent']}, received {r['frames_received']}, consumed "
+            f"{r['frames_consumed']}, dropped {r['frames_dropped']}, lost with replaced workers "
+            f"{r['frames_lost_with_replaced_workers']}, lost in flight {r['frames_in_flight_lost']}",
+            flush=True,
+        )
+    print(json.dumps({"experiment": str(args.experiment), "chaos": chaos, "runs": results}))
+    return 0 if all(r["reached"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
