@@ -1134,9 +1134,10 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
 
 
 @pytest.mark.e2e
-def test_a_killed_policy_worker_is_replaced_its_requests_go_again_and_the_run_reaches_its_target(tmp_path):
-    """Over ZMQ, with the run's keys, as actors on other nodes reach it (test_inference.py has the same node's
-    shared-memory transport connect again and send the request again)."""
+def test_a_killed_policy_workers_requests_go_to_the_other_and_the_run_reaches_its_target(tmp_path):
+    """Two policy workers, over ZMQ with the run's keys, as actors on other nodes reach them: while policy/0
+    is replaced, its actor's requests go to policy/1 (test_inference.py and test_failover.py have the
+    same-node transport and a lone policy worker's replacement)."""
     from srl_hpc.trace import reader
 
     run_dir = tmp_path / "run"
@@ -1146,6 +1147,8 @@ def test_a_killed_policy_worker_is_replaced_its_requests_go_again_and_the_run_re
         run_dir,
         "--set",
         "workers.actor.inference_transport=zmq",
+        "--set",
+        "workers.policy.count=2",
         "--set",
         "monitor.status_interval=1",
         "--set",
@@ -1163,7 +1166,7 @@ def test_a_killed_policy_worker_is_replaced_its_requests_go_again_and_the_run_re
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"].startswith("target reached"), summary
     assert list(summary["restarts"]) == ["policy/0"] and summary["failed_workers"] == {}, summary
-    assert summary["counters"]["requests_resent"] >= 1, summary["counters"]
+    assert summary["counters"]["requests_rerouted"] >= 1, summary["counters"]  # to policy/1, at once
     assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0
     assert not os.path.exists(f"/proc/{killed}")
     replacement, problems = reader.read_file(run_dir / "traces" / "policy-0.restart-1.h5")

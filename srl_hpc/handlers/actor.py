@@ -29,11 +29,13 @@ from srl_hpc.services.parameter_db import ParameterDB
 from srl_hpc.streams import endpoints, inference, unix, wire
 from srl_hpc.streams.contract import Contract, segment_frames
 from srl_hpc.streams.credits import GatedProducer
+from srl_hpc.streams.failover import FailoverClient
 from srl_hpc.streams.inference import InferenceClient, InlineInferenceClient, ShmInferenceClient
 from srl_hpc.streams.samples import SampleProducer
 from srl_hpc.streams.shm import shm_name
 
-PolicyClient = InferenceClient | ShmInferenceClient | InlineInferenceClient  # one per policy an actor acts for
+# one per policy an actor acts for
+PolicyClient = InferenceClient | ShmInferenceClient | InlineInferenceClient | FailoverClient
 
 
 class PolicyLink:
@@ -125,7 +127,7 @@ class ActorHandler(Handler):
             if stream.transport == "inline":
                 link.inference = InlineInferenceClient(self.worker.handlers["policy"].serve_inline)
             else:
-                link.inference = self._client(table, stream, link)
+                link.inference = self._with_failover(table, stream.server, self._client(table, stream, link))
             servers = [
                 s.server
                 for s in self.graph.servers_for("samples", self.name)
@@ -162,9 +164,22 @@ class ActorHandler(Handler):
             name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation),
         )
 
+    def _with_failover(
+        self, table: dict, server: str, client: InferenceClient | ShmInferenceClient
+    ) -> InferenceClient | ShmInferenceClient | FailoverClient:
+        """With other policy workers of the same policy, one of them answers while `server` is away
+        (streams/failover.py): the next one after it, so that the actors of a lost one spread over the rest."""
+        policy = self.graph.worker(server).policy
+        others = [w.name for w in self.graph.workers if w.kind == "policy" and w.policy == policy]
+        if len(others) < 2:
+            return client
+        other = others[(others.index(server) + 1) % len(others)]
+        address = endpoints.address(table, other, "inference")
+        return FailoverClient(client, lambda: InferenceClient(inference.connect(self.worker.ctx, address)))
+
     def close(self) -> None:
         for link in self.links:
-            if isinstance(link.inference, ShmInferenceClient):
+            if isinstance(link.inference, (ShmInferenceClient, FailoverClient)):
                 link.inference.close()
             for group in link.groups:
                 if group.envs is not None:
@@ -331,7 +346,10 @@ class ActorHandler(Handler):
             "frames_sent": self.frames_sent,
             "frames_discarded": self.frames_discarded,
             "episodes": self.episodes,
-            # requests sent again to a policy worker's replacement
+            # requests sent again to a policy worker's replacement, or to another policy worker meanwhile
             "requests_resent": sum(cast(PolicyClient, link.inference).resent for link in self.links),
+            "requests_rerouted": sum(
+                link.inference.rerouted for link in self.links if isinstance(link.inference, FailoverClient)
+            ),
             ("returns" if self.policy_index is None else "policy_returns"): returns,
         }

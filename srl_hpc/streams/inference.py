@@ -27,12 +27,15 @@ from typing import Any, cast
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from srl_hpc.algorithm_spec import HIDDEN
 from srl_hpc.streams import endpoints, unix, wire
 from srl_hpc.streams.layout import integer, number
 from srl_hpc.streams.shm import SHM_PREFIX
 from srl_hpc.streams.waiting import waiting
+
+RECONNECT_INTERVAL = 0.05  # seconds between a same-node client's tries to reach its server's replacement
 
 
 @dataclass
@@ -276,17 +279,37 @@ class InferenceClient(ReplyBuffer):
     """One actor's side over ZMQ, the arrays inside the messages.
 
     A server that goes away (killed, or hung and then killed by its supervisor) takes the requests it held
-    with it; its replacement binds the same port and the DEALER reconnects by itself. The client learns of
-    the loss from its socket's monitor and sends every unanswered request again, numbered (`seq`), so that
-    a reply to the first copy of a request that reaches it late is recognised and dropped."""
+    with it; its replacement binds the same port and the DEALER connects again by itself. The client follows
+    its connection through the socket's monitor (`lost` while it is down) and, once connected again, sends
+    every unanswered request again, numbered (`seq`), so that a late reply to a first copy is dropped."""
 
     def __init__(self, socket: zmq.Socket) -> None:
         super().__init__()
         self.socket = socket
-        self.monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
         self.resent = 0  # requests sent again after their server went away
+        self._lost = False
         self._seq = 0
         self._unanswered: dict[int, tuple[int, np.ndarray, dict, np.ndarray | None]] = {}  # group -> its request
+
+    @property
+    def lost(self) -> bool:
+        """Whether the connection to the server is down now (it went away, and no replacement is there yet)."""
+        for frames in waiting(self.monitor, copy=True):
+            if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
+                self._lost = True
+            elif self._lost:  # connected to the replacement: what the lost one held goes again
+                self._lost = False
+                for group in self._unanswered:
+                    self._send(group)
+                    self.resent += 1
+        return self._lost
+
+    def take_unanswered(self) -> dict[int, tuple[np.ndarray, dict, np.ndarray | None]]:
+        """The requests not answered yet, (obs, meta, hidden) by group, forgotten here (another client sends them)."""
+        taken = {group: request[1:] for group, request in self._unanswered.items()}
+        self._unanswered.clear()
+        return taken
 
     def send(self, group: int, obs: np.ndarray, meta: dict | None = None, hidden: np.ndarray | None = None) -> None:
         self._seq += 1
@@ -306,17 +329,8 @@ class InferenceClient(ReplyBuffer):
             if group in self._unanswered and self._unanswered[group][0] == seq:
                 del self._unanswered[group]
                 return msg
-        self._resend_if_lost()
+        self.lost  # noqa: B018  (follows the connection: sends again what a lost server held)
         return None
-
-    def _resend_if_lost(self) -> None:
-        """After a disconnect, every unanswered request again (queued by ZMQ until the server is back)."""
-        events = list(waiting(self.monitor))  # (several disconnects at once: one resend)
-        if not events:
-            return
-        for group in self._unanswered:
-            self._send(group)
-            self.resent += 1
 
 
 class ShmInferenceClient(ReplyBuffer):
@@ -342,7 +356,8 @@ class ShmInferenceClient(ReplyBuffer):
         self.path = path
         self.conn = unix.Connection(path)
         self.resent = 0  # requests sent again after their server went away
-        self._unanswered: dict[int, bytes] = {}  # group -> its request's header
+        self._unanswered: dict[int, tuple[bytes, dict]] = {}  # group -> its request's header and meta
+        self._tried_at = float("-inf")  # the last try to connect to a replacement
         self._headers: dict[tuple, bytes] = {}  # a group's header is the same bytes every time
         self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.max_rows = max_rows
@@ -383,10 +398,30 @@ class ShmInferenceClient(ReplyBuffer):
             )[0]
         self.conn.send(header)
         self._rows[group] = rows
-        self._unanswered[group] = header
+        self._unanswered[group] = (header, meta or {})
+
+    @property
+    def lost(self) -> bool:
+        """Whether the server is away now (its connection closed, and no replacement listens yet)."""
+        return self.conn.server_gone and not self._reconnect()
+
+    def take_unanswered(self) -> dict[int, tuple[np.ndarray, dict, np.ndarray | None]]:
+        """The requests not answered yet, (obs, meta, hidden) by group, copied out of their slots and forgotten
+        here (another client sends them)."""
+        taken = {}
+        for group, (_, meta) in self._unanswered.items():
+            request, _ = self._layouts[group]
+            rows = self._rows[group]
+            arrays = {
+                name: np.ndarray((rows, *shape), dt, buffer=self.shm.buf, offset=offset).copy()
+                for name, (offset, dt, shape) in request.items()
+            }
+            taken[group] = (arrays["obs"], meta, arrays.get(HIDDEN))
+        self._unanswered.clear()
+        return taken
 
     def _receive(self, timeout_ms: int) -> wire.Message | None:
-        if self.conn.server_gone and not self._reconnect():
+        if self.lost:
             time.sleep(timeout_ms / 1000)  # nothing will come: wait as long as a live server's silence would
             return None
         data = self.conn.recv(timeout_ms)
@@ -397,14 +432,18 @@ class ShmInferenceClient(ReplyBuffer):
         return msg
 
     def _reconnect(self) -> bool:
-        """Connect to the server's replacement, if one listens yet, and send it every unanswered request."""
+        """Connect to the server's replacement, if one listens yet (looked for every RECONNECT_INTERVAL), and
+        send it every unanswered request."""
+        if time.monotonic() - self._tried_at < RECONNECT_INTERVAL:
+            return False
+        self._tried_at = time.monotonic()
         try:
             conn = unix.Connection(self.path)
         except ConnectionError:
             return False
         self.conn.close()
         self.conn = conn
-        for header in self._unanswered.values():
+        for header, _ in self._unanswered.values():
             conn.send(header)
             self.resent += 1
         return True
