@@ -4,7 +4,7 @@ few seconds, beside the same run left alone, in one invocation.
     python benchmarks/chaos.py experiments/cartpole_ppo.yaml --every 10 --seed 1
     python benchmarks/chaos.py experiments/cartpole_dqn.yaml --every 8 --kinds actor,buffer,trainer --signals kill
 
-Every --every seconds (from the run's start) the schedule draws a worker of one of --kinds that is
+Every --every seconds (from the workers' rendezvous on) the schedule draws a worker of one of --kinds that is
 running now and sends it one of --signals: SIGKILL (a crash) or SIGSTOP (a hang: alive and silent, which its
 supervisor finds after half of monitor.heartbeat_timeout and replaces). Only workers that are replaced are
 drawn (srl_hpc.graph.restart_budget): the controller and trainers in lockstep are not. Budgets are raised so that
@@ -32,6 +32,7 @@ from pathlib import Path
 from launcher import local, runs
 from srl_hpc import config
 from srl_hpc import graph as wiring
+from srl_hpc.rundir import RunDir
 
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
@@ -65,6 +66,12 @@ class Schedule(threading.Thread):
         self.t0 = time.monotonic()
 
     def run(self) -> None:
+        # from the rendezvous on (the controller writes where every worker runs): a worker lost before it is
+        # a failure to start, which no supervisor retries
+        while not RunDir(self.run_root).workers.exists():
+            if self.done.wait(0.1):
+                return
+        self.t0 = time.monotonic()
         while not self.done.wait(self.every):
             live = {
                 w: pid

@@ -276,6 +276,30 @@ def test_a_client_without_a_server_says_where_it_looked(tmp_path):
         )
 
 
+def test_a_replaced_actor_starts_while_its_server_is_away_and_is_answered_once_a_server_listens(tmp_path):
+    ctx = zmq.Context()
+    path = unix.socket_path(tmp_path, "policy/0")
+    client = ShmInferenceClient(path, 1, 2, (1,), np.float32, (("actions", "<i8", ()),), server_may_be_away=True)
+    server = None
+    try:
+        assert client.lost
+        client.send(0, np.full((2, 1), 3, np.float32))  # kept until someone listens
+        assert client.wait(0, 100) is None
+        server, _ = InferenceServer.bind(ctx, local_path=path)
+        reply = None
+        for _ in range(100):
+            for req in server.poll_batch(max_rows=100, timeout_ms=10):
+                server.reply(req, {"version": 1}, {"actions": req.obs[:, 0].astype(np.int64)})
+            if (reply := client.wait(0, 20)) is not None:
+                break
+        assert reply is not None and reply.arrays["actions"].tolist() == [3, 3] and client.resent == 1
+    finally:
+        client.close()
+        if server is not None:
+            server.close()
+        ctx.destroy(linger=0)
+
+
 def test_a_leftover_segment_is_removed_by_name(tmp_path, shm_stream):
     _, path = shm_stream
     name = shm_name(tmp_path, "actor/7")

@@ -162,6 +162,8 @@ class ActorHandler(Handler):
             obs.dtype,
             contract.reply_fields(),
             name=shm_name(self.worker.run_dir.root, segment, self.worker.incarnation),
+            # a replacement may start while its policy worker is being replaced too: it then connects later
+            server_may_be_away=self.worker.incarnation > 0,
         )
 
     def _with_failover(

@@ -351,10 +351,11 @@ class ShmInferenceClient(ReplyBuffer):
         obs_dtype,
         reply_fields: tuple[tuple[str, str, tuple], ...],
         name: str | None = None,
+        server_may_be_away: bool = False,
     ) -> None:
         super().__init__()
         self.path = path
-        self.conn = unix.Connection(path)
+        self.conn = unix.Connection(path, server_may_be_away)
         self.resent = 0  # requests sent again after their server went away
         self._unanswered: dict[int, tuple[bytes, dict]] = {}  # group -> its request's header and meta
         self._tried_at = float("-inf")  # the last try to connect to a replacement

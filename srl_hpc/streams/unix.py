@@ -126,18 +126,24 @@ class Connection:
     stop, policy workers may end before actors; or killed, to be replaced) sets `server_gone`: sends go
     nowhere and replies never come until the client connects again."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, server_may_be_away: bool = False) -> None:
+        """`server_may_be_away`: no server listening is not an error (a replaced actor whose policy worker is
+        being replaced too): the connection starts gone."""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.server_gone = False
         try:
             self.sock.connect(path)
         except OSError as e:
-            self.sock.close()
-            raise ConnectionError(f"no inference server listens at {path}: {e}") from None
+            if not server_may_be_away:
+                self.sock.close()
+                raise ConnectionError(f"no inference server listens at {path}: {e}") from None
+            self.server_gone = True
         self.poller = select.poll()
         self.poller.register(self.sock.fileno(), select.POLLIN)
-        self.server_gone = False
 
     def send(self, data: bytes) -> None:
+        if self.server_gone:
+            return
         try:
             self.sock.send(data)
         except (BrokenPipeError, ConnectionResetError):

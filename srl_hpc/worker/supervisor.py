@@ -136,7 +136,10 @@ class Supervisor:
         )
         os.close(up_write)
         os.close(down_read)
-        error, last_beat, pending = None, None, b""
+        # a replacement's clock runs from its start: one that hangs before it has bound its ports is replaced
+        # too (the first incarnation's start is the rendezvous' to time)
+        error, pending = None, b""
+        last_beat = time.monotonic() if incarnation > 0 else None
         try:
             while True:
                 ready, _, _ = select.select([up_read], [], [], 0.5)
@@ -145,7 +148,9 @@ class Supervisor:
                 for line in lines:
                     message = json.loads(line)
                     if "entry" in message:
-                        os.write(down_write, (json.dumps(self._table(message["entry"])) + "\n").encode())
+                        table = (json.dumps(self._table(message["entry"])) + "\n").encode()
+                        with contextlib.suppress(BrokenPipeError):  # it died meanwhile: its exit says so below
+                            os.write(down_write, table)
                         last_beat = time.monotonic()
                     elif "beat" in message:
                         last_beat = time.monotonic()
