@@ -1133,6 +1133,25 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
     assert "restarted workers (each read as one trace): actor/0 x1, actor/1 x1" in report.stdout
 
 
+def cartpole_to_200(run_dir, *settings):
+    """The shipped CartPole PPO experiment to a return of 200 (at most 240 s), a progress line a second, with
+    `settings` (KEY=VALUE) besides: (process, Output)."""
+    base = ("monitor.status_interval=1", "stop.target_return=200", "stop.wall_time=240")
+    sets = [arg for setting in (*base, *settings) for arg in ("--set", setting)]
+    return srl_started(ROOT / "experiments" / "cartpole_ppo.yaml", "--run-dir", run_dir, *sets)
+
+
+def replaced_once_and_reached(proc, out: str, run_dir, worker: str) -> dict:
+    """The run reached its target with `worker` SIGKILLed and replaced once, and nothing else lost; its summary."""
+    assert proc.returncode == 0, out
+    assert f"{worker} was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert f"{worker} is back (replacement 1)" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert list(summary["restarts"]) == [worker] and summary["failed_workers"] == {}, summary
+    return summary
+
+
 @pytest.mark.e2e
 def test_a_killed_policy_workers_requests_go_to_the_other_and_the_run_reaches_its_target(tmp_path):
     """Two policy workers, over ZMQ with the run's keys, as actors on other nodes reach them: while policy/0
@@ -1141,31 +1160,11 @@ def test_a_killed_policy_workers_requests_go_to_the_other_and_the_run_reaches_it
     from srl_hpc.trace import reader
 
     run_dir = tmp_path / "run"
-    proc, output = srl_started(
-        ROOT / "experiments" / "cartpole_ppo.yaml",
-        "--run-dir",
-        run_dir,
-        "--set",
-        "workers.actor.inference_transport=zmq",
-        "--set",
-        "workers.policy.count=2",
-        "--set",
-        "monitor.status_interval=1",
-        "--set",
-        "stop.target_return=200",
-        "--set",
-        "stop.wall_time=240",
-    )
+    proc, output = cartpole_to_200(run_dir, "workers.actor.inference_transport=zmq", "workers.policy.count=2")
     output.line_with("| sample", 120)
     killed = child_pid(run_dir, "policy/0")
     os.kill(killed, signal.SIGKILL)  # between replies: the actors' requests in flight go with it
-    out = output.finish(300)
-    assert proc.returncode == 0, out
-    assert "policy/0 was killed by SIGKILL: restarting it (1 of 3)" in out
-    assert "policy/0 is back (replacement 1)" in out, out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["reason"].startswith("target reached"), summary
-    assert list(summary["restarts"]) == ["policy/0"] and summary["failed_workers"] == {}, summary
+    summary = replaced_once_and_reached(proc, output.finish(300), run_dir, "policy/0")
     assert summary["counters"]["requests_rerouted"] >= 1, summary["counters"]  # to policy/1, at once
     assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0
     assert not os.path.exists(f"/proc/{killed}")
@@ -1182,19 +1181,7 @@ def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_it
     from srl_hpc.trace import reader
 
     run_dir = tmp_path / "run"
-    proc, output = srl_started(
-        ROOT / "experiments" / "cartpole_ppo.yaml",
-        "--run-dir",
-        run_dir,
-        "--set",
-        "monitor.status_interval=1",
-        "--set",
-        "workers.trainer.checkpoint_interval=2",
-        "--set",
-        "stop.target_return=200",
-        "--set",
-        "stop.wall_time=240",
-    )
+    proc, output = cartpole_to_200(run_dir, "workers.trainer.checkpoint_interval=2")
     checkpoint, killed = run_dir / "checkpoints" / "latest.pt", None
     for _ in range(30):  # until the trainer has published versions its checkpoint does not hold
         line = output.line_with("| version", 120)
@@ -1208,13 +1195,7 @@ def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_it
             break
         os.kill(trainer, signal.SIGCONT)
     assert killed is not None, "the trainer never ran ahead of its checkpoint"
-    out = output.finish(300)
-    assert proc.returncode == 0, out
-    assert "trainer/0 was killed by SIGKILL: restarting it (1 of 3)" in out
-    assert "trainer/0 is back (replacement 1)" in out, out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["reason"].startswith("target reached"), summary
-    assert list(summary["restarts"]) == ["trainer/0"] and summary["failed_workers"] == {}, summary
+    summary = replaced_once_and_reached(proc, output.finish(300), run_dir, "trainer/0")
     assert summary["no_final_report"] == [], summary
     # what the lost trainer held is counted once, as lost; everything else was trained on or dropped
     lost = summary["frames_lost_with_replaced_workers"]
