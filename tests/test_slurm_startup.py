@@ -40,9 +40,10 @@ def test_a_worker_killed_before_python_starts_ends_the_job_naming_it(tmp_path):
 
 def test_a_worker_whose_node_limits_open_files_too_low_is_refused_and_ends_the_job(tmp_path):
     """Only the policy worker needs more descriptors than the hard limit its node gives: it says so, joins MPI's
-    start so that the others reach the barrier, and abandons it."""
-    path = experiment(tmp_path)
-    graph = wiring.build(config.load(path))
+    start so that the others reach the barrier, and abandons it. Four actors: with fewer, an actor (a fixed need,
+    its connections watched) would need as many as the policy worker (three per actor)."""
+    path, actors = experiment(tmp_path), "workers.actor.count=4"
+    graph = wiring.build(config.with_overrides(config.load(path), [actors]))
     needs = {name: limits.descriptors_needed(graph, name) for name in graph.names}
     hard = needs["policy/0"] - 1
     assert all(need <= hard for name, need in needs.items() if name != "policy/0"), needs
@@ -53,6 +54,8 @@ def test_a_worker_whose_node_limits_open_files_too_low_is_refused_and_ends_the_j
         "--follow",
         "--run-dir",
         run_dir,
+        "--set",
+        actors,
         "--set",
         f"slurm.node_setup=['ulimit -Sn {hard}; ulimit -Hn {hard}']",
         timeout=180,
