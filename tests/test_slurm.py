@@ -19,6 +19,7 @@ from conftest import (
     het_nodes,
     no_process_left,
     srl,
+    srl_started,
     tensorboard_scalars,
     wait_until,
     where_it_hangs,
@@ -219,11 +220,13 @@ def test_tune_measures_each_trial_as_a_slurm_job_and_writes_the_tuned_file(tmp_p
     assert config.load(tuned).workers.policy.max_batch == record["changes"].get("workers.policy.max_batch", 256)
 
 
-def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):
+def test_a_sweep_member_signalled_by_slurm_is_checkpointed_and_requeued_by_submitit_and_resumes(tmp_path):
+    # Slurm's USR2 (what submitit asks for slurm.requeue.signal_seconds before the limit, and what preemption
+    # sends), sent by scancel once the member has trained: no minutes spent waiting for a real limit (that path
+    # is test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its_stop's). A budget of the
+    # whole run's wall time is then reached by the resumed attempt only.
     sweep_dir = tmp_path / "sweep"
-    # submitit's USR2 comes 45 s before the 2-minute limit (Slurm checks every 30 s); an 80 s budget of the
-    # whole run's wall time is reached by a resumed attempt only
-    proc = srl(
+    proc, out = srl_started(
         ROOT / "experiments" / "cartpole_ppo.yaml",
         "--slurm",
         "--seeds",
@@ -232,17 +235,39 @@ def test_a_sweep_member_at_its_time_limit_is_checkpointed_and_requeued_by_submit
         "--run-dir",
         sweep_dir,
         "--set",
-        'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:02:00"}',
+        'slurm.sweep={partition: cpu, cpus: 2, mem: 2G, time: "00:10:00"}',
         "--set",
         "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
         "--set",
         "stop.target_return=null",
         "--set",
-        "stop.wall_time=80",
-        timeout=540,
+        "stop.wall_time=30",
+        "--set",
+        "workers.trainer.checkpoint_interval=5",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    member = Path(json.loads((sweep_dir / "sweep.json").read_text())["members"][0]["run_dir"])
+    try:
+
+        def submitted() -> dict | None:
+            try:
+                row = json.loads((sweep_dir / "sweep.json").read_text())["members"][0]
+            except (OSError, ValueError):  # not yet written, or being written
+                return None
+            return row if "job_id" in row else None
+
+        row = wait_until(submitted, 60, "the member's job id in sweep.json", lambda: out.text[-3000:], 0.5)
+        member, job_id = Path(row["run_dir"]), row["job_id"]
+        log = member / "logs" / "controller-0.log"
+
+        def trained_versions() -> int:
+            text = log.read_text() if log.exists() else ""
+            return int(text.rsplit("| version", 1)[1].split()[0]) if "| version" in text else 0
+
+        wait_until(lambda: trained_versions() >= 5, 120, "a few trained versions", lambda: out.text[-3000:], 0.5)
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+        assert proc.wait(timeout=300) == 0, out.finish(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     first = json.loads((member / "summary.attempt-1.json").read_text())
     summary = json.loads((member / "summary.json").read_text())
     assert first["status"] == "cancelled" and first["policy_version"] > 0, first
