@@ -59,7 +59,7 @@ def test_a_lost_policy_workers_requests_go_to_another_and_come_back_to_its_repla
         client.send(1, np.full((2, 1), 3, np.float32))  # while it is still away: to the other one too
         assert wait_reply(client, 1, [(other_server, 7)]).arrays["actions"].tolist() == [30, 30]
         replacement, _ = InferenceServer.bind(ctx, local_path=path, port=port)
-        wait_until(lambda: not client.primary.lost, 5, "the client to see the replacement", interval=0.02)
+        wait_until(lambda: not client.primary.is_lost(), 5, "the client to see the replacement", interval=0.02)
         client.send(0, np.full((2, 1), 4, np.float32))
         reply = wait_reply(client, 0, [(replacement, 9), (other_server, 7)])
         assert reply.meta["version"] == 9 and reply.arrays["actions"].tolist() == [40, 40]

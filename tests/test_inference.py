@@ -282,7 +282,7 @@ def test_a_replaced_actor_starts_while_its_server_is_away_and_is_answered_once_a
     client = ShmInferenceClient(path, 1, 2, (1,), np.float32, (("actions", "<i8", ()),), server_may_be_away=True)
     server = None
     try:
-        assert client.lost
+        assert client.is_lost()
         client.send(0, np.full((2, 1), 3, np.float32))  # kept until someone listens
         assert client.wait(0, 100) is None
         server, _ = InferenceServer.bind(ctx, local_path=path)

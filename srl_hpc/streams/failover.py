@@ -53,11 +53,11 @@ class FailoverClient:
     def _route(self) -> InferenceClient | ShmInferenceClient:
         """Where a new request goes: the primary, unless it is lost and another policy worker is reachable
         (which then takes the requests the primary held)."""
-        if not self.primary.lost:
+        if not self.primary.is_lost():
             return self.primary
         if self.other is None:
             self.other = self.connect_other()
-        if self.other.lost:  # that one is away too: wait for the primary's replacement
+        if self.other.is_lost():  # that one is away too: wait for the primary's replacement
             return self.primary
         for group, (obs, meta, hidden) in self.primary.take_unanswered().items():
             self.other.send(group, obs, meta, hidden)

@@ -292,9 +292,9 @@ class InferenceClient(ReplyBuffer):
         self._seq = 0
         self._unanswered: dict[int, tuple[int, np.ndarray, dict, np.ndarray | None]] = {}  # group -> its request
 
-    @property
-    def lost(self) -> bool:
-        """Whether the connection to the server is down now (it went away, and no replacement is there yet)."""
+    def is_lost(self) -> bool:
+        """Whether the connection to the server is down now (it went away, and no replacement is there yet).
+        Follows the connection: once connected to a replacement, sends it again what the lost server held."""
         for frames in waiting(self.monitor, copy=True):
             if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
                 self._lost = True
@@ -329,7 +329,7 @@ class InferenceClient(ReplyBuffer):
             if group in self._unanswered and self._unanswered[group][0] == seq:
                 del self._unanswered[group]
                 return msg
-        self.lost  # noqa: B018  (follows the connection: sends again what a lost server held)
+        self.is_lost()  # (a replacement gets what its predecessor held)
         return None
 
 
@@ -401,9 +401,9 @@ class ShmInferenceClient(ReplyBuffer):
         self._rows[group] = rows
         self._unanswered[group] = (header, meta or {})
 
-    @property
-    def lost(self) -> bool:
-        """Whether the server is away now (its connection closed, and no replacement listens yet)."""
+    def is_lost(self) -> bool:
+        """Whether the server is away now (its connection closed, and no replacement listens yet); connects to a
+        replacement that listens."""
         return self.conn.server_gone and not self._reconnect()
 
     def take_unanswered(self) -> dict[int, tuple[np.ndarray, dict, np.ndarray | None]]:
@@ -422,7 +422,7 @@ class ShmInferenceClient(ReplyBuffer):
         return taken
 
     def _receive(self, timeout_ms: int) -> wire.Message | None:
-        if self.lost:
+        if self.is_lost():
             time.sleep(timeout_ms / 1000)  # nothing will come: wait as long as a live server's silence would
             return None
         data = self.conn.recv(timeout_ms)
