@@ -7,7 +7,7 @@ few seconds, beside the same run left alone, in one invocation.
 Every --every seconds (from the workers' rendezvous on) the schedule draws a worker of one of --kinds that is
 running now and sends it one of --signals: SIGKILL (a crash) or SIGSTOP (a hang: alive and silent, which its
 supervisor finds after half of monitor.heartbeat_timeout and replaces). Only workers that are replaced are
-drawn (srl_hpc.graph.restart_budget): the controller and trainers in lockstep are not. Budgets are raised so that
+drawn (srl_hpc.graph.restart_budget): trainers in lockstep are not. Budgets are raised so that
 the schedule cannot spend them (workers.<kind>.max_restarts = --budget) and monitor.heartbeat_timeout is
 --heartbeat-timeout, so that a hang is found in half of it.
 

@@ -37,13 +37,13 @@ GROUPS = ("trainer", "policy", "buffer", "actor", "eval")
 # kinds whose lost state the run rebuilds by itself: env episodes, requests in flight (their actors send them
 # again), training since the last checkpoint (a lone trainer's), a replay (from its last snapshot), evaluation
 # rounds (a rating worker's games are in the parameter database)
-RESTARTABLE = ("actor", "policy", "trainer", "buffer", "eval")
+RESTARTABLE = ("actor", "policy", "trainer", "buffer", "eval", "controller")
 
 
 def restart_budget(exp, worker: str) -> int | None:
-    """How many times `worker` may be replaced; None: it is not supervised (the controller, which every other
-    worker depends on; trainers in lockstep, whose process group cannot take a stranger in; or a budget of 0,
-    where a supervisor that can never restart it would only double the run's processes)."""
+    """How many times `worker` may be replaced; None: it is not supervised (trainers in lockstep, whose process
+    group cannot take a stranger in; or a budget of 0, where a supervisor that can never restart it would only
+    double the run's processes)."""
     kind = worker.partition("/")[0]
     if kind not in RESTARTABLE or (kind == "trainer" and exp.workers.trainer.count > 1):
         return None

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from conftest import (
     ROOT,
     assert_every_frame_accounted_for,
+    processes_mentioning,
     run_local,
     script,
     srl,
@@ -1208,6 +1209,54 @@ def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_it
     assert replacement is not None and not problems, problems
     after = replacement.table("train_step")["version"]
     assert len(after) and after[0] > reported  # versions never repeat: no policy worker ignores the new ones
+
+
+def controller_incarnation(run_dir, incarnation: int) -> int:
+    """The pid of the controller's `incarnation` (its supervisor's child), once it runs."""
+    found = wait_until(
+        lambda: [
+            pid
+            for pid, cmd in processes_mentioning(str(run_dir))
+            if "--task-id 0 " in cmd and "--supervised" in cmd and f"--incarnation {incarnation} " in cmd
+        ],
+        60,
+        f"the controller's incarnation {incarnation}",
+        interval=0.2,
+    )
+    return found[0]
+
+
+@pytest.mark.e2e
+def test_a_killed_and_a_hung_controller_are_replaced_and_go_on_from_their_totals(tmp_path):
+    run_dir = tmp_path / "run"
+    proc, output = cartpole_to_200(run_dir, "monitor.heartbeat_timeout=16")
+    output.line_with("| sample", 120)
+    before = output.line_with("| sample", 30)  # a saved state (written at each progress line) to go on from
+    os.kill(controller_incarnation(run_dir, 0), signal.SIGKILL)
+    output.line_with("controller/0 was killed by SIGKILL: replaced (1 of 3), going on from its totals", 60)
+    output.line_with("| sample", 30)
+    os.kill(controller_incarnation(run_dir, 1), signal.SIGSTOP)  # hung: its supervisor kills it at 8 s
+    output.line_with("controller/0 sent no heartbeat for 8s (hung): replaced (2 of 3)", 60)
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached") and summary["failed_workers"] == {}, summary
+    assert [r["error"] for r in summary["restarts"]["controller/0"]] == [
+        "was killed by SIGKILL",
+        "sent no heartbeat for 8s (hung)",
+    ], summary["restarts"]
+    # the workers' cumulative counters make the frame accounting exact across controllers
+    assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0, summary
+    assert summary["frames_sent"] - summary["frames_received"] == summary["frames_in_flight_lost"] >= 0
+    assert summary["no_final_report"] == [], summary
+    # metrics.csv goes on: one header, frames and wall time never go back
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    frames = [int(r["env_frames"]) for r in rows]
+    walls = [float(r["wall_time"]) for r in rows]
+    assert frames == sorted(frames) and walls == sorted(walls), rows
+    frames_before = int(before.split("frames", 1)[1].split("|")[0].replace(",", ""))
+    assert summary["env_frames"] > frames_before and frames_before in frames, (before, frames)
 
 
 def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():

@@ -1,6 +1,9 @@
 """The controller's bookkeeping when a worker that receives frames is replaced: what its predecessor held is
-counted once as lost, and the stop stops waiting for frames that can no longer arrive."""
+counted once as lost, and the stop stops waiting for frames that can no longer arrive; a replaced controller goes
+on from what its predecessor saved."""
 
+import json
+import time
 from types import SimpleNamespace
 
 from srl_hpc.handlers import controller
@@ -39,3 +42,29 @@ def test_with_a_replaced_drainer_the_stop_waits_until_frames_stop_arriving_not_f
     assert watches[True].all() and not watches[False].all()
     received[0] = 100
     assert watches[False].all()  # without a replacement, only everything sent ends the wait
+
+
+def test_a_replacement_controller_goes_on_from_the_saved_totals_through_json():
+    totals = RunTotals(graph=None, policies=["a", "b"], return_window=3, before=BEFORE)
+    totals.start(["actor/0", "trainer/0"])
+    totals.report("actor/0", {"frames_sent": 700, "returns": [[10.0, 10], [20.0, 20]]}, final=False)
+    totals.report("actor/0", {"policy_returns": [[1, 5.0, 5]], "frames_sent": 800}, final=False)
+    totals.restarting("trainer/0", "was killed by SIGKILL")
+    totals.report("trainer/0", {"frames_received": 600, "frames_consumed": 512}, final=False)
+    totals.report("trainer/0", {"incarnation": 1, "frames_received": 100, "frames_consumed": 64}, final=False)
+    now = time.monotonic()
+    saved = json.loads(json.dumps(totals.state(now)))  # as RUN/controller.json holds it
+
+    later = RunTotals(graph=None, policies=["a", "b"], return_window=3, before=BEFORE)
+    later.start(["actor/0", "trainer/0"])
+    later.restore(saved, now + 100.0)  # (its own clock: another process's)
+    assert later.elapsed(now + 100.0) >= totals.elapsed(now)  # the time it was away counts
+    for key in ("frames_sent", "frames_received", "frames_consumed"):
+        assert later.sum(key) == totals.sum(key)
+    assert later.frames_lost_with_replaced == totals.frames_lost_with_replaced == 600 - 512
+    assert later.episodes == totals.episodes == 3 and later.mean_return() == totals.mean_return() == 15.0
+    assert later.policy_scores() == totals.policy_scores()
+    assert later.restarts == totals.restarts
+    # a report after the restore adds up as before it: cumulative counters replace the saved ones
+    later.report("trainer/0", {"incarnation": 1, "frames_received": 150, "frames_consumed": 128}, final=False)
+    assert later.sum("frames_received") == 750 and later.frames_lost_with_replaced == 88

@@ -135,6 +135,21 @@ class EvalConfig:
         )
 
 
+@dataclass(frozen=True)
+class ControllerConfig:
+    """The controller: one per run, beside the trainers. It saves what it has summed (RUN/controller.json) at each
+    progress line, which is what a replacement starts from."""
+
+    # a controller that dies or hangs is replaced on its ports, at most this many times; the workers wait for it
+    # up to monitor.heartbeat_timeout. Episodes that ended after its last progress line are not in the
+    # replacement's return window or episode count (frame counters are exact: workers report cumulative ones).
+    # 0: no supervisor process for it; a lost controller then ends the run (workers stop at heartbeat_timeout)
+    max_restarts: int = 3
+
+    def check(self) -> list[tuple[str, str]]:
+        return check_non_negative(self, ("max_restarts",))
+
+
 MAX_WORKERS_PER_KIND = 100_000  # several times the paper's largest run (15k actor cores)
 
 
@@ -151,6 +166,7 @@ class WorkersConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # trainer workers: they update the model
     buffer: BufferConfig = field(default_factory=BufferConfig)  # replay buffer workers (dqn, vdn)
     eval: EvalConfig = field(default_factory=EvalConfig)  # evaluation workers (none by default)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)  # the one that watches and stops the run
 
     def check(self) -> list[tuple[str, str]]:
         if self.parameter_fanout < 2:

@@ -64,11 +64,13 @@ class ControllerHandler(Handler):
         self._last_ping = 0.0
 
     def bind(self) -> dict[str, int]:
-        return self.control.bind()
+        return self.control.bind(self.worker.ports)
 
     def start(self) -> None:
         self.totals.start(self.workers)
-        self.metrics = MetricsCsv(self.run_dir, resumed=self.attempt > 1 and self.run_dir.metrics.exists())
+        replaced = self.worker.incarnation > 0
+        go_on = self.attempt > 1 or replaced  # metrics.csv has the rows before
+        self.metrics = MetricsCsv(self.run_dir, resumed=go_on and self.run_dir.metrics.exists())
         self.sinks.append(self.metrics)
         self.console.line(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
         if self.exp.monitor.tensorboard or self.exp.monitor.wandb is not None:
@@ -77,7 +79,11 @@ class ControllerHandler(Handler):
             self.sinks.append(self.dashboards)
             for line in board.where:
                 self.console.line(line)
-        if self.attempt > 1:
+        if replaced:
+            self._go_on_from_predecessor()
+        else:
+            self._save()
+        if self.attempt > 1 and not replaced:
             before = self.totals.before
             self.console.line(
                 f"attempt {self.attempt}: resuming after {before['wall_time']:.1f}s, "
@@ -106,6 +112,7 @@ class ControllerHandler(Handler):
             self.scores = self.totals.policy_scores()
         if self.outcome is None and now - self.totals.last_line[0] >= self.exp.monitor.status_interval:
             self._progress()
+            self._save()
 
     def finish(self) -> None:
         assert self.outcome is not None  # (decided: keep_running ended the loop)
@@ -113,6 +120,7 @@ class ControllerHandler(Handler):
         if time.monotonic() - self.totals.last_line[0] >= 1.0:  # rates over a shorter span would mislead
             self._progress()
         at_stop = self.totals.mean_return()  # the figure the decision saw; episodes still end while the run stops
+        self._save()  # with the outcome: a replacement stops the run as decided
         stopping = time.monotonic()
         accounting = self._stop()
         self.trace.record("stop", seconds=time.monotonic() - stopping, events_received=self.control.received)
@@ -162,6 +170,35 @@ class ControllerHandler(Handler):
             events_received=self.control.received,
         )
 
+    # ------------------------------------------------------------------------------------------- replacement
+    def _save(self) -> None:
+        """What a replacement goes on from (RUN/controller.json): the totals, and the outcome once decided."""
+        state = {"attempt": self.attempt, "outcome": self.outcome, **self.totals.state(time.monotonic())}
+        path = self.run_dir.controller_state
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+
+    def _go_on_from_predecessor(self) -> None:
+        """A replacement: the totals its predecessor saved last (this attempt's), and its own restarts."""
+        try:
+            state = json.loads(self.run_dir.controller_state.read_text())
+        except (OSError, ValueError):
+            state = {}
+        if state.get("attempt") == self.attempt:
+            self.totals.restore(state, time.monotonic())
+            if state["outcome"] is not None:
+                self.outcome = (state["outcome"][0], state["outcome"][1])
+        own = self.totals.restarts.setdefault(self.name, [])
+        at = round(self.totals.elapsed(time.monotonic()), 2)
+        for why in self.worker.kept.get("restarted", [])[len(own) :]:
+            own.append({"error": why, "at": at})
+        saved = f"{time.time() - state['saved_at']:.1f}s old" if "saved_at" in state else "none saved"
+        self.console.line(
+            f"{self.name} {own[-1]['error'] if own else 'ended'}: replaced ({len(own)} of "
+            f"{wiring.restart_budget(self.exp, self.name)}), going on from its totals ({saved})"
+        )
+
     # ------------------------------------------------------------------------------------------- stopping
     def _stop(self) -> dict:
         """Phase 1: stop everyone, wait for the final reports of all but the drainers. Phase 2: once the
@@ -195,6 +232,7 @@ class ControllerHandler(Handler):
                 self.control.broadcast(command)
                 last = time.monotonic()
             self._receive(50)
+            self.worker.maybe_heartbeat()  # (its supervisor replaces a controller that stops beating)
         self.control.broadcast(command)
 
     def _conclude(self, status: str, reason: str, accounting: dict) -> int:

@@ -39,7 +39,7 @@ class PopulationHandler(Handler):
             np.random.default_rng(worker.seed + 104_729 * worker.attempt),
         )
         self.lineage = worker.run_dir.lineage
-        if worker.attempt > 1 and self.lineage.exists():
+        if (worker.attempt > 1 or worker.incarnation) and self.lineage.exists():  # resumed, or replaced
             self.population.replay([json.loads(line) for line in self.lineage.read_text().splitlines() if line])
         self.members = self.population.members
         self.newest: dict[str, wire.Message] = {}  # member -> its newest weights

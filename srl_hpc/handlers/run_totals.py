@@ -146,6 +146,44 @@ class RunTotals:
         restart["back_after"] = round(self.elapsed(time.monotonic()) - restart["at"], 2)
         return restart["back_after"]
 
+    # ------------------------------------------------------------------------------------------- saved
+    def state(self, now: float) -> dict:
+        """What a replacement controller needs to go on from here: everything summed so far, as JSON."""
+        return {
+            "saved_at": time.time(),
+            "elapsed": self.elapsed(now),
+            "latest": self.latest,
+            "finals": sorted(self.finals),
+            "failed": self.failed,
+            "retired": dict(self.retired),
+            "frames_lost_with_replaced": self.frames_lost_with_replaced,
+            "restarts": self.restarts,
+            "returns": list(self.returns),
+            "episodes": self.episodes,
+            "policy_returns": [list(window) for window in self.policy_returns],
+            "policy_episodes": self.policy_episodes,
+            "evaluations": self.evaluations,
+            "last_line": self.last_line[1:],
+        }
+
+    def restore(self, state: dict, now: float) -> None:
+        """Go on from a predecessor's `state()`; the wall time it was away counts (after start())."""
+        away = max(0.0, time.time() - state["saved_at"])
+        self.t0 = now - (state["elapsed"] - self.before["wall_time"]) - away
+        self.latest = state["latest"]
+        self.finals = set(state["finals"])
+        self.failed = state["failed"]
+        self.retired = collections.Counter(state["retired"])
+        self.frames_lost_with_replaced = state["frames_lost_with_replaced"]
+        self.restarts = state["restarts"]
+        self.returns.extend(state["returns"])
+        self.episodes = state["episodes"]
+        for window, saved in zip(self.policy_returns, state["policy_returns"]):
+            window.extend(saved)
+        self.policy_episodes = state["policy_episodes"]
+        self.evaluations = state["evaluations"]
+        self.last_line = (now, *state["last_line"])
+
     # ------------------------------------------------------------------------------------------- totals
     def sum(self, key: str) -> int:
         return sum(m.get(key, 0) for m in self.latest.values()) + self.retired.get(key, 0)

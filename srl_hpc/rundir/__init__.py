@@ -90,6 +90,11 @@ class RunDir:
         return self.root / "metrics.csv"
 
     @property
+    def controller_state(self) -> Path:
+        """What the controller had summed at its last progress line (a replacement starts from it)."""
+        return self.root / "controller.json"
+
+    @property
     def tensorboard(self) -> Path:
         return self.root / "tb"
 

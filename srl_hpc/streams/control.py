@@ -69,8 +69,12 @@ class ControlServer:
         self.commands = ctx.socket(zmq.PUB)
         self.commands.setsockopt(zmq.LINGER, 1000)
 
-    def bind(self) -> dict[str, int]:
-        return {endpoints.EVENTS: endpoints.bind(self.events), endpoints.COMMANDS: endpoints.bind(self.commands)}
+    def bind(self, ports: dict[str, int]) -> dict[str, int]:
+        """Bind both sockets, on `ports` where given (a replaced controller's: every worker knows those)."""
+        return {
+            endpoints.EVENTS: endpoints.bind(self.events, ports.get(endpoints.EVENTS)),
+            endpoints.COMMANDS: endpoints.bind(self.commands, ports.get(endpoints.COMMANDS)),
+        }
 
     def broadcast(self, command: str) -> None:
         self.commands.send_multipart(wire.pack(command))

@@ -158,6 +158,8 @@ class Worker:
         for handler in self.handlers.values():
             handler.finish()
         self.send_event("final", self.stats())
+        if self.link is not None:
+            self.link.concluded()
         return getattr(main, "exit_code", 0)
 
     def close(self) -> None:
@@ -317,7 +319,6 @@ def main(argv=None) -> int:
         return 1
     os.environ.update(network.library_environment(address))  # before MPI, gloo or NCCL start
     endpoints.configure(address.ip, config.parse_ports(exp.slurm.ports) if args.slurm else None)
-    log.info("address %s", address.describe())
 
     rendezvous: ChildLink | FileRendezvous | MpiRendezvous
     if args.supervised:
@@ -330,6 +331,7 @@ def main(argv=None) -> int:
                 return Supervisor(exp, graph.names, run_dir, task_id, rendezvous, budget, args.slurm).run()
             finally:  # its rendezvous may fail too
                 bound_exit()
+    log.info("address %s", address.describe())  # (once: a supervisor's child says it)
     # Before torch loads: idle OpenMP threads sleep instead of spinning, so a trainer's threads do not
     # steal the cores its actors and policy workers share with it. A user's setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

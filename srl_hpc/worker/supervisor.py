@@ -1,18 +1,19 @@
 """Workers that come back: the process started for a restartable task supervises the worker it runs.
 
 A Slurm task cannot be respawned inside its job step, so the task's own process does it, the same way locally
-and under Slurm. For a restartable worker (srl_hpc.graph.restart_budget: any but the controller and trainers
-that train in lockstep), `python -m srl_hpc.worker` becomes a small supervisor that does the task's rendezvous
+and under Slurm. For a restartable worker (srl_hpc.graph.restart_budget: any but trainers that train in
+lockstep), `python -m srl_hpc.worker` becomes a small supervisor that does the task's rendezvous
 once (MPI or files) and runs the worker as a child process. A child that dies (an error, a kill) or hangs
 (alive, but no heartbeat for half the monitor's heartbeat_timeout) is replaced by a new incarnation that gets
 the same rendezvous table and binds the ports its predecessor bound (so every peer reaches it at the address it
 already has), up to `workers.<kind>.max_restarts` times; past that budget the supervisor tells the controller
 the worker failed and why, and the run stops cleanly. The controller hears of each restart too (it keeps the
-lost incarnation's counters).
+lost incarnation's counters); a replaced controller learns of its own from what its supervisor kept for it.
 
 Child and supervisor talk over two pipes, one JSON line at a time: the child's rendezvous entry up and the table
 down (ChildLink stands in for the rendezvous inside the child), then a line per heartbeat, what the child keeps
-for a replacement (a trainer's last published version), and the child's error if it fails. MPI lives in the
+for a replacement (a trainer's last published version), and the child's error if it fails or word that its run
+is over (its exit code is then the worker's verdict, not a death). MPI lives in the
 supervisor, so killing a child never touches it.
 """
 
@@ -70,6 +71,10 @@ class ChildLink:
     def report_error(self, error: str) -> None:
         self._say({"error": error})
 
+    def concluded(self) -> None:
+        """The worker's run is over as it should be, whatever its exit code (a controller's 1: the run failed)."""
+        self._say({"concluded": 1})
+
     def _say(self, message: dict) -> None:
         with contextlib.suppress(BrokenPipeError, ValueError):  # the supervisor is gone: this process dies with it
             self.up.write(json.dumps(message) + "\n")
@@ -92,13 +97,14 @@ class Supervisor:
         self.kept: dict = {}  # what the incarnations kept for their replacements, merged
         self.child: subprocess.Popen | None = None
         self.stopping = False
+        self.concluded = False  # the child said its run is over: its exit is not a death to replace
 
     def run(self) -> int:
         """Run incarnations until one ends cleanly, the run is stopped, or the budget is spent."""
         incarnation = 0
         while True:
             code, why = self._run_child(incarnation)
-            if code == 0 or self.stopping:
+            if code == 0 or self.stopping or self.concluded:
                 return code
             if self.table is None or incarnation >= self.budget:
                 spent = f" (restart budget of {self.budget} spent)" if self.table is not None else ""
@@ -107,7 +113,10 @@ class Supervisor:
             incarnation += 1
             remove_segment(shm_name(self.run_dir.root, self.name, incarnation - 1))  # a killed child's
             print(f"{self.name} {why}; restarting it ({incarnation} of {self.budget})", flush=True)
-            self._tell_controller("restarting", {"error": why, "restarts": incarnation})
+            if self.name == wiring.CONTROLLER:  # no controller to tell: its replacement is told instead
+                self.kept.setdefault("restarted", []).append(why)
+            else:
+                self._tell_controller("restarting", {"error": why, "restarts": incarnation})
 
     def _run_child(self, incarnation: int) -> tuple[int, str]:
         """One incarnation, from start to exit. Returns (exit code, why it ended)."""
@@ -142,7 +151,8 @@ class Supervisor:
         last_beat = time.monotonic() if incarnation > 0 else None
         try:
             while True:
-                ready, _, _ = select.select([up_read], [], [], 0.5)
+                code = self.child.poll()  # first: all it wrote before it exited is then in the pipe, read below
+                ready, _, _ = select.select([up_read], [], [], 0.5 if code is None else 0)
                 data = os.read(up_read, 65536) if ready else b""
                 *lines, pending = (pending + data).split(b"\n")
                 for line in lines:
@@ -159,9 +169,12 @@ class Supervisor:
                         last_beat = time.monotonic()
                     elif "error" in message:
                         error = message["error"]
-                code = self.child.poll()
-                if code is not None:
+                    elif "concluded" in message:
+                        self.concluded = True
+                if code is not None and not data:
                     return code, error or describe_exit(code)
+                if code is not None:  # more of its last words may wait in the pipe
+                    continue
                 if ready and not data:  # the child closed its end but lives on: wait for its exit
                     self.child.wait()
                     continue
@@ -188,7 +201,7 @@ class Supervisor:
             self.child.send_signal(signum)
 
     def _tell_controller(self, kind: str, meta: dict) -> None:
-        if self.table is None:  # before rendezvous there is no controller to tell
+        if self.table is None or self.name == wiring.CONTROLLER:  # before rendezvous there is none to tell
             return
         try:
             control.send_once(
