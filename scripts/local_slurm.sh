@@ -43,6 +43,9 @@
 #   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
 #   bash scripts/local_slurm.sh hetsteps off|on  # a running cluster without (or again with) het steps:
 #                                         # disable_hetero_steps in SchedulerParameters, then scontrol reconfigure
+#   bash scripts/local_slurm.sh lose NODE # that host is lost: every process in it (its slurmd, job steps,
+#                                         # tasks) is SIGKILLed at once; slurmctld marks it DOWN after
+#                                         # SlurmdTimeout; `start` brings it back (a reboot), ReturnToService=2
 #   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
 #
 # Then e.g.:  sbatch --wrap hostname;  srun -N2 -n2 --mpi=pmix python3 -c 'print(1)';
@@ -720,6 +723,18 @@ cmd_hetsteps() {
   log "het steps $1: $(grep '^SchedulerParameters=' "$CONF")"
 }
 
+# A host lost at once, as when a node loses power: no process of it ends cleanly or says goodbye.
+cmd_lose() {
+  need_root
+  local n=${1:-} pids
+  [[ " ${NODES[*]} " == *" $n "* ]] || die "usage: $0 lose NODE (one of: ${NODES[*]})"
+  [[ $HOSTS == namespaces ]] || die "lose needs hosts of their own (SRL_SLURM_HOSTS=namespaces)"
+  pids=$(ip netns pids "srl-$n") || die "no namespace srl-$n: is the cluster running?"
+  [[ -n $pids ]] || die "nothing runs in host $n"
+  kill -9 $pids
+  log "host $n lost: SIGKILLed $(wc -w <<<"$pids") process(es); slurmctld marks it DOWN within ${SLURMD_TIMEOUT}s"
+}
+
 cmd_env() {
   if [[ $CONF != "$DEFAULT_CONF" ]]; then printf 'export SLURM_CONF=%q\n' "$CONF"; fi
 }
@@ -731,5 +746,6 @@ case ${1:-} in
   status) cmd_status ;;
   env) cmd_env ;;
   hetsteps) cmd_hetsteps "${2:-}" ;;
+  lose) cmd_lose "${2:-}" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
