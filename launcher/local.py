@@ -159,7 +159,7 @@ def _watch(procs, run: RunDir, curve: bool) -> tuple[str, int] | None:
     while controller.poll() is None:
         for name, p in procs.items():
             code = p.poll()
-            if crashed is None and code not in (None, 0) and name != wiring.CONTROLLER:
+            if crashed is None and code not in (None, 0) and name != wiring.CONTROLLER and name not in _lost(run):
                 crashed = (name, code)
                 # A worker that raised has told the controller itself; one that was killed cannot, so the
                 # launcher tells it. The controller then stops the run (failed) without waiting for it.
@@ -172,6 +172,14 @@ def _watch(procs, run: RunDir, curve: bool) -> tuple[str, int] | None:
     if controller.returncode not in (0, 1, 143) and crashed is None:
         crashed = (wiring.CONTROLLER, controller.returncode)
     return crashed
+
+
+def _lost(run: RunDir) -> list[str]:
+    """The workers the controller goes on without (its saved state): their processes may end without harm."""
+    try:
+        return list(json.loads(run.controller_state.read_text())["lost"])
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def _wind_down(procs, run: RunDir) -> None:

@@ -69,6 +69,23 @@ def test_a_grant_left_unused_is_taken_back_so_a_lost_actor_cannot_shrink_the_win
         ctx.destroy(linger=0)
 
 
+def test_an_actor_the_controller_declares_lost_has_its_grants_taken_back_at_once():
+    ctx = zmq.Context()
+    try:
+        ledger, samples, gates = setup(ctx, n_actors=2, window=1)
+        holders: set = set()
+        until(lambda: holders.update(granted(ledger, gates, 0)) or holders, "a grant")
+        (lost,) = holders
+        other = next(a for a in gates if a != lost)
+        for _ in range(20):  # (GRANT_TIMEOUT is far off: the grant stays where it is)
+            assert other not in granted(ledger, gates, 0)
+        ledger.lost = frozenset({lost})  # the controller's ping
+        until(lambda: other in granted(ledger, gates, 0), "the lost actor's grant to go to the other")
+        assert ledger.outstanding == 1 and lost not in ledger.granted
+    finally:
+        ctx.destroy(linger=0)
+
+
 def test_a_replaced_actors_grants_come_back_when_its_replacement_asks():
     ctx = zmq.Context()
     try:

@@ -1259,6 +1259,34 @@ def test_a_killed_and_a_hung_controller_are_replaced_and_go_on_from_their_totals
     assert summary["env_frames"] > frames_before and frames_before in frames, (before, frames)
 
 
+@pytest.mark.e2e
+def test_an_actor_lost_with_its_host_is_gone_without_and_the_run_reaches_its_target(tmp_path):
+    """A host frozen, then gone: actor/1 and its supervisor stop (no one replaces it), the controller goes on
+    without it once it has been silent for monitor.heartbeat_timeout (2 of 3 actors remain: workers.actor.min_alive
+    0.5), and the trainer takes back the leave it had granted it."""
+    run_dir = tmp_path / "run"
+    # a target that takes longer than the loss does to be found (10 s), even on an idle machine
+    settings = ("workers.actor.count=3", "monitor.heartbeat_timeout=10", "stop.target_return=400")
+    proc, output = cartpole_to_200(run_dir, *settings)
+    output.line_with("| sample", 120)
+    child = child_pid(run_dir, "actor/1")
+    with open(f"/proc/{child}/stat") as f:
+        supervisor = int(f.read().rsplit(")", 1)[1].split()[1])
+    for pid in (supervisor, child):
+        os.kill(pid, signal.SIGSTOP)
+    output.line_with("actor/1 lost: no heartbeat for 10s and not replaced", 60)
+    for pid in (supervisor, child):  # the host is gone for good: the launcher sees its task end
+        os.kill(pid, signal.SIGKILL)
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    assert "the run goes on with 2 of 3 actors" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached") and summary["failed_workers"] == {}, summary
+    assert list(summary["lost_workers"]) == ["actor/1"] and summary["no_final_report"] == [], summary
+    # what reached the trainer is accounted for exactly (a lost actor's own count stops at its last report)
+    assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0, summary
+
+
 def test_a_process_stuck_after_its_worker_ended_exits_by_itself_and_logs_where_it_hung():
     """Once a worker's run is over its process exits within a bound (under Slurm nothing else would end it
     before the time limit), leaving every thread's stack behind."""

@@ -1,13 +1,15 @@
 """The controller's bookkeeping when a worker that receives frames is replaced: what its predecessor held is
 counted once as lost, and the stop stops waiting for frames that can no longer arrive; a replaced controller goes
-on from what its predecessor saved."""
+on from what its predecessor saved; silent actors are gone without while enough remain."""
 
 import json
 import time
 from types import SimpleNamespace
 
+from srl_hpc.config.schema import StopConfig
 from srl_hpc.handlers import controller
 from srl_hpc.handlers.run_totals import RunTotals
+from srl_hpc.handlers.stop_rules import StopRules
 
 BEFORE = {"wall_time": 0.0, "env_frames": 0, "episodes": 0}
 
@@ -68,3 +70,23 @@ def test_a_replacement_controller_goes_on_from_the_saved_totals_through_json():
     # a report after the restore adds up as before it: cumulative counters replace the saved ones
     later.report("trainer/0", {"incarnation": 1, "frames_received": 150, "frames_consumed": 128}, final=False)
     assert later.sum("frames_received") == 750 and later.frames_lost_with_replaced == 88
+
+
+def test_silent_actors_are_lost_while_the_share_left_allows_and_then_the_run_fails():
+    workers = ["trainer/0", *(f"actor/{i}" for i in range(4))]
+    totals = RunTotals(graph=None, policies=[""], return_window=10, before=BEFORE)
+    totals.start(workers)
+    rules = StopRules(StopConfig(target_return=None), silence_limit=10.0, actors=4, min_alive=0.5)
+    now = time.monotonic()
+    for worker in workers:
+        totals.last_seen[worker] = now
+    totals.last_seen["actor/3"] = now - 11
+    assert rules.decide(totals, now) is None and list(totals.lost) == ["actor/3"]
+    assert "actor/3" in totals.finals and "actor/3" not in totals.last_seen  # not waited for, not judged again
+    totals.last_seen["actor/2"] = now - 11
+    assert rules.decide(totals, now) is None and sorted(totals.lost) == ["actor/2", "actor/3"]  # 2 of 4 left
+    totals.last_seen["actor/1"] = now - 11  # one more would leave less than half
+    assert rules.decide(totals, now) == ("failed", "worker actor/1 failed: " + totals.failed["actor/1"])
+    assert totals.back("actor/3") and "actor/3" not in totals.finals  # it reports again: waited for again
+    totals.last_seen["trainer/0"] = now - 11  # never lost: the run cannot go on without it
+    assert not rules.may_lose(totals, "trainer/0")

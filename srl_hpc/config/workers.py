@@ -23,6 +23,10 @@ class ActorConfig:
     # 0: no supervisor process per actor (half the processes, for runs with hundreds of actors); a lost
     # actor then stops the run when the controller misses its heartbeats (monitor.heartbeat_timeout)
     max_restarts: int = 3
+    # the run goes on without actors lost for good (silent past monitor.heartbeat_timeout and not replaced:
+    # their host died or was cut off) while at least this share of its actors remain; 1.0: a lost actor stops
+    # the run (checkpoint kept)
+    min_alive: float = 0.5
 
     def check(self) -> list[tuple[str, str]]:
         problems = [
@@ -32,6 +36,8 @@ class ActorConfig:
         ]
         if self.max_restarts < 0:
             problems.append(("max_restarts", f"must be >= 0, got {self.max_restarts}"))
+        if not 0 < self.min_alive <= 1:
+            problems.append(("min_alive", f"must be a share in (0, 1], got {self.min_alive}"))
         if not problems and self.ring_size % self.inference_splits:
             problems.append(
                 ("inference_splits", f"must divide ring_size ({self.ring_size}), got {self.inference_splits}")

@@ -61,6 +61,10 @@ class Handler:
     def finish(self) -> None:
         """The wind-down after a stop (a trainer checkpoints; a sample consumer drains until told to finish)."""
 
+    def peers_lost(self, workers: frozenset[str]) -> None:
+        """The run goes on without `workers` (lost for good, as the controller's pings say; empty again if they
+        came back): stop waiting for them."""
+
     def stats(self) -> dict:
         """Cumulative counters for the controller (summed across workers by name)."""
         return {}

@@ -55,7 +55,12 @@ class ControllerHandler(Handler):
         self.exit_code = 1
         self.control = ControlServer(worker.ctx, self.workers)
         # in a run so big that workers report less often than every second, silence is judged accordingly
-        self.rules = StopRules(exp.stop, max(exp.monitor.heartbeat_timeout, 3 * report_interval(len(self.graph.names))))
+        self.rules = StopRules(
+            exp.stop,
+            max(exp.monitor.heartbeat_timeout, 3 * report_interval(len(self.graph.names))),
+            exp.workers.actor.count,
+            exp.workers.actor.min_alive,
+        )
         self._last_decision = 0.0
         # each policy's (mean return of its window, episodes ended): renewed, never changed in place, so that
         # a handler beside it in its own thread (the population manager) reads a consistent one
@@ -103,16 +108,29 @@ class ControllerHandler(Handler):
         else:
             self._receive(timeout_ms)
         now = self._last_drain = time.monotonic()
-        if now - self._last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
-            self.control.broadcast("ping")
-            self._last_ping = now
         if now - self._last_decision >= DECIDE_INTERVAL or self.totals.failed:  # its sums are over every worker
             self._last_decision = now
+            lost = set(self.totals.lost)
             self.outcome = self.rules.decide(self.totals, now)
             self.scores = self.totals.policy_scores()
+            for worker in sorted(self.totals.lost.keys() - lost):
+                self._ping(now)  # its peers stop waiting for it at once
+                self._save()  # (the local launcher reads it: that worker's process may end now)
+                alive = self.exp.workers.actor.count - sum(w.startswith("actor/") for w in self.totals.lost)
+                self.console.line(
+                    f"{worker} lost: {self.totals.lost[worker]} (its host died or was cut off); the run goes on "
+                    f"with {alive} of {self.exp.workers.actor.count} actors"
+                )
+        if now - self._last_ping >= PING_INTERVAL:  # workers that stop hearing from us end themselves
+            self._ping(now)
         if self.outcome is None and now - self.totals.last_line[0] >= self.exp.monitor.status_interval:
             self._progress()
             self._save()
+
+    def _ping(self, now: float) -> None:
+        """The sign of life every worker waits for, naming the workers the run goes on without."""
+        self.control.broadcast("ping", {"lost": sorted(self.totals.lost)})
+        self._last_ping = now
 
     def finish(self) -> None:
         assert self.outcome is not None  # (decided: keep_running ended the loop)
@@ -132,6 +150,11 @@ class ControllerHandler(Handler):
         msg = self.control.next_event(timeout_ms)
         while msg is not None:
             worker = msg.meta["worker"]
+            if msg.kind == "failed" and worker in self.totals.lost:
+                msg = self.control.next_event(0)  # (its process ended where it was lost: the launcher says so)
+                continue
+            if self.totals.back(worker):
+                self.console.line(f"{worker} reports again: counted and waited for again")
             self.totals.last_seen[worker] = time.monotonic()
             if msg.kind == "failed":
                 self.totals.failure(worker, msg.meta["error"])
@@ -250,6 +273,7 @@ class ControllerHandler(Handler):
             "policy_version": totals.version(),
             **accounting,
             "failed_workers": totals.failed,
+            "lost_workers": totals.lost,
             "restarts": totals.restarts,
             **(totals.evaluation_summary() if self.exp.workers.eval.count else {}),
             **totals.policies_summary(self.run_dir),

@@ -48,6 +48,7 @@ class RunTotals:
         self.last_seen: dict[str, float] = {}
         self.finals: set[str] = set()
         self.failed: dict[str, str] = {}  # worker -> error
+        self.lost: dict[str, str] = {}  # worker -> why: the run goes on without it (StopRules)
         self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
         # frames a replaced incarnation had received and neither consumed nor dropped (at its last report)
         self.frames_lost_with_replaced = 0
@@ -84,6 +85,19 @@ class RunTotals:
     def failure(self, worker: str, error: str) -> None:
         self.failed.setdefault(worker, error)
         self.finals.add(worker)  # nothing more will come from it
+
+    def lose(self, worker: str, why: str) -> None:
+        """Go on without `worker`: nothing more is waited for from it."""
+        self.lost[worker] = why
+        self.last_seen.pop(worker, None)
+        self.finals.add(worker)
+
+    def back(self, worker: str) -> bool:
+        """A report from `worker`: True if it was lost (it is counted again, and waited for at the stop)."""
+        if self.lost.pop(worker, None) is None:
+            return False
+        self.finals.discard(worker)
+        return True
 
     def restarting(self, worker: str, error: str) -> int:
         """A worker's supervisor replaces it; returns how many times it has been so far."""
@@ -155,6 +169,7 @@ class RunTotals:
             "latest": self.latest,
             "finals": sorted(self.finals),
             "failed": self.failed,
+            "lost": self.lost,
             "retired": dict(self.retired),
             "frames_lost_with_replaced": self.frames_lost_with_replaced,
             "restarts": self.restarts,
@@ -173,6 +188,9 @@ class RunTotals:
         self.latest = state["latest"]
         self.finals = set(state["finals"])
         self.failed = state["failed"]
+        self.lost = state["lost"]
+        for worker in self.lost:
+            self.last_seen.pop(worker, None)
         self.retired = collections.Counter(state["retired"])
         self.frames_lost_with_replaced = state["frames_lost_with_replaced"]
         self.restarts = state["restarts"]

@@ -1,4 +1,5 @@
-"""When a run stops: a failed or silent worker, or the first of the experiment's stop conditions it meets."""
+"""When a run stops: a failed or silent worker (an actor the run can do without is lost instead), or the first
+of the experiment's stop conditions it meets."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ from srl_hpc.handlers.run_totals import RunTotals
 
 
 class StopRules:
-    def __init__(self, stop: StopConfig, silence_limit: float) -> None:
+    def __init__(self, stop: StopConfig, silence_limit: float, actors: int = 0, min_alive: float = 1.0) -> None:
         self.stop = stop
         self.silence_limit = silence_limit  # seconds without a report after which a worker counts as failed
+        # ... or as lost, for an actor while `min_alive` of the run's `actors` remain (workers.actor.min_alive)
+        self.actors, self.min_alive = actors, min_alive
+
+    def may_lose(self, totals: RunTotals, worker: str) -> bool:
+        """Whether the run can go on without `worker` too."""
+        if not worker.startswith("actor/"):
+            return False
+        lost = sum(w.startswith("actor/") for w in totals.lost) + 1
+        return self.actors - lost >= max(1.0, self.min_alive * self.actors)
 
     def decide(self, totals: RunTotals, now: float) -> tuple[str, str] | None:
         """(status, reason) when the run should stop now, else None. A silent worker is marked failed."""
@@ -20,6 +30,9 @@ class StopRules:
             worker, error = next(iter(totals.failed.items()))
             return "failed", f"worker {worker} failed: {error}"
         silent = [w for w, t in totals.last_seen.items() if now - t > self.silence_limit]
+        for worker in [w for w in silent if self.may_lose(totals, w)]:
+            totals.lose(worker, f"no heartbeat for {self.silence_limit:.0f}s and not replaced")
+        silent = [w for w in silent if w not in totals.lost]
         if silent:
             # a worker beats between units of work: one busy longer than the timeout (a long update on a
             # crowded node) looks dead too, and the message says so

@@ -154,6 +154,7 @@ class TrainerHandler(Handler):
         ports = {}
         reuse = self.worker.ports  # a replacement's: its predecessor's, which every peer knows
         self.source: ReplayReceiver | BatchAssembler
+        self.credits: CreditLedger | None = None  # (on-policy: the actors' leave to fill segments)
         prepare = self._prepare if self.cfg.train else (lambda batch: None)
         exp, actor = self.exp, self.exp.workers.actor
         if self.graph.served_by("replay", self.name):
@@ -173,7 +174,7 @@ class TrainerHandler(Handler):
             ports["samples"] = samples.bind(reuse.get("samples"))
             per_message = actor.ring_size // actor.inference_splits  # env segments in one actor message
             window = self.cfg.queue_batches * -(-self.cfg.batch_segments // per_message)
-            credits = CreditLedger(self.worker.ctx, window, actors)
+            credits = self.credits = CreditLedger(self.worker.ctx, window, actors)
             ports["credits"] = credits.bind(reuse.get("credits"))
             self.source = BatchAssembler(
                 samples,
@@ -371,6 +372,10 @@ class TrainerHandler(Handler):
             "ready_batches": self.prefetch.ready() if self.prefetch is not None else 0,
             "held_segments": self.source.held_segments,
         }
+
+    def peers_lost(self, workers: frozenset[str]) -> None:
+        if self.credits is not None:
+            self.credits.lost = workers  # (read where the ledger is served, whichever thread that is)
 
     def stats(self) -> dict:
         out = {

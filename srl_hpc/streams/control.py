@@ -1,7 +1,9 @@
 """The control channel between the controller and every worker: events up, commands down.
 
 Workers PUSH events (heartbeats with their counters, "failed", "final") to the controller's PULL; the
-controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBscribes to. A worker's
+controller PUBlishes commands ("ping", "stop", "finish") that every worker SUBscribes to. Each ping names the
+workers the run goes on without (lost for good: their host died or was cut off), so that their peers stop
+waiting for them. A worker's
 supervisor (srl_hpc.worker.supervisor) or the local launcher speaks for a worker that cannot: "restarting" (it
 died or hung and is being replaced) and "failed" (it died and will not be).
 """
@@ -76,8 +78,8 @@ class ControlServer:
             endpoints.COMMANDS: endpoints.bind(self.commands, ports.get(endpoints.COMMANDS)),
         }
 
-    def broadcast(self, command: str) -> None:
-        self.commands.send_multipart(wire.pack(command))
+    def broadcast(self, command: str, meta: dict | None = None) -> None:
+        self.commands.send_multipart(wire.pack(command, meta))
 
     def next_event(self, timeout_ms: int) -> wire.Message | None:
         """The next event from a worker of this run. Anything else (a foreign client, a damaged frame) is
@@ -114,8 +116,8 @@ class ControlClient:
     def send(self, kind: str, meta: dict) -> None:
         self.events.send_multipart(wire.pack(kind, meta))
 
-    def pending_commands(self) -> list[str]:
-        return [wire.unpack(frames).kind for frames in waiting(self.commands, copy=True)]
+    def pending_commands(self) -> list[wire.Message]:
+        return [wire.unpack(frames) for frames in waiting(self.commands, copy=True)]
 
 
 def send_once(run: RunDir, curve: bool, address: str, kind: str, meta: dict) -> None:

@@ -21,6 +21,7 @@ the same name). An actor whose trainer was replaced (its connection to the credi
 trainer's grants and asks its replacement again. Any other grant not used within GRANT_TIMEOUT seconds (an actor
 that died and is not replaced, a grant lost with a dead connection, a segment that took that long to fill) is
 taken back too, so a lost actor cannot shrink the window for good; at worst one more segment is then in flight.
+The grants of an actor the controller declares lost (`lost`, from its pings) are taken back at once.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class CreditLedger:
         self.waiting: collections.deque[tuple[bytes, str]] = collections.deque()  # (routing id, actor) in order
         self.granted: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self.identity: dict[str, bytes] = {}  # actor -> the routing id of its live incarnation
+        self.lost: frozenset[str] = frozenset()  # actors the run goes on without: their grants are taken back
         self.malformed = 0
 
     def bind(self, port: int | None = None) -> int:
@@ -165,6 +167,10 @@ class CreditLedger:
             self.identity[actor] = ident
             if all(ident != w for w, _ in self.waiting):
                 self.waiting.append((ident, actor))
+        for actor in self.lost & self.granted.keys():
+            del self.granted[actor]
+        if self.lost:
+            self.waiting = collections.deque(w for w in self.waiting if w[1] not in self.lost)
         now = time.monotonic()
         expiry = max(GRANT_TIMEOUT, 4 * (self.fill_seconds or 0.0))
         for grants in self.granted.values():

@@ -100,6 +100,7 @@ class Worker:
         self.report_interval = report_interval(len(graph.names))
         self._controller_heard = time.monotonic()
         self._commands_read = float("-inf")
+        self.lost_peers: frozenset[str] = frozenset()  # workers the run goes on without (the controller's pings)
         self._threads: list[threading.Thread] = []
         self._threads_stop = threading.Event()
         self._thread_error: BaseException | None = None
@@ -186,13 +187,20 @@ class Worker:
         if self.control is None or now - self._commands_read < COMMANDS_INTERVAL:
             return
         self._commands_read = now
-        commands = self.control.pending_commands()
+        messages = self.control.pending_commands()
+        commands = [m.kind for m in messages]
         if commands:
             self._controller_heard = now
         if "stop" in commands:
             self.stop_requested = True
         if "finish" in commands:
             self.stop_requested = self.finish_requested = True
+        pings = [m for m in messages if m.kind == "ping"]
+        lost = frozenset(pings[-1].meta.get("lost", ())) if pings else self.lost_peers
+        if lost != self.lost_peers:
+            self.lost_peers = lost
+            for handler in self.handlers.values():
+                handler.peers_lost(lost)
         silence = now - self._controller_heard
         if silence > self.exp.monitor.heartbeat_timeout:
             raise RuntimeError(f"no word from the controller for {silence:.0f}s; stopping")
