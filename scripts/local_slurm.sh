@@ -46,6 +46,9 @@
 #   bash scripts/local_slurm.sh lose NODE # that host is lost: every process in it (its slurmd, job steps,
 #                                         # tasks) is SIGKILLed at once; slurmctld marks it DOWN after
 #                                         # SlurmdTimeout; `start` brings it back (a reboot), ReturnToService=2
+#   bash scripts/local_slurm.sh cut NODE  # that host's fast network (ib0) goes down: its processes live on,
+#                                         # Slurm still reaches it (eth0), the run's traffic does not
+#   bash scripts/local_slurm.sh mend NODE # its ib0 up again
 #   eval "$(bash scripts/local_slurm.sh env)"  # export SLURM_CONF when a non-default path is used
 #
 # Then e.g.:  sbatch --wrap hostname;  srun -N2 -n2 --mpi=pmix python3 -c 'print(1)';
@@ -735,6 +738,17 @@ cmd_lose() {
   log "host $n lost: SIGKILLed $(wc -w <<<"$pids") process(es); slurmctld marks it DOWN within ${SLURMD_TIMEOUT}s"
 }
 
+# A host cut off from the fast network only (a failed link or switch port): Slurm, on eth0, sees nothing wrong.
+cmd_link() {
+  need_root
+  local n=${2:-}
+  [[ " ${NODES[*]} " == *" $n "* ]] || die "usage: $0 $1 NODE (one of: ${NODES[*]})"
+  [[ $HOSTS == namespaces ]] || die "$1 needs hosts of their own (SRL_SLURM_HOSTS=namespaces)"
+  if [[ $1 == cut ]]; then ip -n "srl-$n" link set ib0 down; else ip -n "srl-$n" link set ib0 up; fi ||
+    die "could not set ib0 of $n: is the cluster running?"
+  log "host $n: ib0 $([[ $1 == cut ]] && echo down || echo up)"
+}
+
 cmd_env() {
   if [[ $CONF != "$DEFAULT_CONF" ]]; then printf 'export SLURM_CONF=%q\n' "$CONF"; fi
 }
@@ -747,5 +761,6 @@ case ${1:-} in
   env) cmd_env ;;
   hetsteps) cmd_hetsteps "${2:-}" ;;
   lose) cmd_lose "${2:-}" ;;
+  cut | mend) cmd_link "$1" "${2:-}" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, experiment, het_nodes, no_process_left, script, srl, wait_until
+from conftest import ROOT, experiment, het_nodes, no_process_left, script, srl, srl_started, wait_until
 from srl_hpc import srun_guard
 from srl_hpc.trace.reader import read_run
 
@@ -59,6 +59,43 @@ def test_two_trainers_on_two_hosts_train_in_lockstep_over_the_configured_interfa
     checksums = [trace[t].table("final_parameters")["checksum"][0] for t in ("trainer/0", "trainer/1")]
     assert steps[0] == steps[1] == list(range(1, summary["policy_version"] + 1))
     assert checksums[0] == checksums[1]  # gloo's allreduce crossed the hosts (over ib0: GLOO_SOCKET_IFNAME)
+
+
+def test_actors_on_a_host_cut_off_are_gone_without_and_the_job_reaches_its_target(tmp_path):
+    """The fast network (ib0) of the host of actor/2 and actor/3 goes down mid-run: Slurm still reaches the host,
+    the run does not. The controller goes on without the two once they have been silent for
+    monitor.heartbeat_timeout (2 of 4 actors left: workers.actor.min_alive 0.5), in the same job."""
+    run_dir = tmp_path / "run"
+    proc, output = srl_started(
+        ROOT / "experiments" / "cartpole_ppo.yaml",
+        "--slurm",
+        "--follow",
+        "--run-dir",
+        run_dir,
+        *("--set", "workers.actor.count=4", "--set", "monitor.heartbeat_timeout=12"),
+        *("--set", "stop.target_return=300", "--set", "stop.wall_time=200"),
+    )
+    host = None
+    try:
+        output.line_with("| sample", 180)
+        table = json.loads((run_dir / "workers.json").read_text())
+        host = table["actor/2"]["node"]
+        assert table["actor/3"]["node"] == host and host not in {table["actor/0"]["node"], table["actor/1"]["node"]}
+        subprocess.run(["bash", str(ROOT / "scripts" / "local_slurm.sh"), "cut", host], check=True, timeout=30)
+        output.line_with("lost: no heartbeat for 12s and not replaced", 60)
+        out = output.finish(240)
+    finally:
+        if host is not None:
+            subprocess.run(["bash", str(ROOT / "scripts" / "local_slurm.sh"), "mend", host], check=True, timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "the run goes on with 2 of 4 actors" in out and "ended: completed" in out, out
+    summary = summary_of(run_dir)
+    assert summary["reason"].startswith("target reached") and summary["failed_workers"] == {}, summary
+    assert sorted(summary["lost_workers"]) == ["actor/2", "actor/3"], summary
+    assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0, summary
+    no_process_left(run_dir)
 
 
 def test_the_impala_placement_runs_inference_inside_actors_on_their_own_hosts(tmp_path):

@@ -58,6 +58,12 @@ def process_age() -> float:
     return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
+class ControllerSilent(RuntimeError):
+    """The controller has gone quiet: the run is over for this worker (it ended, or this host was cut off from
+    it). Its supervisor takes this as the worker's end, not a death to replace: a replacement would hear nothing
+    either."""
+
+
 class Worker:
     def __init__(
         self,
@@ -203,7 +209,7 @@ class Worker:
                 handler.peers_lost(lost)
         silence = now - self._controller_heard
         if silence > self.exp.monitor.heartbeat_timeout:
-            raise RuntimeError(f"no word from the controller for {silence:.0f}s; stopping")
+            raise ControllerSilent(f"no word from the controller for {silence:.0f}s; stopping")
 
     def maybe_heartbeat(self, interval: float | None = None) -> None:
         """Every second a trace row and a beat to the supervisor; every `interval` (default: the run's
@@ -388,6 +394,8 @@ def main(argv=None) -> int:
         traceback.print_exc()
         if worker is not None:  # one that failed while being built has no one to tell yet
             worker.report_failure(exc)
+            if isinstance(exc, ControllerSilent) and worker.link is not None:
+                worker.link.concluded()
         return 1
     finally:
         bound_exit()
