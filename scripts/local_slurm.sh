@@ -43,9 +43,10 @@
 #   bash scripts/local_slurm.sh stop      # stop the daemons this script started (and their job steps)
 #   bash scripts/local_slurm.sh hetsteps off|on  # a running cluster without (or again with) het steps:
 #                                         # disable_hetero_steps in SchedulerParameters, then scontrol reconfigure
-#   bash scripts/local_slurm.sh lose NODE # that host is lost: every process in it (its slurmd, job steps,
-#                                         # tasks) is SIGKILLed at once; slurmctld marks it DOWN after
-#                                         # SlurmdTimeout; `start` brings it back (a reboot), ReturnToService=2
+#   bash scripts/local_slurm.sh lose NODE [--down]  # that host is lost: every process in it (its slurmd,
+#                                         # job steps, tasks) is SIGKILLed at once; slurmctld marks it DOWN
+#                                         # after SlurmdTimeout, or at once with --down (scontrol, as a node
+#                                         # health check would); `start` brings it back (a reboot)
 #   bash scripts/local_slurm.sh cut NODE  # that host's fast network (ib0) goes down: its processes live on,
 #                                         # Slurm still reaches it (eth0), the run's traffic does not
 #   bash scripts/local_slurm.sh mend NODE # its ib0 up again
@@ -735,7 +736,12 @@ cmd_lose() {
   pids=$(ip netns pids "srl-$n") || die "no namespace srl-$n: is the cluster running?"
   [[ -n $pids ]] || die "nothing runs in host $n"
   kill -9 $pids
-  log "host $n lost: SIGKILLed $(wc -w <<<"$pids") process(es); slurmctld marks it DOWN within ${SLURMD_TIMEOUT}s"
+  if [[ ${2:-} == --down ]]; then
+    scontrol update NodeName="$n" State=DOWN Reason="lost (local_slurm.sh lose)" || die "scontrol could not set $n DOWN"
+    log "host $n lost: SIGKILLed $(wc -w <<<"$pids") process(es); DOWN now"
+  else
+    log "host $n lost: SIGKILLed $(wc -w <<<"$pids") process(es); slurmctld marks it DOWN within ${SLURMD_TIMEOUT}s"
+  fi
 }
 
 # A host cut off from the fast network only (a failed link or switch port): Slurm, on eth0, sees nothing wrong.
@@ -760,7 +766,7 @@ case ${1:-} in
   status) cmd_status ;;
   env) cmd_env ;;
   hetsteps) cmd_hetsteps "${2:-}" ;;
-  lose) cmd_lose "${2:-}" ;;
+  lose) cmd_lose "${2:-}" "${3:-}" ;;
   cut | mend) cmd_link "$1" "${2:-}" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

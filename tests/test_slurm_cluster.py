@@ -4,6 +4,7 @@ trainers across hosts, MPI or none, containers, and a script sbatch'ed by hand."
 
 import json
 import os
+import signal
 import stat
 import subprocess
 
@@ -61,10 +62,11 @@ def test_two_trainers_on_two_hosts_train_in_lockstep_over_the_configured_interfa
     assert checksums[0] == checksums[1]  # gloo's allreduce crossed the hosts (over ib0: GLOO_SOCKET_IFNAME)
 
 
-def test_actors_on_a_host_cut_off_are_gone_without_and_the_job_reaches_its_target(tmp_path):
-    """The fast network (ib0) of the host of actor/2 and actor/3 goes down mid-run: Slurm still reaches the host,
-    the run does not. The controller goes on without the two once they have been silent for
-    monitor.heartbeat_timeout (2 of 4 actors left: workers.actor.min_alive 0.5), in the same job."""
+def test_a_killed_actor_is_replaced_in_its_task_and_actors_on_a_host_cut_off_are_gone_without(tmp_path):
+    """actor/0 is SIGKILLed: its supervisor, inside its Slurm task, replaces it. Then the fast network (ib0) of the
+    host of actor/2 and actor/3 goes down: Slurm still reaches the host, the run does not. The controller goes on
+    without the two once they have been silent for monitor.heartbeat_timeout (2 of 4 actors left:
+    workers.actor.min_alive 0.5), and the job reaches its target."""
     run_dir = tmp_path / "run"
     proc, output = srl_started(
         ROOT / "experiments" / "cartpole_ppo.yaml",
@@ -79,6 +81,8 @@ def test_actors_on_a_host_cut_off_are_gone_without_and_the_job_reaches_its_targe
     try:
         output.line_with("| sample", 180)
         table = json.loads((run_dir / "workers.json").read_text())
+        os.kill(table["actor/0"]["pid"], signal.SIGKILL)  # the worker, not its task (the nodes are this machine)
+        output.line_with("actor/0 is back (replacement 1)", 60)
         host = table["actor/2"]["node"]
         assert table["actor/3"]["node"] == host and host not in {table["actor/0"]["node"], table["actor/1"]["node"]}
         subprocess.run(["bash", str(ROOT / "scripts" / "local_slurm.sh"), "cut", host], check=True, timeout=30)
@@ -94,6 +98,8 @@ def test_actors_on_a_host_cut_off_are_gone_without_and_the_job_reaches_its_targe
     summary = summary_of(run_dir)
     assert summary["reason"].startswith("target reached") and summary["failed_workers"] == {}, summary
     assert sorted(summary["lost_workers"]) == ["actor/2", "actor/3"], summary
+    assert [r["error"] for r in summary["restarts"]["actor/0"]] == ["was killed by SIGKILL"], summary
+    assert (run_dir / "traces" / "actor-0.restart-1.h5").exists()
     assert summary["frames_consumed"] + summary["frames_dropped"] == summary["frames_received"] > 0, summary
     no_process_left(run_dir)
 
