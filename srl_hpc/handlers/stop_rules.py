@@ -24,7 +24,8 @@ class StopRules:
         return self.actors - lost >= max(1.0, self.min_alive * self.actors)
 
     def decide(self, totals: RunTotals, now: float) -> tuple[str, str] | None:
-        """(status, reason) when the run should stop now, else None. A silent worker is marked failed."""
+        """(status, reason) when the run should stop now, else None. A silent worker is marked failed, or lost
+        where the run can go on without it (may_lose)."""
         stop = self.stop
         if totals.failed:
             worker, error = next(iter(totals.failed.items()))
