@@ -398,19 +398,19 @@ def requeue_run(tmp_path):
 
 
 def test_a_job_at_its_time_limit_is_signalled_requeues_itself_and_resumes_to_its_stop(tmp_path):
-    # A real 2-minute limit: Slurm itself sends USR1 45 s before it (checked every 30 s, so 45-75 s into the
-    # attempt, 30-70 s of the run's own time after start-up). CartPole's return target falls in 16-33 s,
-    # before any signal, so the run stops on a budget of 80 s of the whole run's wall time instead, which
-    # only a resumed attempt can reach (and the third at the latest).
+    # A real 2-minute limit: Slurm itself sends USR1 60 s before it (checked every 30 s, so 30-60 s into the
+    # attempt, 15-45 s of the run's own time after start-up). CartPole's return target falls in 16-33 s,
+    # possibly before any signal, so the run stops on a budget of 55 s of the whole run's wall time instead,
+    # which only a resumed attempt can reach (and the third at the latest).
     run = launcher.submit(
         ROOT / "experiments" / "cartpole_ppo.yaml",
         slurm=True,
         run_dir=tmp_path / "run",
         overrides=[
             'slurm.time="00:02:00"',
-            "slurm.requeue={signal_seconds: 45, max_requeues: 3}",
+            "slurm.requeue={signal_seconds: 60, max_requeues: 3}",
             "stop.target_return=null",
-            "stop.wall_time=80",
+            "stop.wall_time=55",
             "workers.trainer.checkpoint_interval=10",
         ],
     )
