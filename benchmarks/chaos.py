@@ -12,7 +12,8 @@ the schedule cannot spend them (workers.<kind>.max_restarts = --budget) and moni
 --heartbeat-timeout, so that a hang is found in half of it.
 
 For each run it prints whether the target was reached, the wall time, the faults sent and the restarts the
-run recorded, the frames lost with replaced workers and the frame accounting; the last line is JSON. Local
+run recorded, the frames lost with replaced workers and the frame accounting, and whether it adds up exactly
+(every frame sent consumed, dropped or lost with a replaced receiver, once); the last line is JSON. Local
 mode only: taking a whole host of the namespaced local Slurm away is not done here.
 """
 
@@ -120,6 +121,7 @@ def one_run(exp: config.Experiment, out: Path, label: str, chaos: dict | None) -
             k: summary.get(k)
             for k in (
                 "frames_sent",
+                "frames_sent_counted_at_receivers",
                 "frames_received",
                 "frames_consumed",
                 "frames_dropped",
@@ -128,8 +130,21 @@ def one_run(exp: config.Experiment, out: Path, label: str, chaos: dict | None) -
             )
         },
         "requests_resent": summary.get("counters", {}).get("requests_resent"),
+        "accounting_exact": exact(summary),
         "run_dir": str(run.root),
     }
+
+
+def exact(summary: dict) -> bool:
+    """Every frame sent was consumed, dropped, or lost with a replaced receiver (what it held at its last
+    report, and what reached it after), each counted once."""
+    keys = ("frames_consumed", "frames_dropped", "frames_lost_with_replaced_workers", "frames_in_flight_lost")
+    if any(summary.get(k) is None for k in ("frames_sent", "frames_received", *keys)):
+        return False
+    held = summary["frames_received"] - summary["frames_consumed"] - summary["frames_dropped"]
+    return held == summary["frames_lost_with_replaced_workers"] and summary["frames_sent"] == sum(
+        summary[k] for k in keys
+    )
 
 
 def main(argv=None) -> int:
@@ -164,9 +179,11 @@ def main(argv=None) -> int:
         print(
             f"{label}: {'reached' if r['reached'] else 'NOT reached'} ({r['reason']}) in {r['wall_time']}s, "
             f"{r['env_frames'] or 0:,} env frames; {len(r['faults'])} faults, restarts {r['restarts']}, failed "
-            f"{r['failed_workers']}; frames sent {r['frames_sent']}, received {r['frames_received']}, consumed "
-            f"{r['frames_consumed']}, dropped {r['frames_dropped']}, lost with replaced workers "
-            f"{r['frames_lost_with_replaced_workers']}, lost in flight {r['frames_in_flight_lost']}",
+            f"{r['failed_workers']}; frames sent {r['frames_sent']} ({r['frames_sent_counted_at_receivers']} "
+            f"of them by senders without a final report, counted where they arrived), received "
+            f"{r['frames_received']}, consumed {r['frames_consumed']}, dropped {r['frames_dropped']}, lost with "
+            f"replaced workers {r['frames_lost_with_replaced_workers']}, lost in flight "
+            f"{r['frames_in_flight_lost']}; accounting {'exact' if r['accounting_exact'] else 'NOT exact'}",
             flush=True,
         )
     print(json.dumps({"experiment": str(args.experiment), "chaos": chaos, "runs": results}))

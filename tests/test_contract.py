@@ -60,7 +60,9 @@ def test_a_segment_of_every_space_travels_the_wire_unchanged_and_is_accepted(obs
     for name, array in seg.items():
         if name not in ("obs", "actions"):
             array[:] = rng.integers(0, 2, array.shape).astype(array.dtype)
-    msg = wire.unpack(wire.pack("segment", {"actor": "actor/0", "group": 0, "frames": 10, "fill_seconds": 0.1}, seg))
+    msg = wire.unpack(
+        wire.pack("segment", {"actor": "actor/0", "incarnation": 0, "group": 0, "frames": 10, "fill_seconds": 0.1}, seg)
+    )
     assert c.segment_layout(5, ["actor/0"]).accepts(msg)
     for name in seg:
         assert np.array_equal(msg.arrays[name], seg[name]), name
@@ -75,7 +77,7 @@ def test_a_segment_with_an_impossible_action_or_another_actions_shape_is_refused
     c = contract("box", action)
     seg = {k: np.zeros_like(v) for k, v in c.segment_arrays(2, 4).items()}
     layout = c.segment_layout(4, ["actor/0"])
-    meta = {"actor": "actor/0", "group": 0, "frames": 8, "fill_seconds": 0.1}
+    meta = {"actor": "actor/0", "incarnation": 0, "group": 0, "frames": 8, "fill_seconds": 0.1}
     assert layout.accepts(wire.Message("segment", meta, seg))
     if action == "box":
         bad = np.full_like(seg["actions"], np.nan)

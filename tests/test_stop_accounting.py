@@ -31,11 +31,31 @@ def test_a_replaced_trainers_held_frames_are_lost_once_and_its_replacements_coun
     assert totals.frames_lost_with_replaced == 296
 
 
+def test_what_a_sender_without_a_final_report_sent_is_what_arrived_from_it():
+    totals = RunTotals(graph=None, policies=[""], return_window=10, before=BEFORE)
+    totals.report("actor/0", {"frames_sent": 300}, final=False)  # then killed, having sent 400 in all
+    totals.restarting("actor/0", "was killed by SIGKILL")
+    totals.report("actor/0", {"incarnation": 1, "frames_sent": 200}, final=True)
+    totals.report("actor/1", {"frames_sent": 500}, final=True)
+    totals.report("actor/2", {"frames_sent": 100}, final=False)  # lost with its host: no final report
+    totals.report("trainer/1", {"frames_received": 30, "received_from": {"actor/3#0": 30}}, final=False)
+    totals.restarting("trainer/1", "was killed by SIGKILL")  # actor/3 never reported at all
+    totals.report("trainer/1", {"incarnation": 1, "frames_received": 0, "received_from": {}}, final=True)
+    arrived = {"actor/0#0": 400, "actor/0#1": 200, "actor/1#0": 480, "actor/2#0": 120}
+    totals.report("trainer/0", {"frames_received": 1200, "received_from": arrived}, final=False)
+    assert totals.frames_awaited() == 20  # actor/1's last frames, still in flight
+    totals.report("trainer/0", {"frames_received": 1220, "received_from": {**arrived, "actor/1#0": 500}}, final=True)
+    assert totals.frames_awaited() == 0
+    sent, at_receivers = totals.frames_sent()
+    assert sent == 400 + 200 + 500 + 120 + 30 == totals.sum("frames_received")
+    assert at_receivers == 400 + 120 + 30
+
+
 def test_with_a_replaced_drainer_the_stop_waits_until_frames_stop_arriving_not_for_all_that_were_sent(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(controller, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     received = [90]
-    watches = {replaced: controller.ArrivalWatch(lambda: received[0], 100, replaced) for replaced in (False, True)}
+    watches = {replaced: controller.ArrivalWatch(lambda: 100 - received[0], replaced) for replaced in (False, True)}
     clock[0], received[0] = 0.5, 95  # still arriving
     assert not any(w.all() for w in watches.values())
     clock[0] = 0.5 + controller.QUIET * 0.9
@@ -52,7 +72,9 @@ def test_a_replacement_controller_goes_on_from_the_saved_totals_through_json():
     totals.report("actor/0", {"frames_sent": 700, "returns": [[10.0, 10], [20.0, 20]]}, final=False)
     totals.report("actor/0", {"policy_returns": [[1, 5.0, 5]], "frames_sent": 800}, final=False)
     totals.restarting("trainer/0", "was killed by SIGKILL")
-    totals.report("trainer/0", {"frames_received": 600, "frames_consumed": 512}, final=False)
+    totals.report(
+        "trainer/0", {"frames_received": 600, "frames_consumed": 512, "received_from": {"actor/0#0": 600}}, final=False
+    )
     totals.report("trainer/0", {"incarnation": 1, "frames_received": 100, "frames_consumed": 64}, final=False)
     now = time.monotonic()
     saved = json.loads(json.dumps(totals.state(now)))  # as RUN/controller.json holds it
@@ -63,6 +85,7 @@ def test_a_replacement_controller_goes_on_from_the_saved_totals_through_json():
     assert later.elapsed(now + 100.0) >= totals.elapsed(now)  # the time it was away counts
     for key in ("frames_sent", "frames_received", "frames_consumed"):
         assert later.sum(key) == totals.sum(key)
+    assert later.frames_sent() == totals.frames_sent() and later.received_from() == totals.received_from()
     assert later.frames_lost_with_replaced == totals.frames_lost_with_replaced == 600 - 512
     assert later.episodes == totals.episodes == 3 and later.mean_return() == totals.mean_return() == 15.0
     assert later.policy_scores() == totals.policy_scores()

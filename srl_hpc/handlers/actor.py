@@ -315,7 +315,13 @@ class ActorHandler(Handler):
             frames = segment_frames(segment, self.frames_per_step)
             # (actor, group): one stream of steps; fill_seconds: how long the segment took to fill (a trainer
             # sizes its flow-control window by it), from its first request to now
-            meta = {"actor": self.name, "group": g, "frames": frames, "fill_seconds": now - self._filling_since[g]}
+            meta = {
+                "actor": self.name,
+                "incarnation": self.worker.incarnation,
+                "group": g,
+                "frames": frames,
+                "fill_seconds": now - self._filling_since[g],
+            }
             self._unsent.append((link, frames, wire.pack("segment", meta, segment), now, (g, self._segments[g])))
         self._filling_since[g] = now  # the next segment begins with this reply's actions (or when leave comes)
         self._segments[g] += 1

@@ -3,6 +3,7 @@ checked for policy lag (on-policy), or batches the buffer workers sampled (off-p
 
 from __future__ import annotations
 
+import collections
 import time
 
 import numpy as np
@@ -11,7 +12,7 @@ import zmq
 from srl_hpc.handlers import POLL_MS
 from srl_hpc.streams.contract import segment_frames
 from srl_hpc.streams.credits import CreditLedger
-from srl_hpc.streams.samples import SampleConsumer
+from srl_hpc.streams.samples import SampleConsumer, sender_key
 
 DRAIN_TIMEOUT = 20.0  # at stop: longest wait for the controller's "finish" while draining segments
 
@@ -47,6 +48,7 @@ class BatchAssembler:
         # at this version): dropped, counted, like those beyond max_lag
         self.oldest_version = 0
         self.frames_received = 0
+        self.received_from: collections.Counter[str] = collections.Counter()  # sender_key -> frames
         self.frames_dropped = 0
         self.lags: list[int] = []  # policy lag of each accepted segment, read and cleared by stats()
         self._parts: list[dict] = []
@@ -72,6 +74,7 @@ class BatchAssembler:
         seg = msg.arrays
         frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
+        self.received_from[sender_key(msg.meta["actor"], msg.meta["incarnation"])] += frames
         self.credits.used(msg.meta["actor"], msg.meta["fill_seconds"])
         lag = self.current_version() - int(seg["versions"].min())
         dropped = (self.max_lag is not None and lag > self.max_lag) or int(seg["versions"].min()) < self.oldest_version
@@ -113,6 +116,7 @@ class BatchAssembler:
         lags, self.lags = self.lags, []
         return {
             "frames_received": self.frames_received,
+            "received_from": dict(self.received_from),
             "frames_dropped": self.frames_dropped,
             "lag_sum": int(np.sum(lags)) if lags else 0,
             "lag_count": len(lags),

@@ -26,6 +26,7 @@ future), and counted either way. Never imports torch.
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -38,7 +39,7 @@ from srl_hpc.envs.backends import agent_count, spaces
 from srl_hpc.handlers import POLL_MS, Handler
 from srl_hpc.streams import endpoints, wire
 from srl_hpc.streams.contract import Contract, priorities_layout, segment_frames
-from srl_hpc.streams.samples import SampleConsumer, SampleProducer
+from srl_hpc.streams.samples import SampleConsumer, SampleProducer, sender_key
 
 SEQUENCE_FIELDS = ("obs", "actions", "rewards", "dones", "terminated", "valid", "versions")
 REPLAYED_STEPS = ("obs", "actions", "rewards", "dones", "terminated", "valid")  # each step of a recurrent sequence
@@ -92,8 +93,10 @@ class BufferHandler(Handler):
         self.cfg = self.exp.algorithm
         self.frames_per_step = self.exp.env.frames_per_step
         self.replay: PrioritizedReplay | None = None  # made when the first segment shows the observation shape
-        self.tails: dict[tuple[str, int], dict[str, np.ndarray]] = {}  # (actor, group) -> its last n steps
+        # (sender, group) -> its last n steps; an actor's replacement begins a stream of its own
+        self.tails: dict[tuple[str, int], dict[str, np.ndarray]] = {}
         self.frames_received = self.frames_consumed = self.frames_dropped = 0
+        self.received_from: collections.Counter[str] = collections.Counter()  # sender_key -> frames
         self.batches_sent = 0
         self.priority_updates = 0  # transitions whose priority a trainer's TD error set
         self.priorities_stale = 0  # priority messages for a predecessor's replay (this worker was replaced)
@@ -105,7 +108,9 @@ class BufferHandler(Handler):
         self.n_step, self.burn_in = self.spec.n_step(self.cfg), self.spec.burn_in(self.cfg)
         self.team = agent_count(self.exp.env) if self.spec.team else 0  # agents per replay item
         self.state_size = self.exp.model.state_size  # a recurrent model: sequences, not transitions
-        self.held: dict[tuple[str, int], tuple[dict | None, dict]] = {}  # sequences: (actor, group) -> (previous, last)
+        self.held: dict[
+            tuple[str, int], tuple[dict | None, dict]
+        ] = {}  # sequences: (sender, group) -> (previous, last)
         self.snapshot_path = worker.run_dir.replay_of(self.name)
         self._last_snapshot = time.monotonic()
         self._said_too_big = False
@@ -171,8 +176,10 @@ class BufferHandler(Handler):
         seg = msg.arrays
         frames = segment_frames(seg, self.frames_per_step)
         self.frames_received += frames
+        sender = sender_key(msg.meta["actor"], msg.meta["incarnation"])
+        self.received_from[sender] += frames
         self.version = max(self.version, int(seg["versions"].max()))
-        key = (msg.meta["actor"], msg.meta["group"])
+        key = (sender, msg.meta["group"])
         self.lags.append(self.version - int(seg["versions"].min()))
         if self.state_size:
             stored = self._store_sequences(key, seg)
@@ -317,6 +324,7 @@ class BufferHandler(Handler):
         replay = self.replay
         return {
             "frames_received": self.frames_received,
+            "received_from": dict(self.received_from),
             "frames_consumed": self.frames_consumed,
             "frames_dropped": self.frames_dropped,
             "transitions_stored": replay.added if replay else 0,

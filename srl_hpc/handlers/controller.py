@@ -230,16 +230,15 @@ class ControllerHandler(Handler):
         finals, total = self.totals.finals, self.totals.sum
         others = [w for w in self.workers if w not in self.drainers]
         self._broadcast_until("stop", lambda: all(w in finals for w in others), deadline)
-        sent = total("frames_sent")
-        arrived = ArrivalWatch(
-            lambda: total("frames_received"), sent, any(w in self.totals.restarts for w in self.drainers)
-        )
+        arrived = ArrivalWatch(self.totals.frames_awaited, any(w in self.totals.restarts for w in self.drainers))
         self._broadcast_until("stop", lambda: arrived.all() or all(w in finals for w in self.drainers), deadline)
         self._broadcast_until("finish", lambda: all(w in finals for w in self.drainers), deadline)
         missing = [w for w in self.workers if w not in finals]
+        sent, at_receivers = self.totals.frames_sent()  # (what arrived since from senders without a final report)
         received = total("frames_received")
         return {
             "frames_sent": sent,
+            "frames_sent_counted_at_receivers": at_receivers,
             "frames_received": received,
             "frames_consumed": total("frames_consumed"),
             "frames_dropped": total("frames_dropped"),
@@ -304,17 +303,18 @@ class ControllerHandler(Handler):
 
 
 class ArrivalWatch:
-    """Phase 2's end: every frame sent has arrived. A drainer that was replaced lost what reached it after its
-    last report, so the count may never meet what was sent: then the frames have arrived once the count has
-    stood still for QUIET seconds (the drainers report every 0.2 s while they drain)."""
+    """Phase 2's end: every frame that each sender finally reported sent has arrived from it (`awaited`: how
+    many have not). A drainer that was replaced lost what reached it after its last report, so the count may
+    never reach zero: then the frames have arrived once it has stood still for QUIET seconds (the drainers
+    report every 0.2 s while they drain)."""
 
-    def __init__(self, received, sent: int, replaced: bool) -> None:
-        self.received, self.sent, self.replaced = received, sent, replaced
-        self.last = (received(), time.monotonic())
+    def __init__(self, awaited, replaced: bool) -> None:
+        self.awaited, self.replaced = awaited, replaced
+        self.last = (awaited(), time.monotonic())
 
     def all(self) -> bool:
-        now, count = time.monotonic(), self.received()
-        if count >= self.sent:
+        now, count = time.monotonic(), self.awaited()
+        if count == 0:
             return True
         if count != self.last[0]:
             self.last = (count, now)

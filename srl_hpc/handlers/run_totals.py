@@ -16,6 +16,7 @@ import time
 from typing import cast
 
 from srl_hpc.rundir import RunDir
+from srl_hpc.streams.samples import sender_key
 
 NOT_COUNTS = {"version", "policy_version", "incarnation"}  # numbers in a report that are states, not counts
 
@@ -52,6 +53,9 @@ class RunTotals:
         self.retired: collections.Counter = collections.Counter()  # counters of replaced incarnations, summed
         # frames a replaced incarnation had received and neither consumed nor dropped (at its last report)
         self.frames_lost_with_replaced = 0
+        self.retired_sent: dict[str, int] = {}  # sender_key -> frames_sent at its last report, of replaced senders
+        self.retired_received_from: collections.Counter[str] = collections.Counter()  # of replaced receivers
+        self.final_reports: set[str] = set()  # sender_key of every incarnation that made its final report
         self.restarts: dict[str, list[dict]] = {}  # worker -> [{"error", "at", "back_after"}] per replacement
         # this attempt's: a resumed run refills it
         self.returns: collections.deque[float] = collections.deque(maxlen=return_window)
@@ -123,6 +127,7 @@ class RunTotals:
         self.latest[worker] = meta
         if final:
             self.finals.add(worker)
+            self.final_reports.add(sender_key(worker, meta.get("incarnation", 0)))
         return rounds, back_after
 
     def _evaluated(self, worker: str, episodes: list[list[float]]) -> list[dict]:
@@ -152,6 +157,9 @@ class RunTotals:
             return None
         counts = _counts(previous)
         self.retired.update(counts)
+        if "frames_sent" in previous:
+            self.retired_sent[sender_key(worker, previous.get("incarnation", 0))] = previous["frames_sent"]
+        self.retired_received_from.update(previous.get("received_from", {}))
         held = counts.get("frames_received", 0) - counts.get("frames_consumed", 0) - counts.get("frames_dropped", 0)
         self.frames_lost_with_replaced += int(max(0, held))
         if not self.restarts.get(worker):
@@ -172,6 +180,9 @@ class RunTotals:
             "lost": self.lost,
             "retired": dict(self.retired),
             "frames_lost_with_replaced": self.frames_lost_with_replaced,
+            "retired_sent": self.retired_sent,
+            "retired_received_from": dict(self.retired_received_from),
+            "final_reports": sorted(self.final_reports),
             "restarts": self.restarts,
             "returns": list(self.returns),
             "episodes": self.episodes,
@@ -193,6 +204,9 @@ class RunTotals:
             self.last_seen.pop(worker, None)
         self.retired = collections.Counter(state["retired"])
         self.frames_lost_with_replaced = state["frames_lost_with_replaced"]
+        self.retired_sent = state["retired_sent"]
+        self.retired_received_from = collections.Counter(state["retired_received_from"])
+        self.final_reports = set(state["final_reports"])
         self.restarts = state["restarts"]
         self.returns.extend(state["returns"])
         self.episodes = state["episodes"]
@@ -205,6 +219,41 @@ class RunTotals:
     # ------------------------------------------------------------------------------------------- totals
     def sum(self, key: str) -> int:
         return sum(m.get(key, 0) for m in self.latest.values()) + self.retired.get(key, 0)
+
+    def received_from(self) -> collections.Counter[str]:
+        """Frames that arrived from each sender (sender_key), summed over the receivers and their incarnations."""
+        arrived = collections.Counter(self.retired_received_from)
+        for meta in self.latest.values():
+            arrived.update(meta.get("received_from", {}))
+        return arrived
+
+    def _sent_by(self) -> dict[str, int]:
+        """Each sender's own count of frames sent, at its last report."""
+        own = {
+            sender_key(w, m.get("incarnation", 0)): m["frames_sent"]
+            for w, m in self.latest.items()
+            if "frames_sent" in m
+        }
+        return {**self.retired_sent, **own}
+
+    def frames_sent(self) -> tuple[int, int]:
+        """(frames sent, of which counted where they arrived). A sender's own count where it made a final
+        report; a sender that did not (killed, hung, lost, or gone before its first report) counted only up to
+        its last report, so what arrived from it is what it sent, as far as the run can know."""
+        own, arrived = self._sent_by(), self.received_from()
+        sent = at_receivers = 0
+        for key in own.keys() | arrived.keys():
+            if key in self.final_reports:
+                sent += own.get(key, arrived[key])
+            else:
+                sent += arrived[key]
+                at_receivers += arrived[key]
+        return sent, at_receivers
+
+    def frames_awaited(self) -> int:
+        """Frames that senders which made their final report sent and that have not arrived (as reported)."""
+        arrived = self.received_from()
+        return sum(max(0, n - arrived[key]) for key, n in self._sent_by().items() if key in self.final_reports)
 
     def counters(self) -> dict[str, float]:
         """Every numeric counter any worker reports, summed over workers (what a handler counts reaches the

@@ -211,6 +211,7 @@ class Contract:
             arrays,
             {
                 "actor": one_of(actors),
+                "incarnation": integer(),
                 "group": integer(),
                 "frames": integer(),
                 "fill_seconds": lambda v: number(v) and cast(float, v) >= 0,

@@ -36,8 +36,8 @@ EPISODE_FIELDS = {"returns": 2, "policy_returns": 3, "eval_episodes": 3}
 def is_event(kind: str, meta: dict, workers) -> bool:
     """An event a worker of this run sends: its name, then for "failed"/"restarting" an error text, and
     texts or numbers besides (a traceback, a restart count); for reports (heartbeat, final) finite numbers
-    only, besides lists of episodes (EPISODE_FIELDS), the named losses and the named queue depths. The
-    controller sums what reports carry: nothing else may get in."""
+    only, besides lists of episodes (EPISODE_FIELDS), the named losses, the named queue depths and the frames
+    received by sender. The controller sums what reports carry: nothing else may get in."""
     worker = meta.get("worker")
     if kind not in EVENT_KINDS or not isinstance(worker, str) or worker not in workers:
         return False
@@ -52,6 +52,8 @@ def is_event(kind: str, meta: dict, workers) -> bool:
             ok = isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values())
         elif key == "queues":  # items waiting in a worker's queues, by name
             ok = isinstance(value, dict) and all(number(v) and v >= 0 for v in value.values())
+        elif key == "received_from":  # frames that arrived, by sender (srl_hpc.streams.samples.sender_key)
+            ok = isinstance(value, dict) and all(isinstance(v, int) and v >= 0 for v in value.values())
         else:
             ok = key == "worker" or number(value)
         if not ok:

@@ -20,6 +20,12 @@ from srl_hpc.streams.waiting import waiting
 KERNEL_BUFFER_BYTES = 64 * 1024  # per connection and side (Linux doubles it); larger messages stream through
 
 
+def sender_key(actor: str, incarnation: int) -> str:
+    """One incarnation of one producer ("actor/3#1"): consumers count what arrived from each, so that what a
+    producer that ended without a final report had sent is known (the controller's frame accounting)."""
+    return f"{actor}#{incarnation}"
+
+
 class SampleProducer:
     def __init__(self, ctx: zmq.Context, addresses: list[str]) -> None:
         self.socket = ctx.socket(zmq.PUSH)
