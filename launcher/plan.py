@@ -49,6 +49,11 @@ class HetGroup:
         return len(self.workers)
 
     @property
+    def only_actors(self) -> bool:
+        """Every worker of the group is an actor: a run goes on without some of them (workers.actor.min_alive)."""
+        return all(w.startswith("actor/") for w in self.workers)
+
+    @property
     def allocated_tasks(self) -> int:
         """The tasks the group's allocation is sized for (sbatch --ntasks): its workers but the rider."""
         return self.ntasks - (self.rider is not None)

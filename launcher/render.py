@@ -111,8 +111,15 @@ def srun_lines(plan: Plan) -> str:
 
 def group_srun_line(plan: Plan, g: HetGroup) -> str:
     """The jobs layout's srun of one group: no MPI (it cannot span jobs: the workers meet through files), the
-    group's CPUs, tasks per node and memory as in the het job's line."""
-    return "srun " + " ".join(["--mpi=none", *_task_options(plan, g)]) + " \\\n    " + _words(worker_command(plan, g))
+    group's CPUs, tasks per node and memory as in the het job's line; a group of actors on several nodes goes on
+    without the tasks of a node that fails (--no-kill, as its job)."""
+    options = ["--mpi=none", *(["--no-kill"] if _shrinks(g) else []), *_task_options(plan, g)]
+    return "srun " + " ".join(options) + " \\\n    " + _words(worker_command(plan, g))
+
+
+def _shrinks(g: HetGroup) -> bool:
+    """A job of actors on several nodes, in the jobs layout: one of its nodes lost, the job goes on without it."""
+    return g.only_actors and g.nodes > 1
 
 
 def _task_options(plan: Plan, g: HetGroup) -> list[str]:
@@ -240,6 +247,12 @@ def _group_lines(plan: Plan, g: HetGroup, first: bool, job_name: str | None = No
                 "# a group's job requeued alone (a node failure) would meet none of the others",
                 "#SBATCH --no-requeue",
             ]
+            if _shrinks(g):
+                lines += [
+                    "# a node of this job lost: the job and its srun go on without it, and the run without its",
+                    "# actors while workers.actor.min_alive of them remain (losing the batch node ends the job)",
+                    "#SBATCH --no-kill",
+                ]
     lines.append(f"#SBATCH --time={plan.time}")
     if g.partition:
         lines.append(f"#SBATCH --partition={g.partition}")

@@ -2,8 +2,8 @@
 account and qos, one srun with no MPI, the worker's first task, the group watch), what is refused, how the
 groups' jobs speak for the run, and the group watch's reading of squeue and slurm.json. Then (marked slurm)
 against the project's real local Slurm: CartPole to its target with a group that starts late, a group's job
-cancelled mid-run and before it started, a QOS that cannot run the run's jobs, a refused submission; the first
-on a cluster without het steps (turned off for that test)."""
+cancelled mid-run and before it started, a node lost from the actors' job, a QOS that cannot run the run's jobs,
+a refused submission; the first on a cluster without het steps (turned off for that test)."""
 
 import argparse
 import json
@@ -68,7 +68,9 @@ def test_every_group_is_an_ordinary_job_with_its_own_resources_and_one_srun_with
         assert "#SBATCH --output=/shared/runs/groups/slurm-%j.out\n" in script
         assert "#SBATCH --time=02:00:00\n" in script and "module load python\n" in script
         srun = next(line for line in script.splitlines() if line.startswith("srun "))
-        assert srun.startswith("srun --mpi=none --cpus-per-task=")
+        assert srun.startswith("srun --mpi=none --cpus-per-task=") or srun.startswith(
+            "srun --mpi=none --no-kill --cpus"
+        )
         assert f"--rendezvous file --first-task {first} --log-dir" in script
         assert f'-m srl_hpc.srun_guard /shared/runs/groups "$srun_pid" --group {group} &\n' in script
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
@@ -81,6 +83,11 @@ def test_every_group_is_an_ordinary_job_with_its_own_resources_and_one_srun_with
     assert "#SBATCH --partition=cpu\n#SBATCH --account=rl-lab\n#SBATCH --nodes=2\n#SBATCH --ntasks=5\n" in actor
     assert "#SBATCH --begin=now+60\n" in actor and "--begin" not in trainer
     assert "workers 4 to 8" in actor
+    # the actors' job spans two nodes: it and its srun go on without one that fails; the others end with theirs
+    assert "#SBATCH --no-kill\n" in actor and "srun --mpi=none --no-kill " in actor
+    assert "--no-kill" not in trainer + policy
+    one_node = dict(render.render_groups(make(EXPERIMENT, "slurm.actor.tasks_per_node=5"), "test"))["actor"]
+    assert "--no-kill" not in one_node  # (its one node lost, the job ends: the others' watches end theirs)
 
 
 def test_a_het_jobs_template_is_refused_for_groups_naming_the_variable(tmp_path):
@@ -352,6 +359,39 @@ def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_
     version = re.search(r"resumed from \S+: version (\d+)", (run.run_dir / "logs" / "trainer-0.log").read_text())
     assert version and 5 <= int(version[1]) < summary["policy_version"], summary  # on from its checkpoint
     assert states(again) == {"trainer": "COMPLETED", "policy": "COMPLETED", "actor": "COMPLETED"}
+
+
+@pytest.mark.slurm
+def test_a_node_lost_from_the_actors_job_takes_its_actors_and_the_run_goes_on_in_the_same_jobs(tmp_path):
+    """The actors' job spans two nodes of its own (--exclusive); the second loses power. That job and its srun go
+    on without the node (--no-kill), the controller without its two actors once they have been silent for
+    monitor.heartbeat_timeout (2 of 4 left: workers.actor.min_alive 0.5), and every group's job completes."""
+    run = long_run(
+        tmp_path,
+        "stop.wall_time=40",
+        "workers.actor.count=4",
+        "monitor.heartbeat_timeout=12",
+        "slurm.actor.sbatch_options=[--exclusive]",
+    )
+    local_slurm, host = str(ROOT / "scripts" / "local_slurm.sh"), None
+    try:
+        wait_until(lambda: "| sample" in run.logs(), 180, "a progress line", lambda: run.logs()[-3000:], interval=0.5)
+        table = json.loads((run.run_dir / "workers.json").read_text())
+        host = table["actor/2"]["node"]
+        assert table["actor/3"]["node"] == host != table["actor/0"]["node"] == table["actor/1"]["node"], table
+        assert host not in {table[w]["node"] for w in ("controller/0", "trainer/0", "policy/0")}, table
+        subprocess.run(["bash", local_slurm, "lose", host, "--down"], check=True, timeout=30)
+        assert run.wait(timeout=240) == "completed", run.logs()[-3000:]
+    finally:
+        if host is not None:
+            subprocess.run(["bash", local_slurm, "start"], check=True, timeout=120)  # the host comes back
+    assert "the run goes on with 2 of 4 actors" in run.logs()
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["status"] == "succeeded" and summary["reason"].startswith("wall time"), summary
+    assert sorted(summary["lost_workers"]) == ["actor/2", "actor/3"] and summary["failed_workers"] == {}, summary
+    assert_every_frame_accounted_for(summary)
+    assert states(groups_of(run.run_dir)) == {"trainer": "COMPLETED", "policy": "COMPLETED", "actor": "COMPLETED"}
+    no_process_left(run.run_dir)
 
 
 @pytest.mark.slurm
