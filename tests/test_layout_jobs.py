@@ -316,7 +316,7 @@ def long_run(tmp_path, *overrides):
 
 @pytest.mark.slurm
 def test_a_group_cancelled_mid_run_ends_the_others_promptly_status_names_it_and_the_run_resumes(tmp_path):
-    run = long_run(tmp_path, "stop.wall_time=25", "workers.trainer.checkpoint_interval=5")
+    run = long_run(tmp_path, "stop.wall_time=20", "workers.trainer.checkpoint_interval=5")
     wait_until(
         lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5,
         150,
@@ -368,7 +368,7 @@ def test_a_node_lost_from_the_actors_job_takes_its_actors_and_the_run_goes_on_in
     monitor.heartbeat_timeout (2 of 4 left: workers.actor.min_alive 0.5), and every group's job completes."""
     run = long_run(
         tmp_path,
-        "stop.wall_time=40",
+        "stop.wall_time=34",
         "workers.actor.count=4",
         "monitor.heartbeat_timeout=12",
         "slurm.actor.sbatch_options=[--exclusive]",

@@ -239,7 +239,7 @@ def test_a_sweep_member_signalled_by_slurm_is_checkpointed_and_requeued_by_submi
         "--set",
         "stop.target_return=null",
         "--set",
-        "stop.wall_time=30",
+        "stop.wall_time=20",
         "--set",
         "workers.trainer.checkpoint_interval=5",
     )

@@ -61,7 +61,7 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
         ROOT / "experiments" / "cartpole_ppo.yaml",
         slurm=True,
         run_dir=tmp_path / "run",
-        overrides=["stop.target_return=null", "stop.wall_time=30", "workers.trainer.checkpoint_interval=5"],
+        overrides=["stop.target_return=null", "stop.wall_time=20", "workers.trainer.checkpoint_interval=5"],
     )
     wait_until(
         lambda: " version " in run.logs() and int(run.logs().rsplit("| version", 1)[1].split()[0]) >= 5,
@@ -82,7 +82,7 @@ def test_resume_chain_carries_a_stopped_run_on_in_a_continuation_job_and_the_nex
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert attempt1["status"] == "cancelled" and attempt1["policy_version"] > 0
     assert summary["status"] == "succeeded" and summary["attempt"] == 2
-    assert summary["reason"] == "wall time reached: 30s"
+    assert summary["reason"] == "wall time reached: 20s"
     assert f"version {attempt1['policy_version']}, " in (run.run_dir / "logs" / "trainer-0.log").read_text()  # resumed
     assert "the run has already succeeded: nothing to continue" in (run.run_dir / f"slurm-{second}.out").read_text()
     states = slurm_jobs.job_states([run.job_id, first, second])
