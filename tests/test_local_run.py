@@ -1235,7 +1235,8 @@ def test_a_killed_and_a_hung_controller_are_replaced_and_go_on_from_their_totals
     run_dir = tmp_path / "run"
     proc, output = cartpole_to_200(run_dir, "monitor.heartbeat_timeout=16")
     output.line_with("| sample", 120)
-    before = output.line_with("| sample", 30)  # a saved state (written at each progress line) to go on from
+    # a saved state (written at each progress line) to go on from, and a row of metrics.csv (written before the line)
+    before = output.line_with("| sample", 30)
     os.kill(controller_incarnation(run_dir, 0), signal.SIGKILL)
     output.line_with("controller/0 was killed by SIGKILL: replaced (1 of 3), going on from its totals", 60)
     output.line_with("| sample", 30)

@@ -76,7 +76,7 @@ class ControllerHandler(Handler):
         replaced = self.worker.incarnation > 0
         go_on = self.attempt > 1 or replaced  # metrics.csv has the rows before
         self.metrics = MetricsCsv(self.run_dir, resumed=go_on and self.run_dir.metrics.exists())
-        self.sinks.append(self.metrics)
+        self.sinks.insert(0, self.metrics)  # first: a line on the console has its row in metrics.csv already
         self.console.line(f"run {self.exp.name}: {len(self.workers) + 1} workers, run dir {self.run_dir.root}")
         if self.exp.monitor.tensorboard or self.exp.monitor.wandb is not None:
             board = Board(self.exp, self.run_dir)
@@ -142,8 +142,9 @@ class ControllerHandler(Handler):
         stopping = time.monotonic()
         accounting = self._stop()
         self.trace.record("stop", seconds=time.monotonic() - stopping, events_received=self.control.received)
-        for sink in self.sinks[1:]:  # (the console stays open for the conclusion)
-            sink.close()
+        for sink in self.sinks:
+            if sink is not self.console:  # (it stays open for the conclusion)
+                sink.close()
         self.exit_code = self._conclude(status, reason, {"mean_return_at_stop": at_stop, **accounting})
 
     def _receive(self, timeout_ms: int) -> None:
