@@ -1211,8 +1211,15 @@ def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_it
     assert f"versions {saved + 1}-" in log  # lost with the trainer; its replacement goes on from the checkpoint
     replacement, problems = reader.read_file(run_dir / "traces" / "trainer-0.restart-1.h5")
     assert replacement is not None and not problems, problems
-    after = replacement.table("train_step")["version"]
-    assert len(after) and after[0] > reported  # versions never repeat: no policy worker ignores the new ones
+    # versions never repeat, so no policy worker ignores the new ones: the restored weights go on as a version
+    # after the last published (the run may reach its target on the weights the actors hold before the
+    # replacement has trained a step), and every version it trained is newer still
+    assert replacement.table("final_parameters")["version"][0] > reported
+    assert np.all(np.asarray(replacement.table("train_step").get("version", [])) > reported)
+    policy, problems = reader.read_file(run_dir / "traces" / "policy-0.h5")
+    assert policy is not None and not problems, problems
+    pulled = policy.table("param_pull")["version"]
+    assert len(pulled) and all(np.diff(pulled) > 0), pulled
 
 
 def controller_incarnation(run_dir, incarnation: int) -> int:
