@@ -1095,6 +1095,8 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
         "--set",
         "stop.wall_time=240",
         "--set",
+        "stop.target_return=200",  # learned, once both faults are handled: enough here
+        "--set",
         "workers.trainer.max_restarts=0",  # paused below as long as the hung actor: not to be replaced for it
     )  # the target it is, not the wall time, if it trains at all
     output.line_with("| sample", 120)

@@ -120,7 +120,7 @@ def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_re
         "--sweep",
         "algorithm.lr=1e-3,3e-4",
         "--seeds",
-        "1,2,3",
+        "1,2",
         "--run-dir",
         sweep_dir,
         "stop.target_return=null",
@@ -131,7 +131,7 @@ def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_re
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     members = json.loads((sweep_dir / "sweep.json").read_text())["members"]
     assert [(m["config"], m["seed"]) for m in members] == [
-        (f"algorithm.lr={lr}", seed) for lr in ("1e-3", "3e-4") for seed in (1, 2, 3)
+        (f"algorithm.lr={lr}", seed) for lr in ("1e-3", "3e-4") for seed in (1, 2)
     ]
     for m in members:
         assert m["run_dir"] == str(sweep_dir / m["config"] / f"seed-{m['seed']}")
@@ -148,5 +148,5 @@ def test_a_local_grid_sweep_runs_every_member_in_its_own_directory_and_status_re
         [script("srl-trace"), "report", str(sweep_dir), "--reps", "200"], capture_output=True, text=True, timeout=120
     )  # (the statistics themselves: tests/test_report.py)
     assert report.returncode == 0, report.stderr
-    assert "2 configurations, 6 runs (seeds 1, 2, 3) on CartPole-v1" in report.stdout
+    assert "2 configurations, 4 runs (seeds 1, 2) on CartPole-v1" in report.stdout
     assert (sweep_dir / "report" / "profiles.png").exists()
