@@ -13,7 +13,9 @@ the schedule cannot spend them (workers.<kind>.max_restarts = --budget) and moni
 
 For each run it prints whether the target was reached, the wall time, the faults sent and the restarts the
 run recorded, the frames lost with replaced workers and the frame accounting, and whether it adds up exactly
-(every frame sent consumed, dropped or lost with a replaced receiver, once); the last line is JSON.
+(every frame sent consumed, dropped or lost with a replaced receiver, once), then the same frames as the
+workers' traces record them and whether the two records agree (a killed trainer's trace ends at its last
+flush: they then differ by what it received after it); the last line is JSON.
 
 With --slurm the runs go to the project's namespaced local Slurm (scripts/local_slurm.sh start; the profile is
 clusters/local.yaml unless --profile says otherwise), whose hosts are namespaces of this machine, so that the
@@ -47,6 +49,7 @@ from launcher.settings import profile_files
 from srl_hpc import config
 from srl_hpc import graph as wiring
 from srl_hpc.rundir import RunDir
+from srl_hpc.trace import accounting, reader
 
 LOCAL_SLURM = Path(__file__).resolve().parent.parent / "scripts" / "local_slurm.sh"
 LOCAL_PROFILE = Path(__file__).resolve().parent.parent / "clusters" / "local.yaml"
@@ -201,8 +204,23 @@ def result(label: str, code: int, run_root: Path, schedule: Schedule | None, t0:
         },
         "requests_resent": summary.get("counters", {}).get("requests_resent"),
         "accounting_exact": exact(summary),
+        "traces": traced(run_root, summary),
         "run_dir": str(run_root),
     }
+
+
+def traced(run_root: Path, summary: dict) -> dict | None:
+    """The frames as the workers' traces record them (srl-trace's accounting, a record apart from the counters in
+    summary.json), and whether the two agree; None without traces."""
+    try:
+        frames = accounting.frame_accounting(reader.read_run(run_root))
+    except reader.TraceError:
+        return None
+    if frames is None:
+        return None
+    counted = tuple(summary.get(k) for k in ("frames_received", "frames_consumed", "frames_dropped"))
+    frames.pop("by_actor")
+    return {**frames, "agree_with_summary": (frames["received"], frames["consumed"], frames["dropped"]) == counted}
 
 
 def exact(summary: dict) -> bool:
@@ -215,6 +233,18 @@ def exact(summary: dict) -> bool:
     return held == summary["frames_lost_with_replaced_workers"] and summary["frames_sent"] == sum(
         summary[k] for k in keys
     )
+
+
+def traces_line(t: dict | None) -> str:
+    if t is None:
+        return "; no traces"
+    line = f"; traces: sent {t['sent']:,}, received {t['received']:,}"
+    if t["consumed"] is not None:
+        line += f" = trained {t['consumed']:,} + dropped {t['dropped']:,}"
+    line += ", as counted" if t["agree_with_summary"] else ", NOT as counted"
+    if t["incomplete"]:
+        line += f" (the traces of {', '.join(t['incomplete'])} end at their last flush: killed)"
+    return line + "".join(f"; MISMATCH {m}" for m in t["mismatches"])
 
 
 def main(argv=None) -> int:
@@ -263,6 +293,7 @@ def main(argv=None) -> int:
             f"{r['frames_received']}, consumed {r['frames_consumed']}, dropped {r['frames_dropped']}, lost with "
             f"replaced workers {r['frames_lost_with_replaced_workers']}, lost in flight "
             f"{r['frames_in_flight_lost']}; accounting {'exact' if r['accounting_exact'] else 'NOT exact'}"
+            + traces_line(r["traces"])
             + (
                 f"; host {r['host_lost']['host']} lost at {r['host_lost']['at']}s, the run went on without "
                 f"{r['lost_workers']}, attempt {r['attempt']}, job {r['job_state']}"

@@ -127,6 +127,20 @@ def assert_every_frame_accounted_for(summary: dict) -> None:
     assert summary["frames_received"] == summary["frames_consumed"] + summary["frames_dropped"], summary
 
 
+def assert_the_traces_account_for_every_frame(run_dir: Path, summary: dict) -> dict:
+    """The traces, a record written apart from the counters the workers report (summary.json), give the same
+    frames received, trained and dropped, and meet among themselves (srl_hpc.trace.accounting). Its figures."""
+    from srl_hpc.trace import accounting, reader
+
+    frames = accounting.frame_accounting(reader.read_run(run_dir))
+    assert frames is not None and frames["mismatches"] == [], frames
+    counted = (summary["frames_received"], summary["frames_consumed"], summary["frames_dropped"])
+    assert (frames["received"], frames["consumed"], frames["dropped"]) == counted, (frames, summary)
+    if not frames["incomplete"]:
+        assert frames["sent"] == summary["frames_sent"], (frames, summary)
+    return frames
+
+
 def tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar series in a TensorBoard log directory, read by tensorboard's own reader: tag -> [(step, value)]."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

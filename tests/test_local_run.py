@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from conftest import (
     ROOT,
     assert_every_frame_accounted_for,
+    assert_the_traces_account_for_every_frame,
     processes_mentioning,
     run_local,
     script,
@@ -1124,6 +1125,7 @@ def test_a_killed_and_a_hung_actor_are_replaced_and_the_run_reaches_its_target(t
     assert frames == sorted(frames)  # a replacement counts on from its predecessor's frames, not from zero
     # what the killed and the lost sent after their last report is counted where it arrived: the sums meet
     assert_every_frame_accounted_for(summary)
+    assert_the_traces_account_for_every_frame(run_dir, summary)
     assert summary["frames_sent_counted_at_receivers"] > 0, summary
     assert not (os.path.exists(f"/proc/{killed}") or os.path.exists(f"/proc/{hung}"))
     run_segments = shm_name(run_dir, "actor/0").rsplit("actor-0", 1)[0]
@@ -1174,6 +1176,7 @@ def test_a_killed_policy_workers_requests_go_to_the_other_and_the_run_reaches_it
     summary = replaced_once_and_reached(proc, output.finish(300), run_dir, "policy/0")
     assert summary["counters"]["requests_rerouted"] >= 1, summary["counters"]  # to policy/1, at once
     assert_every_frame_accounted_for(summary)
+    assert_the_traces_account_for_every_frame(run_dir, summary)
     assert not os.path.exists(f"/proc/{killed}")
     replacement, problems = reader.read_file(run_dir / "traces" / "policy-0.restart-1.h5")
     assert replacement is not None and not problems, problems
@@ -1261,6 +1264,7 @@ def test_a_killed_and_a_hung_controller_are_replaced_and_go_on_from_their_totals
     ], summary["restarts"]
     # the workers' cumulative counters make the frame accounting exact across controllers
     assert_every_frame_accounted_for(summary)
+    assert_the_traces_account_for_every_frame(run_dir, summary)
     assert summary["no_final_report"] == [], summary
     # metrics.csv goes on: one header, frames and wall time never go back
     with open(run_dir / "metrics.csv", newline="") as f:
@@ -1299,6 +1303,7 @@ def test_an_actor_lost_with_its_host_is_gone_without_and_the_run_goes_on(tmp_pat
     # what reached the trainer is accounted for exactly (a lost actor's own count stops at its last report)
     # what the killed and the lost sent after their last report is counted where it arrived: the sums meet
     assert_every_frame_accounted_for(summary)
+    assert_the_traces_account_for_every_frame(run_dir, summary)
     assert summary["frames_sent_counted_at_receivers"] > 0, summary
 
 

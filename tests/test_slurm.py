@@ -13,6 +13,7 @@ import launcher
 from conftest import (
     ROOT,
     assert_every_frame_accounted_for,
+    assert_the_traces_account_for_every_frame,
     experiment,
     het_nodes,
     no_process_left,
@@ -503,6 +504,8 @@ def test_sixty_four_actors_in_one_het_job_all_sample_and_the_stop_accounts_for_e
     assert summary["status"] == "succeeded" and summary["no_final_report"] == [] and summary["policy_version"] >= 1
     assert summary["reason"].startswith("env frame budget reached"), summary
     assert_every_frame_accounted_for(summary)
+    frames = assert_the_traces_account_for_every_frame(run.run_dir, summary)
+    assert frames["incomplete"] == [] and len(frames["by_actor"]) == 64, frames
     trace = read_run(run.run_dir)
     assert len(trace.workers) == 68 and not trace.problems
     assert all(w.table("rendezvous")["workers"].tolist() == [68] for w in trace.workers)

@@ -169,6 +169,42 @@ def test_a_resumed_runs_attempts_are_read_as_one_trace_in_attempt_order(tmp_path
     assert analysis.summarize(trace)["attempts"] == 3
 
 
+def test_frames_are_accounted_for_from_the_traces_and_a_killed_actors_count_where_they_arrived(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    sent = {"t": [1.0, 2.0, 3.0], "frames": [100, 100, 100]}
+    write_trace(traces / "actor-0.h5", {"segment": sent}, worker="actor/0", flushed=3.0, closed=3.0)
+    # actor/1 killed: its trace ends at its last flush (one of the two segments it sent)
+    write_trace(traces / "actor-1.h5", {"segment": {"t": [1.0], "frames": [100]}}, worker="actor/1", flushed=1.0)
+    write_trace(traces / "actor-2.h5", {}, worker="actor/2")  # killed before its first flush
+    received = {"t": [1.5, 2.5, 2.6, 3.5, 3.6, 3.7], "frames": [100] * 6, "actor": [0, 1, 0, 1, 0, 2]}
+    received["dropped"] = [False, False, True, False, False, False]
+    trainer = {
+        "segment": received,
+        "train_step": {"t": [3.0, 3.8], "frames": [300, 100]},
+        "dropped_at_stop": {"t": [4.0], "frames": [100]},
+    }
+    write_trace(traces / "trainer-0.h5", trainer, worker="trainer/0", flushed=4.0, closed=4.0)
+
+    frames = analysis.summarize(reader.read_run(tmp_path))["frames"]
+    assert (frames["sent"], frames["received"], frames["consumed"], frames["dropped"]) == (400, 600, 400, 200)
+    assert frames["by_actor"] == {
+        "actor/0": {"sent": 300, "received": 300},
+        "actor/1": {"sent": 100, "received": 200},
+        "actor/2": {"sent": 0, "received": 100},
+    }
+    assert frames["incomplete"] == ["actor/1", "actor/2"] and frames["mismatches"] == []
+
+    received["frames"][0] = 90  # the trainer recorded a segment of actor/0 short
+    write_trace(traces / "trainer-0.h5", trainer, worker="trainer/0", flushed=4.0, closed=4.0)
+    frames = analysis.summarize(reader.read_run(tmp_path))["frames"]
+    assert frames["mismatches"] == [
+        "received 590 != trained 400 + dropped 200",
+        "actor/0 sent 300, the trainers received 290 from it",
+    ]
+    assert "MISMATCH: actor/0 sent 300" in cli.format_summary(analysis.summarize(reader.read_run(tmp_path)))
+
+
 def test_reader_rejects_a_foreign_hdf5_file(tmp_path):
     with h5py.File(tmp_path / "other.h5", "w") as f:
         f["x"] = [1, 2, 3]

@@ -19,6 +19,7 @@ from typing import cast
 
 import numpy as np
 
+from srl_hpc.trace.accounting import frame_accounting
 from srl_hpc.trace.learning import evaluation, population, ratings, returns_over_time
 from srl_hpc.trace.reader import RunTrace, Table, WorkerTrace
 from srl_hpc.trace.verdict import verdict
@@ -348,6 +349,7 @@ def summarize(run: RunTrace) -> dict:
         ],
         "problems": [{"file": p.path.name, "reason": p.reason} for p in run.problems],
         "throughput": rates,
+        "frames": frame_accounting(run),
         "time_shares": {"by_kind": by_kind, "by_worker": shares},
         "trainer_busy_fraction": (
             by_kind["trainer"]["computing"] + by_kind["trainer"]["publishing"] if by_kind["trainer"] else None

@@ -199,6 +199,8 @@ def format_summary(s: dict) -> str:
             f"{t['per_second']:>12,.0f} {t['unit']}/s{per}"
         )
 
+    lines += _frames_lines(s.get("frames"))
+
     lines += ["", "where each worker's time goes (share of its traced span)"]
     policies = {w["name"]: f" ({w['policy']})" for w in s["workers"] if w["policy"]}
     width = max((len(n + policies.get(n, "")) for n in s["time_shares"]["by_worker"]), default=0) + 1
@@ -275,6 +277,22 @@ def format_summary(s: dict) -> str:
         f"  {v['evidence']}",
     ]
     return "\n".join(lines)
+
+
+def _frames_lines(f: dict | None) -> list[str]:
+    if not f:
+        return []
+    line = f"  sent {f['sent']:,}, received {f['received']:,}"
+    if f["consumed"] is not None:
+        line += f" = trained {f['consumed']:,} + dropped {f['dropped']:,}"
+    lines = ["", "frames (as the traces record them)", line]
+    if f["incomplete"]:
+        lines.append(f"  {', '.join(f['incomplete'])}: traces end at their last flush (killed?): lower bounds")
+    if f["mismatches"]:
+        lines += [f"  MISMATCH: {m}" for m in f["mismatches"]]
+    elif not f["incomplete"]:
+        lines.append("  every frame sent was received, and every one received was trained or dropped")
+    return lines
 
 
 def _ratings_lines(r: dict) -> list[str]:

@@ -57,6 +57,8 @@ class WorkerTrace:
     policy: str = ""  # with several policies: the one this trainer trains or policy worker serves
     attempts: int = 1  # a resumed run: its attempts' files read as one trace
     restarts: int = 0  # a restarted worker: its replacements' files, read as the same trace
+    # every row it recorded is here: each of its files was closed (not cut short by a kill) and not capped
+    complete: bool = True
 
     @property
     def kind(self) -> str:
@@ -151,6 +153,7 @@ def _join_attempts(workers: list[WorkerTrace]) -> list[WorkerTrace]:
                     f"table {name!r} of {w.path.name} has other fields than the first attempt's: left out"
                 )
         first.notes += w.notes
+        first.complete = first.complete and w.complete
         if _attempt_of(w.path)[1]:
             first.restarts += 1
         else:
@@ -188,6 +191,7 @@ def _read_open(f: h5py.File, path: Path) -> tuple[WorkerTrace | None, list[Probl
         worker.tables[name] = _cut_to_shortest(name, columns, worker.notes)
     if "flushed" not in attrs:
         worker.notes.append("never flushed: the worker recorded nothing or died within its first flush interval")
+    worker.complete = "closed" in attrs and "capped_at" not in attrs
     if "capped_at" in attrs:
         worker.notes.append(
             f"size cap reached {attrs['capped_at'] - attrs.get('started', 0):.1f}s after start: "

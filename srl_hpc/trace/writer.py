@@ -4,8 +4,8 @@ Layout: one group per table (e.g. /inference), one 1-D chunked, compressed datas
 equal length; field "t" is the wall-clock time (unix seconds) of each row. Rows are buffered in memory
 and appended every `flush_interval` seconds (looked for every CHECK_EVERY rows, and at each heartbeat of the
 worker: flush_if_due), then the file is flushed (H5Fflush), so a worker killed at any other moment leaves a
-file that reads up to its last flush. A cap bounds the file; when reached, recording
-stops and the file's attribute `capped_at` says when.
+file that reads up to its last flush; a worker that closes its trace marks it `closed`. A cap bounds the
+file; when reached, recording stops and the file's attribute `capped_at` says when.
 
 The file stays open from the worker's start to its close. Run directories live on shared filesystems
 (Lustre, GPFS, NFS) whose metadata server every worker of a run shares: reopening the file at every flush
@@ -131,8 +131,11 @@ class TraceWriter:
         f.flush()
 
     def close(self) -> None:
+        """Flush and mark the file `closed`: a reader then knows it holds every row the worker recorded (a killed
+        worker's file ends at its last flush, unmarked)."""
         with self._lock:
             self._flush()
             if self._file is not None:
+                self._file.attrs["closed"] = time.time()
                 self._file.close()
                 self._file = None
