@@ -205,6 +205,29 @@ def test_frames_are_accounted_for_from_the_traces_and_a_killed_actors_count_wher
     assert "MISMATCH: actor/0 sent 300" in cli.format_summary(analysis.summarize(reader.read_run(tmp_path)))
 
 
+def test_complete_traces_are_held_against_the_counters_of_summary_json(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_trace(traces / "actor-0.h5", {"segment": {"t": [1.0, 2.0], "frames": [64, 64]}}, flushed=2.0, closed=2.0)
+    trainer = {
+        "segment": {"t": [1.5, 2.5], "frames": [64, 64], "actor": [0, 0], "dropped": [False, True]},
+        "train_step": {"t": [2.0], "frames": [64]},
+    }
+    write_trace(traces / "trainer-0.h5", trainer, worker="trainer/0", flushed=3.0, closed=3.0)
+    counted = {"frames_sent": 128, "frames_received": 128, "frames_consumed": 64, "frames_dropped": 64}
+    (tmp_path / "summary.json").write_text(json.dumps(counted))
+    summary = analysis.summarize(reader.read_run(tmp_path))
+    assert summary["frames"]["mismatches"] == [] and len(summary["frames"]["checked_against_summary"]) == 4
+    assert "as the workers counted them (summary.json)" in cli.format_summary(summary)
+
+    (tmp_path / "summary.json").write_text(json.dumps({**counted, "frames_consumed": 0, "frames_dropped": 128}))
+    frames = analysis.summarize(reader.read_run(tmp_path))["frames"]
+    assert frames["mismatches"] == [
+        "frames_consumed: the traces record 64, the workers counted 0 (summary.json)",
+        "frames_dropped: the traces record 64, the workers counted 128 (summary.json)",
+    ]
+
+
 def test_reader_rejects_a_foreign_hdf5_file(tmp_path):
     with h5py.File(tmp_path / "other.h5", "w") as f:
         f["x"] = [1, 2, 3]

@@ -9,6 +9,9 @@ its last flush, so its figures are lower bounds and only identities among comple
 killed actor's frames are still all counted where they arrived, when the trainers' traces are complete.
 Off-policy runs (buffer workers between actors and trainers) train on replay, not on segments: there only
 what the actors sent and the buffers received is summed.
+
+Where the run's summary.json is there (RunTrace.meta), the traces are also held against its counters: on-policy,
+of one attempt, what complete traces record must be what the workers counted.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ def frame_accounting(run: RunTrace) -> dict | None:
     consumed = dropped = 0
     for w in trainers:
         segments = w.table("segment")
-        for index, frames in zip(segments.get("actor", []), segments.get("frames", [])):
-            name = f"actor/{int(index)}"
-            by_actor[name] = by_actor.get(name, 0) + int(frames)
+        if "actor" in segments:
+            per_index = np.bincount(segments["actor"].astype(int), weights=segments["frames"])
+            for index in np.flatnonzero(per_index):
+                by_actor[f"actor/{index}"] = by_actor.get(f"actor/{index}", 0) + int(per_index[index])
         if "dropped" in segments:
             dropped += int(segments["frames"][segments["dropped"].astype(bool)].sum())
         dropped += _frames(w, "dropped_at_stop")
@@ -41,18 +45,30 @@ def frame_accounting(run: RunTrace) -> dict | None:
     received = sum(by_actor.values()) if trainers else sum(_frames(w, "segment") for w in buffers)
     incomplete = sorted(w.name for w in (*actors, *receivers) if not w.complete)
     receivers_complete = all(w.complete for w in receivers)
+    actors_complete = all(w.complete for w in actors)
     mismatches = []
-    if trainers and receivers_complete and received != consumed + dropped:
-        mismatches.append(f"received {received:,} != trained {consumed:,} + dropped {dropped:,}")
-    if receivers_complete:
-        if trainers:
-            mismatches += [
-                f"{name} sent {sent[name]:,}, the trainers received {by_actor[name]:,} from it"
-                for name in sent
-                if sent[name] != by_actor[name] and name not in incomplete
-            ]
-        if all(w.complete for w in actors) and sum(sent.values()) != received:
-            mismatches.append(f"sent {sum(sent.values()):,} != received {received:,}")
+    if receivers_complete and trainers:
+        if received != consumed + dropped:
+            mismatches.append(f"received {received:,} != trained {consumed:,} + dropped {dropped:,}")
+        mismatches += [
+            f"{name} sent {sent[name]:,}, the trainers received {by_actor[name]:,} from it"
+            for name in sent
+            if sent[name] != by_actor[name] and name not in incomplete
+        ]
+    if receivers_complete and actors_complete and sum(sent.values()) != received:
+        mismatches.append(f"sent {sum(sent.values()):,} != received {received:,}")
+    traced = {"frames_sent": sum(sent.values()), "frames_received": received}
+    traced |= {"frames_consumed": consumed, "frames_dropped": dropped}
+    comparable = ["frames_sent"] if actors_complete else []
+    comparable += ["frames_received", "frames_consumed", "frames_dropped"] if receivers_complete else []
+    summary: dict = run.meta.get("summary") or {}
+    if not trainers or not summary or max((w.attempts for w in run.workers), default=1) > 1:
+        comparable = []  # off-policy trainers count replay batches; resumed runs are not checked
+    mismatches += [
+        f"{key}: the traces record {traced[key]:,}, the workers counted {summary.get(key)} (summary.json)"
+        for key in comparable
+        if traced[key] != summary.get(key)
+    ]
     return {
         "sent": sum(sent.values()),
         "received": received,
@@ -62,6 +78,7 @@ def frame_accounting(run: RunTrace) -> dict | None:
             name: {"sent": sent.get(name, 0), "received": by_actor[name] if trainers else None} for name in by_actor
         },
         "incomplete": incomplete,  # traces that end at their last flush (killed workers): lower bounds
+        "checked_against_summary": comparable,  # the counters of summary.json the traces were held against
         "mismatches": mismatches,
     }
 

@@ -292,6 +292,8 @@ def _frames_lines(f: dict | None) -> list[str]:
         lines += [f"  MISMATCH: {m}" for m in f["mismatches"]]
     elif not f["incomplete"]:
         lines.append("  every frame sent was received, and every one received was trained or dropped")
+    if f["checked_against_summary"] and not f["mismatches"]:
+        lines.append("  as the workers counted them (summary.json)")
     return lines
 
 
