@@ -8,10 +8,10 @@ rendezvous until the barrier's timeout, or afterwards until the controller gives
 Each group's job script starts the srun guard beside its srun (`python -m srl_hpc.srun_guard RUN SRUN_PID
 --group GROUP`), and the guard runs `watch`: it reads the other groups' job ids from RUN/slurm.json (srl-launch
 writes it before it releases the held jobs), then asks squeue about them every `interval` seconds until the
-run has ended (summary.json) or srun has. When one has ended badly it says so on its own job's output (a line
-`srl-launch status` quotes) and cancels its own job: the workers get SIGTERM and wind down, the trainer keeping
-its checkpoint. Only the standard library and squeue/scancel: it runs in the batch step, in the workers' image
-with apptainer.
+run has ended (summary.json) or srun has (then once more). When one has ended badly it says so on its own job's
+output (a line `srl-launch status` quotes) and cancels its own job: the workers get SIGTERM and wind down, the
+trainer keeping its checkpoint. Only the standard library and squeue/scancel: it runs in the batch step, in the
+workers' image with apptainer.
 """
 
 from __future__ import annotations
@@ -74,18 +74,24 @@ def said(output: Path) -> str | None:
 
 
 def watch(run: RunDir, job_id: str, group: str, srun_alive, interval: float = INTERVAL) -> str | None:
-    """Until srun ends or the run's summary exists: cancel this job once another group's has ended badly.
-    Returns what it said when it did, else None."""
+    """Until the run's summary exists: cancel this job once another group's has ended badly. Returns what it said
+    when it did, else None. After srun has ended by itself it asks once more: this group's workers end on their own
+    when another group's leave (the rendezvous, the controller), often before the next question, and a job that
+    ended for another group's is cancelled for it too, not taken for a failure of its own."""
     jobs, next_question = None, time.monotonic() + interval
-    while srun_alive() and not run.summary.exists():
-        time.sleep(1.0)
-        if time.monotonic() < next_question:
-            continue
+    while not run.summary.exists():
+        running = srun_alive()
+        if running:
+            time.sleep(1.0)
+            if time.monotonic() < next_question:
+                continue
         next_question = time.monotonic() + interval
         if jobs is None:
             try:
                 jobs = others(json.loads(run.slurm.read_text()), job_id)
             except (OSError, ValueError):
+                if not running:
+                    return None
                 continue  # not yet written
             if jobs is None:
                 print(
@@ -102,7 +108,7 @@ def watch(run: RunDir, job_id: str, group: str, srun_alive, interval: float = IN
                 timeout=TIMEOUT,
             ).stdout
         except (OSError, subprocess.TimeoutExpired):  # Slurm did not answer: ask again later
-            continue
+            out = ""
         ended = first_ended_badly(out, jobs)
         if ended is not None and not run.summary.exists():
             job, state = ended
@@ -113,4 +119,6 @@ def watch(run: RunDir, job_id: str, group: str, srun_alive, interval: float = IN
             print(f"{ENDING} {line}", flush=True)
             subprocess.run(["scancel", job_id], capture_output=True, timeout=TIMEOUT)
             return line
+        if not running:
+            return None
     return None

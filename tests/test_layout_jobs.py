@@ -204,6 +204,31 @@ def test_the_group_watch_finds_the_other_groups_and_the_first_that_ended_badly(t
     )
 
 
+def test_a_group_whose_srun_ended_after_another_groups_job_ended_badly_cancels_its_job_for_it(tmp_path, fake_bin):
+    """Its workers left when the other group's did (the rendezvous' barrier, the controller), before the watch's
+    next question: it asks once more, so that the job ends CANCELLED for the other group, not FAILED for itself."""
+    from srl_hpc.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.slurm.write_text(json.dumps({"job_id": "10", "groups": {"trainer": "10", "policy": "11", "actor": "12"}}))
+    cancelled = tmp_path / "scancel.args"
+    fake_bin("scancel", f'echo "$@" >> {cancelled}')
+    fake_bin("squeue", 'echo "10|RUNNING"; echo "12|CANCELLED"')
+    said = group_watch.watch(run, "11", "policy", srun_alive=lambda: False, interval=60)
+    assert said == "group actor's job 12 ended CANCELLED before the run did; cancelling group policy's job 11"
+    assert cancelled.read_text().split() == ["11"]
+
+    cancelled.unlink()
+    fake_bin("squeue", 'echo "10|RUNNING"; echo "12|RUNNING"')  # srun ended for reasons of its own: its outcome
+    assert group_watch.watch(run, "11", "policy", srun_alive=lambda: False, interval=60) is None
+    assert not cancelled.exists()
+    run.summary.write_text("{}")  # the run ended: nothing to ask
+    fake_bin("squeue", 'echo "12|CANCELLED"')
+    assert group_watch.watch(run, "11", "policy", srun_alive=lambda: False, interval=60) is None
+    assert not cancelled.exists()
+
+
 # ------------------------------------------------------------------ against the local Slurm (@pytest.mark.slurm)
 
 LOCAL_PROFILE = ROOT / "clusters" / "local.yaml"  # the local Slurm's partitions and network, where it exists
