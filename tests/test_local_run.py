@@ -1150,48 +1150,69 @@ def cartpole_to_200(run_dir, *settings):
     return srl_started(ROOT / "experiments" / "cartpole_ppo.yaml", "--run-dir", run_dir, *sets)
 
 
-def replaced_once_and_reached(proc, out: str, run_dir, worker: str) -> dict:
-    """The run reached its target with `worker` SIGKILLed and replaced once, and nothing else lost; its summary."""
-    assert proc.returncode == 0, out
-    assert f"{worker} was killed by SIGKILL: restarting it (1 of 3)" in out
-    assert f"{worker} is back (replacement 1)" in out, out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["reason"].startswith("target reached"), summary
-    assert list(summary["restarts"]) == [worker] and summary["failed_workers"] == {}, summary
-    return summary
-
-
 @pytest.mark.e2e
-def test_a_killed_policy_workers_requests_go_to_the_other_and_the_run_reaches_its_target(tmp_path):
-    """Two policy workers, over ZMQ with the run's keys, as actors on other nodes reach them: while policy/0
-    is replaced, its actor's requests go to policy/1 (test_inference.py and test_failover.py have the
-    same-node transport and a lone policy worker's replacement)."""
+def test_a_hung_and_a_killed_policy_worker_are_replaced_their_requests_go_to_the_other_and_the_run_reaches_its_target(
+    tmp_path,
+):
+    """Two policy workers, over ZMQ with the run's keys, as actors on other nodes reach them: policy/1 hangs
+    (found by its supervisor's heartbeat timeout), then policy/0 is killed; while each is replaced, its actor's
+    requests go to the other (test_inference.py and test_failover.py have the same-node transport and a lone
+    policy worker's replacement)."""
     from srl_hpc.trace import reader
 
     run_dir = tmp_path / "run"
-    proc, output = cartpole_to_200(run_dir, "workers.actor.inference_transport=zmq", "workers.policy.count=2")
+    proc, output = cartpole_to_200(
+        run_dir,
+        "workers.actor.inference_transport=zmq",
+        "workers.policy.count=2",
+        "monitor.heartbeat_timeout=20",
+        "workers.trainer.max_restarts=0",  # paused below as long as the hung policy worker: not to be replaced
+    )
     output.line_with("| sample", 120)
-    killed = child_pid(run_dir, "policy/0")
+    hung, killed, trainer = (child_pid(run_dir, w) for w in ("policy/1", "policy/0", "trainer/0"))
+    # nothing trains until the hang is found (10 s; the controller gives a silent worker 20): the run cannot
+    # reach its target on the weights the actors hold before it
+    os.kill(trainer, signal.SIGSTOP)
+    try:
+        os.kill(hung, signal.SIGSTOP)  # alive, its connections open, silent: only the heartbeat timeout finds it
+        output.line_with("policy/1 sent no heartbeat", 60)
+    finally:
+        os.kill(trainer, signal.SIGCONT)
     os.kill(killed, signal.SIGKILL)  # between replies: the actors' requests in flight go with it
-    summary = replaced_once_and_reached(proc, output.finish(300), run_dir, "policy/0")
-    assert summary["counters"]["requests_rerouted"] >= 1, summary["counters"]  # to policy/1, at once
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    assert "policy/1 sent no heartbeat for 10s (hung): restarting it (1 of 3)" in out
+    assert "policy/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert "policy/0 is back (replacement 1)" in out and "policy/1 is back (replacement 1)" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert sorted(summary["restarts"]) == ["policy/0", "policy/1"] and summary["failed_workers"] == {}, summary
+    assert summary["counters"]["requests_rerouted"] >= 1, summary["counters"]  # to the other, at once
     assert_every_frame_accounted_for(summary)
     assert_the_traces_account_for_every_frame(run_dir, summary)
-    assert not os.path.exists(f"/proc/{killed}")
-    replacement, problems = reader.read_file(run_dir / "traces" / "policy-0.restart-1.h5")
-    assert replacement is not None and not problems, problems
-    pulled, served = replacement.table("param_pull"), replacement.table("inference")
-    assert len(served["t"]) and pulled["t"][0] <= served["t"][0]  # the published weights, before its first answer
+    assert not (os.path.exists(f"/proc/{killed}") or os.path.exists(f"/proc/{hung}"))
+    for worker in ("policy-0", "policy-1"):
+        replacement, problems = reader.read_file(run_dir / "traces" / f"{worker}.restart-1.h5")
+        assert replacement is not None and not problems, problems
+        pulled, served = replacement.table("param_pull"), replacement.table("inference")
+        assert len(served["t"]) and pulled["t"][0] <= served["t"][0]  # the published weights, before its first answer
 
 
 @pytest.mark.e2e
-def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_its_target(tmp_path):
+def test_a_killed_and_a_hung_trainer_are_replaced_from_the_checkpoint_and_the_run_reaches_its_target(tmp_path):
+    """The trainer is killed once it has published versions its checkpoint does not hold; its replacement hangs
+    as it starts (found by its supervisor's heartbeat timeout) and is replaced in turn."""
     import torch
 
     from srl_hpc.trace import reader
 
     run_dir = tmp_path / "run"
-    proc, output = cartpole_to_200(run_dir, "workers.trainer.checkpoint_interval=2")
+    proc, output = cartpole_to_200(
+        run_dir,
+        "workers.trainer.checkpoint_interval=2",
+        "monitor.heartbeat_timeout=20",
+        "workers.policy.max_restarts=0",  # paused below as long as the hung trainer: not to be replaced for it
+    )
     checkpoint, killed = run_dir / "checkpoints" / "latest.pt", None
     for _ in range(30):  # until the trainer has published versions its checkpoint does not hold
         line = output.line_with("| version", 120)
@@ -1205,39 +1226,59 @@ def test_a_killed_trainer_is_replaced_from_its_checkpoint_and_the_run_reaches_it
             break
         os.kill(trainer, signal.SIGCONT)
     assert killed is not None, "the trainer never ran ahead of its checkpoint"
-    summary = replaced_once_and_reached(proc, output.finish(300), run_dir, "trainer/0")
-    assert summary["no_final_report"] == [], summary
-    # what the lost trainer held is counted once, as lost; everything else was trained on or dropped
+    # nothing plays until the hang is found (10 s; the controller gives a silent worker 20): the run cannot reach
+    # its target on the weights the actors hold before the trainer is back
+    policy = child_pid(run_dir, "policy/0")
+    os.kill(policy, signal.SIGSTOP)
+    try:
+        hung = incarnation_of(run_dir, "trainer/0", 1)
+        os.kill(hung, signal.SIGSTOP)  # as it starts: silent from its first breath
+        output.line_with("trainer/0 sent no heartbeat", 60)
+    finally:
+        os.kill(policy, signal.SIGCONT)
+    out = output.finish(300)
+    assert proc.returncode == 0, out
+    assert "trainer/0 was killed by SIGKILL: restarting it (1 of 3)" in out
+    assert "trainer/0 sent no heartbeat for 10s (hung): restarting it (2 of 3)" in out
+    assert "trainer/0 is back (replacement 2)" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("target reached"), summary
+    assert list(summary["restarts"]) == ["trainer/0"] and len(summary["restarts"]["trainer/0"]) == 2, summary
+    assert summary["failed_workers"] == {} and summary["no_final_report"] == [], summary
+    # what the lost trainers held is counted once, as lost; everything else was trained on or dropped
     lost = summary["frames_lost_with_replaced_workers"]
     assert summary["frames_consumed"] + summary["frames_dropped"] + lost == summary["frames_received"] > 0
     assert summary["frames_sent"] - summary["frames_received"] == summary["frames_in_flight_lost"] >= 0
-    assert not os.path.exists(f"/proc/{killed}")
+    assert not (os.path.exists(f"/proc/{killed}") or os.path.exists(f"/proc/{hung}"))
     log = (run_dir / "logs" / "trainer-0.log").read_text()
     assert f"versions {saved + 1}-" in log  # lost with the trainer; its replacement goes on from the checkpoint
-    replacement, problems = reader.read_file(run_dir / "traces" / "trainer-0.restart-1.h5")
-    assert replacement is not None and not problems, problems
     # versions never repeat, so no policy worker ignores the new ones: the restored weights go on as a version
     # after the last published (the run may reach its target on the weights the actors hold before the
     # replacement has trained a step), and every version it trained is newer still
+    replacement, problems = reader.read_file(run_dir / "traces" / "trainer-0.restart-2.h5")
+    assert replacement is not None and not problems, problems
     assert replacement.table("final_parameters")["version"][0] > reported
     assert np.all(np.asarray(replacement.table("train_step").get("version", [])) > reported)
-    policy, problems = reader.read_file(run_dir / "traces" / "policy-0.h5")
-    assert policy is not None and not problems, problems
-    pulled = policy.table("param_pull")["version"]
+    served, problems = reader.read_file(run_dir / "traces" / "policy-0.h5")
+    assert served is not None and not problems, problems
+    pulled = served.table("param_pull")["version"]
     assert len(pulled) and all(np.diff(pulled) > 0), pulled
 
 
-def controller_incarnation(run_dir, incarnation: int) -> int:
-    """The pid of the controller's `incarnation` (its supervisor's child), once it runs."""
+def incarnation_of(run_dir, worker: str, incarnation: int) -> int:
+    """The pid of `worker`'s `incarnation` (its supervisor's child), once it runs."""
+    from srl_hpc import config, graph
+
+    task = graph.build(config.load(run_dir / "experiment.yaml")).names.index(worker)
     found = wait_until(
         lambda: [
             pid
             for pid, cmd in processes_mentioning(str(run_dir))
-            if "--task-id 0 " in cmd and "--supervised" in cmd and f"--incarnation {incarnation} " in cmd
+            if f"--task-id {task} " in cmd and "--supervised" in cmd and f"--incarnation {incarnation} " in cmd
         ],
         60,
-        f"the controller's incarnation {incarnation}",
-        interval=0.2,
+        f"{worker}'s incarnation {incarnation}",
+        interval=0.1,
     )
     return found[0]
 
@@ -1249,10 +1290,10 @@ def test_a_killed_and_a_hung_controller_are_replaced_and_go_on_from_their_totals
     output.line_with("| sample", 120)
     # a saved state (written at each progress line) to go on from, and a row of metrics.csv (written before the line)
     before = output.line_with("| sample", 30)
-    os.kill(controller_incarnation(run_dir, 0), signal.SIGKILL)
+    os.kill(incarnation_of(run_dir, "controller/0", 0), signal.SIGKILL)
     output.line_with("controller/0 was killed by SIGKILL: replaced (1 of 3), going on from its totals", 60)
     output.line_with("| sample", 30)
-    os.kill(controller_incarnation(run_dir, 1), signal.SIGSTOP)  # hung: its supervisor kills it at 8 s
+    os.kill(incarnation_of(run_dir, "controller/0", 1), signal.SIGSTOP)  # hung: its supervisor kills it at 8 s
     output.line_with("controller/0 sent no heartbeat for 8s (hung): replaced (2 of 3)", 60)
     out = output.finish(300)
     assert proc.returncode == 0, out
