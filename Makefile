@@ -12,10 +12,11 @@ USER_VENV := /opt/srl-hpc-user
 demo: install            ## install, then train PPO on CartPole with every worker on this machine
 	$(BIN)/srl-launch experiments/cartpole_ppo.yaml
 
-# SRL_REQUIRE_SLURM=1: a Slurm that did not come up stops the tests instead of skipping the Slurm tier
+# the Slurm tier beside the other tests (scripts/test_tiers.sh); under SRL_REQUIRE_SLURM=1 a Slurm that did not
+# come up stops the Slurm tier instead of skipping it
 test: test-install user-install slurm-install  ## install, start the project's local Slurm, run every test, stop Slurm
 	bash $(SLURM) start
-	SRL_REQUIRE_SLURM=1 $(BIN)/pytest -ra; status=$$?; bash $(SLURM) stop; exit $$status
+	PYTEST=$(BIN)/pytest bash scripts/test_tiers.sh; status=$$?; bash $(SLURM) stop; exit $$status
 
 # after each change: the tests that start no run, need no Slurm and are not slow (setup.cfg's markers)
 quick: lint test-install  ## ruff, then the tests not marked e2e, slurm or slow (under 2 minutes here)
